@@ -1,0 +1,156 @@
+package manifest
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"homefs/cas"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in ../testdata/golden")
+
+const goldenDir = "../testdata/golden"
+
+// checkGolden compares got with the named golden file, or rewrites it
+// with -update.
+func checkGolden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join(goldenDir, name)
+	if *update {
+		if err := os.MkdirAll(goldenDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./manifest -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s: encoding changed (%d bytes, golden %d); if intended, run go test ./manifest -update and review the diff", name, len(got), len(want))
+	}
+}
+
+func fixtureIndex() []cas.Ref {
+	refs := make([]cas.Ref, 5)
+	for i := range refs {
+		if i != 2 { // a hole
+			refs[i] = fakeRef("index chunk %d", i)
+		}
+	}
+	return refs
+}
+
+func fixtureSnapshot() *Snapshot {
+	return &Snapshot{
+		Version:   FormatVersion,
+		Session:   "work-2024.01",
+		Parent:    fakeRef("parent").Hex(),
+		Origin:    &Lineage{Session: "main", Snapshot: fakeRef("origin").Hex()},
+		CreatedNs: fixedNs,
+		Message:   "before <refactor> & \"cleanup\"\nsecond line ✓",
+		Handles: map[string]Handle{
+			"codex":  {ID: "0192f3c4-rollout", Through: "turn-17"},
+			"claude": {ID: "session-abc"},
+		},
+		Root: fakeRef("root"),
+	}
+}
+
+func TestGolden(t *testing.T) {
+	ctx := context.Background()
+	tree := fixtureTree()
+	tb, err := EncodeTree(tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "tree.bin", tb)
+	checkGolden(t, "tree.txt", []byte(fmt.Sprintf("# tree node %s, %d bytes\n%s", cas.Sum(tb), len(tb), dumpTree(tree))))
+
+	ib, err := EncodeIndex(1, fixtureIndex())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "index.bin", ib)
+
+	sb, err := EncodeSnapshot(fixtureSnapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "snapshot.json", sb)
+	checkGolden(t, "snapshot.id", []byte(SnapshotID(sb)+"\n"))
+
+	// The whole Merkle structure of a small home directory.
+	s := newStore()
+	root := storeFixtureFiles(t, s)
+	var walk strings.Builder
+	fmt.Fprintf(&walk, "# WalkRefs of the BuildTree fixture\n")
+	err = WalkRefs(ctx, s, root, func(ref cas.Ref, kind RefKind, path string) error {
+		fmt.Fprintf(&walk, "%-5v %s %q\n", kind, ref.Hex(), path)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "merkle.txt", []byte(walk.String()))
+}
+
+// TestGoldenDecode checks that the golden files still decode and re-encode
+// byte for byte, so old data stays readable.
+func TestGoldenDecode(t *testing.T) {
+	if *update {
+		t.Skip("updating")
+	}
+	read := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join(goldenDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	tb := read("tree.bin")
+	tree, err := DecodeTree(tb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := EncodeTree(tree); !bytes.Equal(again, tb) {
+		t.Error("tree.bin does not re-encode identically")
+	}
+	if !entriesSliceEqual(tree.Entries, fixtureTree().Entries) {
+		t.Error("tree.bin decodes to something else than the fixture")
+	}
+	ib := read("index.bin")
+	depth, refs, err := DecodeIndex(ib)
+	if err != nil || depth != 1 || len(refs) != 5 || refs[2] != (cas.Ref{}) || refs[0] != fakeRef("index chunk 0") {
+		t.Errorf("index.bin: depth %d refs %d err %v", depth, len(refs), err)
+	}
+	sb := read("snapshot.json")
+	snap, err := DecodeSnapshot(sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Root != fakeRef("root") || snap.Handles["codex"].Through != "turn-17" {
+		t.Errorf("snapshot.json decoded to %+v", snap)
+	}
+}
+
+func entriesSliceEqual(a, b []Entry) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !entriesEqual(&a[i], &b[i]) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,313 @@
+package manifest
+
+import (
+	"encoding/binary"
+	"math"
+
+	"homefs/cas"
+)
+
+// Every node starts with a 4-byte magic naming its type, then one byte of
+// FormatVersion.
+const (
+	treeMagic  = "HFST"
+	indexMagic = "HFSI"
+	headerLen  = len(treeMagic) + 1
+)
+
+// minEntryLen is the fewest bytes one encoded entry takes (a one-byte
+// name); it bounds allocations made before the bytes are read.
+const minEntryLen = 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1
+
+// EncodeTree returns the canonical encoding of t, after validating it.
+//
+// Layout (uvarint and zig-zag varint as in encoding/binary, always
+// minimal; refs are 32 raw bytes):
+//
+//	"HFST" version:byte count:uvarint entry*
+//	entry = nameLen:uvarint name kind:byte mode uid gid:uvarint
+//	        mtime ctime:varint body xattrCount:uvarint xattr* linkID:uvarint [nlink:uvarint if linkID != 0]
+//	body  = file:    size:uvarint depth:byte (ChunkCount(size) refs if depth == 0 | index ref)
+//	        dir:     tree ref
+//	        symlink: targetLen:uvarint target   (size is len(target))
+//	xattr = nameLen:uvarint name valueLen:uvarint value
+func EncodeTree(t *Tree) ([]byte, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	size := headerLen + binary.MaxVarintLen64
+	for i := range t.Entries {
+		size += encodedEntryBound(&t.Entries[i])
+	}
+	if size > MaxNodeSize+headerLen+binary.MaxVarintLen64 {
+		// The bound may overestimate; check the real length below.
+		size = MaxNodeSize
+	}
+	b := make([]byte, 0, size)
+	b = append(b, treeMagic...)
+	b = append(b, FormatVersion)
+	b = binary.AppendUvarint(b, uint64(len(t.Entries)))
+	for i := range t.Entries {
+		b = appendEntry(b, &t.Entries[i])
+		if len(b) > MaxNodeSize {
+			return nil, errf(ErrTooLarge, "tree: encoding over %d bytes at entry %d", MaxNodeSize, i)
+		}
+	}
+	return b, nil
+}
+
+func encodedEntryBound(e *Entry) int {
+	n := 12*binary.MaxVarintLen64 + len(e.Name) + len(e.Target) + (len(e.Chunks)+2)*len(cas.Ref{})
+	for _, x := range e.Xattrs {
+		n += 2*binary.MaxVarintLen64 + len(x.Name) + len(x.Value)
+	}
+	return n
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendEntry(b []byte, e *Entry) []byte {
+	b = appendString(b, e.Name)
+	b = append(b, byte(e.Kind))
+	b = binary.AppendUvarint(b, uint64(e.Mode))
+	b = binary.AppendUvarint(b, uint64(e.UID))
+	b = binary.AppendUvarint(b, uint64(e.GID))
+	b = binary.AppendVarint(b, e.MtimeNs)
+	b = binary.AppendVarint(b, e.CtimeNs)
+	switch e.Kind {
+	case KindFile:
+		b = binary.AppendUvarint(b, uint64(e.Size))
+		b = append(b, e.Depth)
+		if e.Depth == 0 {
+			for i := range e.Chunks {
+				b = append(b, e.Chunks[i][:]...)
+			}
+		} else {
+			b = append(b, e.Index[:]...)
+		}
+	case KindDir:
+		b = append(b, e.Tree[:]...)
+	case KindSymlink:
+		b = appendString(b, e.Target)
+	}
+	b = binary.AppendUvarint(b, uint64(len(e.Xattrs)))
+	for _, x := range e.Xattrs {
+		b = appendString(b, x.Name)
+		b = binary.AppendUvarint(b, uint64(len(x.Value)))
+		b = append(b, x.Value...)
+	}
+	b = binary.AppendUvarint(b, e.LinkID)
+	if e.LinkID != 0 {
+		b = binary.AppendUvarint(b, uint64(e.Nlink))
+	}
+	return b
+}
+
+// DecodeTree parses and validates a tree node. It accepts only the
+// canonical encoding: EncodeTree of the result returns exactly b. The
+// result does not alias b.
+func DecodeTree(b []byte) (*Tree, error) {
+	if len(b) > MaxNodeSize {
+		return nil, errf(ErrTooLarge, "tree: %d bytes, over %d", len(b), MaxNodeSize)
+	}
+	if err := checkHeader(b, treeMagic, "tree"); err != nil {
+		return nil, err
+	}
+	// One copy of the input; names and targets are substrings of it.
+	d := decoder{s: string(b[headerLen:])}
+	count := d.uvarint(MaxTreeEntries)
+	if d.err != nil {
+		return nil, d.fail("tree: entry count")
+	}
+	if count > uint64(len(d.s)/minEntryLen) {
+		return nil, errf(ErrMalformed, "tree: %d entries cannot fit in %d bytes", count, len(d.s))
+	}
+	t := &Tree{Entries: make([]Entry, count)}
+	// Inline chunk refs of all entries share backing arrays, allocated in
+	// blocks.
+	var refs []cas.Ref
+	for i := range t.Entries {
+		e := &t.Entries[i]
+		e.Name = d.str(MaxNameLen)
+		e.Kind = Kind(d.byte())
+		e.Mode = uint32(d.uvarint(math.MaxUint32))
+		e.UID = uint32(d.uvarint(math.MaxUint32))
+		e.GID = uint32(d.uvarint(math.MaxUint32))
+		e.MtimeNs = d.varint()
+		e.CtimeNs = d.varint()
+		switch e.Kind {
+		case KindFile:
+			e.Size = int64(d.uvarint(math.MaxInt64))
+			e.Depth = d.byte()
+			if e.Depth != 0 {
+				e.Index = d.ref()
+				break
+			}
+			n := ChunkCount(e.Size)
+			if n == 0 || n > MaxInlineChunks {
+				break // validation reports n > MaxInlineChunks
+			}
+			if len(refs)+n > cap(refs) {
+				refs = make([]cas.Ref, 0, max(256, n))
+			}
+			start := len(refs)
+			for range n {
+				refs = append(refs, d.ref())
+			}
+			e.Chunks = refs[start:len(refs):len(refs)]
+		case KindDir:
+			e.Tree = d.ref()
+		case KindSymlink:
+			e.Target = d.str(MaxPathLen)
+			e.Size = int64(len(e.Target))
+		default:
+			if d.err == nil {
+				return nil, errf(ErrInvalid, "tree: entry %d %q: unknown kind %d", i, e.Name, e.Kind)
+			}
+		}
+		// Each xattr takes at least 2 bytes, which bounds the allocation.
+		if nx := d.uvarint(uint64(len(d.s) / 2)); nx > 0 {
+			e.Xattrs = make([]Xattr, nx)
+			for j := range e.Xattrs {
+				e.Xattrs[j].Name = d.str(MaxXattrNameLen)
+				if v := d.str(MaxXattrValueLen); v != "" {
+					e.Xattrs[j].Value = []byte(v)
+				}
+			}
+		}
+		if e.LinkID = d.uvarint(math.MaxUint64); e.LinkID != 0 {
+			e.Nlink = uint32(d.uvarint(math.MaxUint32))
+		}
+		if d.err != nil {
+			return nil, d.fail("tree: entry %d", i)
+		}
+	}
+	if len(d.s) != 0 {
+		return nil, errf(ErrMalformed, "tree: %d trailing bytes", len(d.s))
+	}
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func checkHeader(b []byte, magic, what string) error {
+	if len(b) < headerLen || string(b[:len(magic)]) != magic {
+		return errf(ErrMalformed, "%s: missing %q header", what, magic)
+	}
+	if v := b[len(magic)]; v != FormatVersion {
+		return errf(ErrUnsupportedVersion, "%s: format version %d, want %d", what, v, FormatVersion)
+	}
+	return nil
+}
+
+// decoder reads from s; the first error sticks and later reads return
+// zero values, so callers check err once per entry.
+type decoder struct {
+	s   string
+	err error
+}
+
+type decodeError string
+
+func (e decodeError) Error() string { return string(e) }
+
+var (
+	errShort    = decodeError("truncated")
+	errVarint   = decodeError("non-minimal or overflowing varint")
+	errTooLarge = decodeError("value over its limit")
+)
+
+func (d *decoder) fail(format string, args ...any) error {
+	return errf(ErrMalformed, format+": %v", append(args, d.err)...)
+}
+
+// uvarint reads a minimal uvarint no greater than limit.
+func (d *decoder) uvarint(limit uint64) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	// Fast path for the common one-byte case.
+	if len(d.s) > 0 && d.s[0] < 0x80 {
+		v := uint64(d.s[0])
+		d.s = d.s[1:]
+		if v > limit {
+			d.err = errTooLarge
+			return 0
+		}
+		return v
+	}
+	var v uint64
+	for i := 0; i < len(d.s) && i < binary.MaxVarintLen64; i++ {
+		c := d.s[i]
+		if c < 0x80 {
+			if c == 0 || i == binary.MaxVarintLen64-1 && c > 1 {
+				d.err = errVarint // trailing zero byte, or over 64 bits
+				return 0
+			}
+			v |= uint64(c) << (7 * i)
+			d.s = d.s[i+1:]
+			if v > limit {
+				d.err = errTooLarge
+				return 0
+			}
+			return v
+		}
+		v |= uint64(c&0x7f) << (7 * i)
+	}
+	if len(d.s) < binary.MaxVarintLen64 {
+		d.err = errShort
+	} else {
+		d.err = errVarint
+	}
+	return 0
+}
+
+func (d *decoder) varint() int64 {
+	u := d.uvarint(math.MaxUint64)
+	return int64(u>>1) ^ -int64(u&1)
+}
+
+func (d *decoder) byte() byte {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.s) < 1 {
+		d.err = errShort
+		return 0
+	}
+	c := d.s[0]
+	d.s = d.s[1:]
+	return c
+}
+
+func (d *decoder) str(limit int) string {
+	n := d.uvarint(uint64(limit))
+	if d.err != nil {
+		return ""
+	}
+	if uint64(len(d.s)) < n {
+		d.err = errShort
+		return ""
+	}
+	s := d.s[:n]
+	d.s = d.s[n:]
+	return s
+}
+
+func (d *decoder) ref() cas.Ref {
+	var r cas.Ref
+	if d.err != nil {
+		return r
+	}
+	if len(d.s) < len(r) {
+		d.err = errShort
+		return r
+	}
+	copy(r[:], d.s)
+	d.s = d.s[len(r):]
+	return r
+}

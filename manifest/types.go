@@ -1,0 +1,96 @@
+package manifest
+
+import (
+	"homefs/cas"
+)
+
+// FormatVersion is the version of every encoding in this package. Decoders
+// reject other versions.
+const FormatVersion = 1
+
+// ChunkSize is the fixed size of file chunks: chunk i of a file covers
+// bytes [i*ChunkSize, min((i+1)*ChunkSize, size)). See docs/ARCHITECTURE.md
+// for why fixed-size chunks.
+const ChunkSize = 64 << 10
+
+// MaxNameLen is the longest entry name, as on ext4.
+const MaxNameLen = 255
+
+// Kind is what an entry is.
+type Kind uint8
+
+const (
+	KindFile    Kind = 1
+	KindDir     Kind = 2
+	KindSymlink Kind = 3
+)
+
+// Xattr is one extended attribute.
+type Xattr struct {
+	Name  string
+	Value []byte
+}
+
+// Entry is one name in a directory.
+type Entry struct {
+	Name    string
+	Kind    Kind
+	Mode    uint32 // permission bits with setuid, setgid and sticky (07777)
+	UID     uint32
+	GID     uint32
+	Size    int64 // file: bytes; symlink: len(Target); dir: 0
+	MtimeNs int64 // modification time, nanoseconds since the Unix epoch
+	CtimeNs int64 // status change time, nanoseconds since the Unix epoch
+
+	// File content: Chunks inline (at most MaxInlineChunks), or Index
+	// pointing at an index node of the given Depth (>= 1). A zero chunk ref
+	// is a hole: ChunkSize zero bytes (fewer for the last chunk).
+	Chunks []cas.Ref
+	Index  cas.Ref
+	Depth  uint8
+
+	// Dir: the ref of its tree node (never zero; the empty tree has a ref).
+	Tree cas.Ref
+
+	// Symlink: the stored target, never followed.
+	Target string
+
+	// Xattrs sorted by name, unique.
+	Xattrs []Xattr
+
+	// LinkID, when non-zero, identifies a hard-linked file inside one
+	// snapshot: entries with the same LinkID are one inode with Nlink names.
+	LinkID uint64
+	Nlink  uint32
+}
+
+// Tree is the content of one directory: entries sorted by name (bytewise),
+// names unique.
+type Tree struct {
+	Entries []Entry
+}
+
+// Handle is a provider session id and the turn it is valid through.
+type Handle struct {
+	ID      string `json:"id"`
+	Through string `json:"through,omitempty"`
+}
+
+// Lineage records where a forked session came from.
+type Lineage struct {
+	Session  string `json:"session"`
+	Snapshot string `json:"snapshot,omitempty"`
+}
+
+// Snapshot is an immutable record of a session's state at one point in
+// time. It is stored as a CAS object; its ID is that object's ref hex.
+type Snapshot struct {
+	Version   int               `json:"version"`
+	Session   string            `json:"session"`
+	Parent    string            `json:"parent,omitempty"` // previous snapshot of the same session
+	Origin    *Lineage          `json:"origin,omitempty"` // set on the first snapshot after a fork
+	CreatedNs int64             `json:"created_ns"`
+	Message   string            `json:"message,omitempty"`
+	Handles   map[string]Handle `json:"handles,omitempty"`
+	Root      cas.Ref           `json:"root"`
+}

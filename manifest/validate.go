@@ -1,0 +1,194 @@
+package manifest
+
+import (
+	"strconv"
+	"strings"
+
+	"homefs/cas"
+)
+
+// Limits on tree nodes and their entries.
+const (
+	// MaxNodeSize bounds an encoded tree or index node (= cas.MaxChunkSize).
+	MaxNodeSize = cas.MaxChunkSize
+	// MaxTreeEntries bounds the entries of one tree node.
+	MaxTreeEntries = 1 << 20
+	// MaxXattrNameLen and MaxXattrValueLen are Linux's XATTR_NAME_MAX and
+	// XATTR_SIZE_MAX.
+	MaxXattrNameLen  = 255
+	MaxXattrValueLen = 64 << 10
+	// MaxInlineChunks is the most chunk refs an entry holds inline; larger
+	// files use an index node.
+	MaxInlineChunks = 16
+	// IndexFanout is the most refs in one index node.
+	IndexFanout = 1024
+	// MaxIndexDepth is the deepest index: IndexFanout^5 chunks cover any
+	// int64 size.
+	MaxIndexDepth = 5
+)
+
+// ChunkCount returns the number of chunks of a file of size bytes (0 for
+// size <= 0).
+func ChunkCount(size int64) int {
+	if size <= 0 {
+		return 0
+	}
+	n := size / ChunkSize
+	if size%ChunkSize != 0 {
+		n++
+	}
+	return int(n)
+}
+
+// indexDepth returns the smallest index depth holding n chunks, or 0 when
+// n fits inline.
+func indexDepth(n int) uint8 {
+	if n <= MaxInlineChunks {
+		return 0
+	}
+	d, capacity := uint8(1), IndexFanout
+	for n > capacity {
+		d++
+		capacity *= IndexFanout
+	}
+	return d
+}
+
+// Validate checks every rule of a tree node: entries sorted strictly by
+// name bytes (so names are unique), and each entry valid.
+func (t *Tree) Validate() error {
+	if len(t.Entries) > MaxTreeEntries {
+		return errf(ErrTooLarge, "tree: %d entries, over %d", len(t.Entries), MaxTreeEntries)
+	}
+	for i := range t.Entries {
+		e := &t.Entries[i]
+		if err := e.Validate(); err != nil {
+			return err
+		}
+		if i > 0 {
+			if prev := t.Entries[i-1].Name; prev == e.Name {
+				return errf(ErrInvalid, "entry %q: duplicate name", e.Name)
+			} else if prev > e.Name {
+				return errf(ErrInvalid, "entry %q: not sorted (after %q)", e.Name, prev)
+			}
+		}
+	}
+	return nil
+}
+
+// Validate checks the rules of one entry, independently of its siblings.
+func (e *Entry) Validate() error {
+	if err := ValidateName(e.Name); err != nil {
+		return wrapf(err, "entry")
+	}
+	bad := func(format string, args ...any) error {
+		return errf(ErrInvalid, "entry %q: "+format, append([]any{e.Name}, args...)...)
+	}
+	if e.Mode&^0o7777 != 0 {
+		return bad("mode %#o has bits outside 07777", e.Mode)
+	}
+	if (e.LinkID != 0) != (e.Nlink >= 1) {
+		return bad("link id %d with nlink %d: want both set or both zero", e.LinkID, e.Nlink)
+	}
+	if e.Kind != KindDir && !e.Tree.IsZero() {
+		return bad("%v with a tree ref", e.Kind)
+	}
+	if e.Kind != KindSymlink && e.Target != "" {
+		return bad("%v with a symlink target", e.Kind)
+	}
+	if e.Kind != KindFile && (len(e.Chunks) != 0 || !e.Index.IsZero() || e.Depth != 0) {
+		return bad("%v with file content", e.Kind)
+	}
+	switch e.Kind {
+	case KindFile:
+		if err := validateContent(e.Size, e.Chunks, e.Index, e.Depth); err != nil {
+			return wrapf(err, "entry %q", e.Name)
+		}
+	case KindDir:
+		if e.Tree.IsZero() {
+			return bad("directory without a tree ref")
+		}
+		if e.Size != 0 {
+			return bad("directory with size %d", e.Size)
+		}
+		if e.LinkID != 0 {
+			return bad("directory with a link id")
+		}
+	case KindSymlink:
+		if e.Target == "" {
+			return bad("symlink with an empty target")
+		}
+		if len(e.Target) > MaxPathLen {
+			return bad("symlink target of %d bytes, over %d", len(e.Target), MaxPathLen)
+		}
+		if strings.IndexByte(e.Target, 0) >= 0 {
+			return bad("symlink target contains NUL")
+		}
+		if e.Size != int64(len(e.Target)) {
+			return bad("symlink size %d, target has %d bytes", e.Size, len(e.Target))
+		}
+	default:
+		return bad("unknown kind %d", e.Kind)
+	}
+	for i, x := range e.Xattrs {
+		switch {
+		case x.Name == "" || len(x.Name) > MaxXattrNameLen:
+			return bad("xattr %d: name of %d bytes, want 1 to %d", i, len(x.Name), MaxXattrNameLen)
+		case strings.IndexByte(x.Name, 0) >= 0:
+			return bad("xattr %q: name contains NUL", x.Name)
+		case len(x.Value) > MaxXattrValueLen:
+			return bad("xattr %q: value of %d bytes, over %d", x.Name, len(x.Value), MaxXattrValueLen)
+		case i > 0 && e.Xattrs[i-1].Name >= x.Name:
+			return bad("xattr %q: not sorted or duplicate (after %q)", x.Name, e.Xattrs[i-1].Name)
+		}
+	}
+	return nil
+}
+
+// validateContent checks a file's size against its chunk list or index.
+// The index depth must be the smallest that holds the chunks, so every
+// content has one encoding.
+func validateContent(size int64, chunks []cas.Ref, index cas.Ref, depth uint8) error {
+	if size < 0 {
+		return errf(ErrInvalid, "negative size %d", size)
+	}
+	n := ChunkCount(size)
+	if depth == 0 {
+		if !index.IsZero() {
+			return errf(ErrInvalid, "index ref with depth 0")
+		}
+		if n > MaxInlineChunks {
+			return errf(ErrInvalid, "size %d needs %d chunks, over %d inline: want an index", size, n, MaxInlineChunks)
+		}
+		if len(chunks) != n {
+			return errf(ErrInvalid, "size %d needs %d chunks, have %d", size, n, len(chunks))
+		}
+		return nil
+	}
+	if len(chunks) != 0 {
+		return errf(ErrInvalid, "both inline chunks and an index")
+	}
+	if index.IsZero() {
+		return errf(ErrInvalid, "index depth %d with a zero index ref", depth)
+	}
+	if depth > MaxIndexDepth {
+		return errf(ErrInvalid, "index depth %d, over %d", depth, MaxIndexDepth)
+	}
+	if want := indexDepth(n); depth != want {
+		return errf(ErrInvalid, "size %d (%d chunks) wants index depth %d, have %d", size, n, want, depth)
+	}
+	return nil
+}
+
+// String returns "file", "dir", "symlink" or "kind(N)".
+func (k Kind) String() string {
+	switch k {
+	case KindFile:
+		return "file"
+	case KindDir:
+		return "dir"
+	case KindSymlink:
+		return "symlink"
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
