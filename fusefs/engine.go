@@ -1,0 +1,541 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"homefs/cas"
+	"homefs/internal/catalog"
+	"homefs/manifest"
+)
+
+// Errors of the Engine API.
+var (
+	ErrBusy          = errors.New("fusefs: mountpoint busy")
+	ErrInsideStore   = errors.New("fusefs: mountpoint overlaps the store directory")
+	ErrNotMounted    = errors.New("fusefs: not mounted")
+	ErrNotDirectory  = errors.New("fusefs: subtree is not a directory")
+	ErrSessionInUse  = errors.New("fusefs: session is mounted")
+	errEngineClosing = errors.New("fusefs: engine is closing")
+)
+
+// Options configure an Engine.
+type Options struct {
+	// StoreDir is the directory holding the store; mountpoints inside it
+	// are refused, and statfs reports its filesystem.
+	StoreDir string
+	Logger   *slog.Logger
+	// CacheChunks is how many plain chunks the read cache keeps (64 KiB
+	// each); 0 means 256.
+	CacheChunks int
+}
+
+// Engine serves sessions of one store: it mounts them and implements
+// capture, fork and restore. It is safe for concurrent use.
+type Engine struct {
+	store    cas.Store
+	cat      *catalog.Catalog
+	storeDir string
+	log      *slog.Logger
+	cache    *chunkCache
+	inos     atomic.Uint64
+
+	mu       sync.Mutex
+	sessions map[string]*Session // live sessions by name; GUARDED_BY(mu)
+	mounts   map[string]*Mount   // by mountpoint; GUARDED_BY(mu)
+	closing  bool                // GUARDED_BY(mu)
+}
+
+// New returns an Engine over store and its catalog.
+func New(store cas.Store, cat *catalog.Catalog, opts Options) *Engine {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	cacheChunks := opts.CacheChunks
+	if cacheChunks <= 0 {
+		cacheChunks = 256
+	}
+	e := &Engine{
+		store:    store,
+		cat:      cat,
+		storeDir: opts.StoreDir,
+		log:      log,
+		cache:    newChunkCache(store, cacheChunks),
+		sessions: make(map[string]*Session),
+		mounts:   make(map[string]*Mount),
+	}
+	e.inos.Store(1) // FUSE reserves 1 for the root of each mount
+	return e
+}
+
+// Catalog returns the session and snapshot catalog.
+func (e *Engine) Catalog() *catalog.Catalog { return e.cat }
+
+// live returns the live session name, loading it from its head.
+func (e *Engine) live(ctx context.Context, name string) (*Session, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closing {
+		return nil, errEngineClosing
+	}
+	if s, ok := e.sessions[name]; ok {
+		return s, nil
+	}
+	h, err := e.cat.Head(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	s := newSession(name, e.store, e.cache, &e.inos, h.Root, false, e.log)
+	s.gen = h.Gen
+	e.sessions[name] = s
+	return s, nil
+}
+
+// MountOptions configure one mount.
+type MountOptions struct {
+	ReadOnly bool
+	// AllowOther lets other users use the mount; the kernel then enforces
+	// mode bits and ownership (default_permissions), as on ext4.
+	AllowOther bool
+	Debug      bool
+}
+
+// Mount is one mountpoint showing a session (or a snapshot) or a subtree of
+// it.
+type Mount struct {
+	engine  *Engine
+	sess    *Session
+	subtree string
+	dir     string
+	root    *fnode
+	server  *fuse.Server
+	log     *slog.Logger
+}
+
+// Dir is the mountpoint.
+func (m *Mount) Dir() string { return m.dir }
+
+// Session is the name of the session shown (for a snapshot mount, the
+// snapshot's id).
+func (m *Mount) Session() string { return m.sess.name }
+
+// Subtree is the path inside the session shown at the mountpoint.
+func (m *Mount) Subtree() string { return m.subtree }
+
+// Mount shows session (its subtree, "" for all of it) at dir.
+func (e *Engine) Mount(ctx context.Context, session, subtree, dir string, opts MountOptions) (*Mount, error) {
+	if opts.ReadOnly {
+		h, err := e.cat.Head(ctx, session)
+		if err != nil {
+			return nil, err
+		}
+		// A read-only view of a live session is the state as last flushed.
+		if err := e.Sync(ctx, session); err != nil && !errors.Is(err, catalog.ErrNoSession) {
+			return nil, err
+		}
+		if h, err = e.cat.Head(ctx, session); err != nil {
+			return nil, err
+		}
+		s := newSession(session, e.store, e.cache, &e.inos, h.Root, true, e.log)
+		return e.mount(ctx, s, subtree, dir, opts)
+	}
+	s, err := e.live(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	return e.mount(ctx, s, subtree, dir, opts)
+}
+
+// MountSnapshot shows a snapshot, read-only, at dir.
+func (e *Engine) MountSnapshot(ctx context.Context, spec, subtree, dir string, opts MountOptions) (*Mount, error) {
+	snap, id, err := e.cat.Resolve(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	s := newSession(id, e.store, e.cache, &e.inos, snap.Root, true, e.log)
+	opts.ReadOnly = true
+	return e.mount(ctx, s, subtree, dir, opts)
+}
+
+func cleanSubtree(subtree string) (string, error) {
+	subtree = strings.Trim(subtree, "/")
+	if subtree == "" {
+		return "", nil
+	}
+	if err := manifest.ValidatePath(subtree); err != nil {
+		return "", err
+	}
+	return subtree, nil
+}
+
+// resolveDir walks path from the session root. Called with treeMu held.
+func (s *Session) resolveDir(ctx context.Context, root *node, path string) (*node, error) {
+	n := root
+	if path == "" {
+		return n, nil
+	}
+	for _, part := range strings.Split(path, "/") {
+		if err := s.load(ctx, n); err != nil {
+			return nil, err
+		}
+		c, ok := n.children[part]
+		if !ok {
+			return nil, fmt.Errorf("%w: %s", ErrNotDirectory, path)
+		}
+		n = c
+	}
+	if !n.isDir() {
+		return nil, fmt.Errorf("%w: %s", ErrNotDirectory, path)
+	}
+	return n, nil
+}
+
+// checkMountpoint refuses a mountpoint that overlaps the store: the daemon
+// must never read its own store through a mount.
+func (e *Engine) checkMountpoint(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", fmt.Errorf("mountpoint %s: %w", dir, err)
+	}
+	st, err := os.Stat(real)
+	if err != nil {
+		return "", err
+	}
+	if !st.IsDir() {
+		return "", fmt.Errorf("mountpoint %s: %w", dir, syscall.ENOTDIR)
+	}
+	if e.storeDir != "" {
+		store, err := filepath.EvalSymlinks(e.storeDir)
+		if err != nil {
+			return "", fmt.Errorf("store directory %s: %w", e.storeDir, err)
+		}
+		if within(real, store) || within(store, real) {
+			return "", fmt.Errorf("%w: %s and %s", ErrInsideStore, real, store)
+		}
+	}
+	return real, nil
+}
+
+// within reports whether p is base or below it.
+func within(p, base string) bool {
+	rel, err := filepath.Rel(base, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opts MountOptions) (*Mount, error) {
+	subtree, err := cleanSubtree(subtree)
+	if err != nil {
+		return nil, err
+	}
+	real, err := e.checkMountpoint(dir)
+	if err != nil {
+		return nil, err
+	}
+	s.treeMu.Lock()
+	rootNode, err := s.resolveDir(ctx, s.root, subtree)
+	s.treeMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	m := &Mount{engine: e, sess: s, subtree: subtree, dir: real, log: e.log}
+	m.root = m.wrap(rootNode)
+
+	e.mu.Lock()
+	if _, busy := e.mounts[real]; busy {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("%w: %s", ErrBusy, real)
+	}
+	e.mounts[real] = m
+	e.mu.Unlock()
+
+	timeout := time.Second
+	mopts := []string{"default_permissions"}
+	if opts.ReadOnly {
+		mopts = append(mopts, "ro")
+	}
+	server, err := fs.Mount(real, m.root, &fs.Options{
+		MountOptions: fuse.MountOptions{
+			DirectMount: true,
+			AllowOther:  opts.AllowOther,
+			FsName:      "homefs:" + s.name,
+			Name:        "homefs",
+			MaxWrite:    1 << 20,
+			Options:     mopts,
+			Debug:       opts.Debug,
+		},
+		EntryTimeout:   &timeout,
+		AttrTimeout:    &timeout,
+		RootStableAttr: &fs.StableAttr{Ino: rootNode.ino},
+	})
+	if err != nil {
+		e.mu.Lock()
+		delete(e.mounts, real)
+		e.mu.Unlock()
+		if errors.Is(err, syscall.EBUSY) {
+			return nil, fmt.Errorf("%w: %s: %v", ErrBusy, real, err)
+		}
+		return nil, fmt.Errorf("mount %s: %w", real, err)
+	}
+	m.server = server
+	return m, nil
+}
+
+// Unmount detaches the mount; the session's changes stay in memory until
+// the next flush (Sync, Capture or Close).
+func (m *Mount) Unmount() error {
+	err := m.server.Unmount()
+	if err != nil {
+		return fmt.Errorf("unmount %s: %w", m.dir, err)
+	}
+	m.server.Wait()
+	m.engine.mu.Lock()
+	delete(m.engine.mounts, m.dir)
+	m.engine.mu.Unlock()
+	return nil
+}
+
+// Unmount detaches the mount at dir.
+func (e *Engine) Unmount(dir string) error {
+	real, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	if r, err := filepath.EvalSymlinks(real); err == nil {
+		real = r
+	}
+	e.mu.Lock()
+	m, ok := e.mounts[real]
+	e.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrNotMounted, dir)
+	}
+	return m.Unmount()
+}
+
+// Mounts lists the current mounts.
+func (e *Engine) Mounts() []*Mount {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]*Mount, 0, len(e.mounts))
+	for _, m := range e.mounts {
+		out = append(out, m)
+	}
+	return out
+}
+
+// sync makes every change of s durable: after it returns, a kill -9 of the
+// daemon loses nothing written before it started.
+func (e *Engine) sync(ctx context.Context, s *Session) error {
+	s.freeze.Lock()
+	defer s.freeze.Unlock()
+	root, err := s.flushLocked(ctx, false)
+	if err != nil {
+		return err
+	}
+	if root == s.synced {
+		return e.store.Sync(ctx)
+	}
+	h, err := e.cat.SetRoot(ctx, s.name, s.gen, root, true)
+	if err != nil {
+		return fmt.Errorf("record flushed root of %s: %w", s.name, err)
+	}
+	s.gen, s.synced = h.Gen, root
+	return nil
+}
+
+// Sync flushes the named session, if it is live, durably.
+func (e *Engine) Sync(ctx context.Context, session string) error {
+	e.mu.Lock()
+	s, ok := e.sessions[session]
+	e.mu.Unlock()
+	if !ok {
+		if _, err := e.cat.Head(ctx, session); err != nil {
+			return err
+		}
+		return nil
+	}
+	return e.sync(ctx, s)
+}
+
+// Capture freezes the session's current state as an immutable snapshot,
+// atomically across every mount of it. Writers wait only while the
+// changes since the last flush are stored.
+func (e *Engine) Capture(ctx context.Context, session, msg string, handles map[string]manifest.Handle) (*manifest.Snapshot, string, error) {
+	e.mu.Lock()
+	s, ok := e.sessions[session]
+	e.mu.Unlock()
+	if !ok {
+		h, err := e.cat.Head(ctx, session)
+		if err != nil {
+			return nil, "", err
+		}
+		return e.cat.Capture(ctx, session, h.Root, msg, handles)
+	}
+	s.freeze.Lock()
+	defer s.freeze.Unlock()
+	root, err := s.flushLocked(ctx, false)
+	if err != nil {
+		return nil, "", err
+	}
+	snap, id, err := e.cat.Capture(ctx, session, root, msg, handles)
+	if err != nil {
+		return nil, "", err
+	}
+	h, err := e.cat.Head(ctx, session)
+	if err != nil {
+		return nil, "", err
+	}
+	s.gen, s.synced = h.Gen, root
+	return snap, id, nil
+}
+
+// Fork makes target a new session whose base is source: a snapshot spec
+// (ID, SESSION@ID) or a session, which is captured first. It is O(1): the
+// new session shares every node and chunk with the source.
+func (e *Engine) Fork(ctx context.Context, source, target string) (*catalog.Head, error) {
+	id := ""
+	if !strings.Contains(source, "@") {
+		if _, err := e.cat.Head(ctx, source); err == nil {
+			if _, sid, err := e.Capture(ctx, source, "fork to "+target, nil); err != nil {
+				return nil, err
+			} else {
+				id = sid
+			}
+		}
+	}
+	if id == "" {
+		_, sid, err := e.cat.Resolve(ctx, source)
+		if err != nil {
+			return nil, err
+		}
+		id = sid
+	}
+	return e.cat.Fork(ctx, id, target)
+}
+
+// Restore switches session to the snapshot spec atomically, after checking
+// that every node and chunk it needs is present and that every mounted
+// subtree exists in it. Open files keep the content they had, as if they
+// had been unlinked; new lookups see the restored tree.
+func (e *Engine) Restore(ctx context.Context, session, spec string) error {
+	snap, id, err := e.cat.Resolve(ctx, spec)
+	if err != nil {
+		return err
+	}
+	if err := catalog.VerifyComplete(ctx, e.store, snap.Root); err != nil {
+		return fmt.Errorf("restore %s to %s: %w", session, id, err)
+	}
+	e.mu.Lock()
+	s, live := e.sessions[session]
+	var mounts []*Mount
+	for _, m := range e.mounts {
+		if m.sess == s {
+			mounts = append(mounts, m)
+		}
+	}
+	e.mu.Unlock()
+	if !live {
+		_, err := e.cat.Restore(ctx, session, id)
+		return err
+	}
+
+	fresh := newSession(session, e.store, e.cache, &e.inos, snap.Root, false, e.log)
+	roots := make([]*node, len(mounts))
+	for i, m := range mounts {
+		fresh.treeMu.Lock()
+		roots[i], err = fresh.resolveDir(ctx, fresh.root, m.subtree)
+		fresh.treeMu.Unlock()
+		if err != nil {
+			return fmt.Errorf("restore %s to %s: mounted subtree %q: %w", session, id, m.subtree, err)
+		}
+	}
+
+	s.freeze.Lock()
+	h, err := e.cat.Restore(ctx, session, id)
+	if err != nil {
+		s.freeze.Unlock()
+		return err
+	}
+	s.treeMu.Lock()
+	s.root = fresh.root
+	s.links = fresh.links
+	for _, n := range collect(fresh.root) {
+		n.sess = s
+	}
+	s.treeMu.Unlock()
+	s.dirtyMu.Lock()
+	s.dirty = make(map[*node]struct{})
+	s.dirtyMu.Unlock()
+	s.flushed, s.synced, s.gen = snap.Root, snap.Root, h.Gen
+	for i, m := range mounts {
+		roots[i].sess = s
+		m.root.n.Store(roots[i])
+	}
+	s.freeze.Unlock()
+
+	// Tell the kernel outside the locks: it may call back into the mount.
+	for _, m := range mounts {
+		for name := range m.root.Children() {
+			m.root.NotifyEntry(name)
+		}
+		m.root.NotifyContent(0, 0)
+	}
+	return nil
+}
+
+// collect lists the loaded nodes below n. Called with treeMu held.
+func collect(n *node) []*node {
+	out := []*node{n}
+	for _, c := range n.children {
+		if c.isDir() {
+			out = append(out, collect(c)...)
+		} else {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Close unmounts everything and flushes every live session durably.
+func (e *Engine) Close(ctx context.Context) error {
+	e.mu.Lock()
+	e.closing = true
+	mounts := make([]*Mount, 0, len(e.mounts))
+	for _, m := range e.mounts {
+		mounts = append(mounts, m)
+	}
+	sessions := make([]*Session, 0, len(e.sessions))
+	for _, s := range e.sessions {
+		sessions = append(sessions, s)
+	}
+	e.mu.Unlock()
+	var errs []error
+	for _, m := range mounts {
+		if err := m.Unmount(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, s := range sessions {
+		if err := e.sync(ctx, s); err != nil {
+			errs = append(errs, fmt.Errorf("flush %s: %w", s.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}

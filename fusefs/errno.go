@@ -1,0 +1,40 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"syscall"
+
+	"homefs/cas"
+)
+
+// toErrno is the one place where errors become kernel errnos. POSIX
+// outcomes travel as syscall.Errno and pass through; cancellation becomes
+// EINTR; everything else (corrupt or missing chunks, store failures) is
+// logged with the path and becomes EIO, so that wrong bytes are never
+// served.
+func (m *Mount) toErrno(op string, f *fnode, err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return syscall.EINTR
+	}
+	path := ""
+	if f != nil {
+		path = f.Path(nil)
+	}
+	switch {
+	case errors.Is(err, cas.ErrCorrupt):
+		m.log.Error("corrupt data: refusing to serve it", "op", op, "mount", m.dir, "path", path, "err", err)
+	case errors.Is(err, cas.ErrNotFound):
+		m.log.Error("missing data", "op", op, "mount", m.dir, "path", path, "err", err)
+	default:
+		m.log.Error("operation failed", "op", op, "mount", m.dir, "path", path, "err", err)
+	}
+	return syscall.EIO
+}

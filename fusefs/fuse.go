@@ -1,0 +1,369 @@
+package fusefs
+
+import (
+	"context"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"homefs/manifest"
+)
+
+// fnode is a node as one mount shows it. go-fuse keeps one inode tree per
+// mount, so each mount wraps the shared session nodes in its own fnodes;
+// the kernel's node identity is the session node's ino.
+type fnode struct {
+	fs.Inode
+	m *Mount
+	// n is fixed for every fnode but a mount's root, which a restore
+	// points at the restored tree.
+	n atomic.Pointer[node]
+}
+
+func (m *Mount) wrap(n *node) *fnode {
+	f := &fnode{m: m}
+	f.n.Store(n)
+	return f
+}
+
+var (
+	_ fs.NodeLookuper       = (*fnode)(nil)
+	_ fs.NodeGetattrer      = (*fnode)(nil)
+	_ fs.NodeSetattrer      = (*fnode)(nil)
+	_ fs.NodeReaddirer      = (*fnode)(nil)
+	_ fs.NodeMkdirer        = (*fnode)(nil)
+	_ fs.NodeMknoder        = (*fnode)(nil)
+	_ fs.NodeCreater        = (*fnode)(nil)
+	_ fs.NodeOpener         = (*fnode)(nil)
+	_ fs.NodeReader         = (*fnode)(nil)
+	_ fs.NodeWriter         = (*fnode)(nil)
+	_ fs.NodeFsyncer        = (*fnode)(nil)
+	_ fs.NodeFlusher        = (*fnode)(nil)
+	_ fs.NodeUnlinker       = (*fnode)(nil)
+	_ fs.NodeRmdirer        = (*fnode)(nil)
+	_ fs.NodeRenamer        = (*fnode)(nil)
+	_ fs.NodeSymlinker      = (*fnode)(nil)
+	_ fs.NodeReadlinker     = (*fnode)(nil)
+	_ fs.NodeLinker         = (*fnode)(nil)
+	_ fs.NodeGetxattrer     = (*fnode)(nil)
+	_ fs.NodeSetxattrer     = (*fnode)(nil)
+	_ fs.NodeRemovexattrer  = (*fnode)(nil)
+	_ fs.NodeListxattrer    = (*fnode)(nil)
+	_ fs.NodeStatfser       = (*fnode)(nil)
+	_ fs.NodeAllocater      = (*fnode)(nil)
+	_ fs.NodeCopyFileRanger = (*fnode)(nil)
+)
+
+// handle is an open file: it remembers O_APPEND so that appends land at the
+// end as the session sees it, atomically with the write.
+type handle struct {
+	appendMode bool
+}
+
+func typeBits(k manifest.Kind) uint32 {
+	switch k {
+	case manifest.KindDir:
+		return syscall.S_IFDIR
+	case manifest.KindSymlink:
+		return syscall.S_IFLNK
+	default:
+		return syscall.S_IFREG
+	}
+}
+
+func fillAttr(a Attr, out *fuse.Attr) {
+	out.Ino = a.Ino
+	out.Size = uint64(a.Size)
+	out.Blocks = (uint64(a.Size) + 511) / 512
+	out.Blksize = 4096
+	out.Mode = typeBits(a.Kind) | a.Mode
+	out.Nlink = a.Nlink
+	out.Owner = fuse.Owner{Uid: a.UID, Gid: a.GID}
+	out.Atime, out.Atimensec = splitNs(a.Atime)
+	out.Mtime, out.Mtimensec = splitNs(a.Mtime)
+	out.Ctime, out.Ctimensec = splitNs(a.Ctime)
+}
+
+func splitNs(ns int64) (uint64, uint32) {
+	sec, nsec := ns/1e9, ns%1e9
+	if nsec < 0 {
+		sec, nsec = sec-1, nsec+1e9
+	}
+	return uint64(sec), uint32(nsec)
+}
+
+func caller(ctx context.Context) Owner {
+	if c, ok := fuse.FromContext(ctx); ok {
+		return Owner{UID: c.Uid, GID: c.Gid}
+	}
+	return Owner{}
+}
+
+func (f *fnode) sess() *Session { return f.m.sess }
+
+// child returns the fnode for n below f, reusing the one the mount has.
+func (f *fnode) child(ctx context.Context, n *node, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	a, err := f.sess().Getattr(ctx, n)
+	if err != nil {
+		return nil, f.m.toErrno("getattr", f, err)
+	}
+	fillAttr(a, &out.Attr)
+	return f.NewInode(ctx, f.m.wrap(n), fs.StableAttr{Mode: typeBits(n.kind), Ino: n.ino}), 0
+}
+
+func (f *fnode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	c, err := f.sess().lookup(ctx, f.n.Load(), name)
+	if err != nil {
+		return nil, f.m.toErrno("lookup", f, err)
+	}
+	return f.child(ctx, c, out)
+}
+
+func (f *fnode) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	a, err := f.sess().Getattr(ctx, f.n.Load())
+	if err != nil {
+		return f.m.toErrno("getattr", f, err)
+	}
+	fillAttr(a, &out.Attr)
+	return 0
+}
+
+func (f *fnode) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	var a SetAttr
+	if m, ok := in.GetMode(); ok {
+		a.Mode = &m
+	}
+	if u, ok := in.GetUID(); ok {
+		a.UID = &u
+	}
+	if g, ok := in.GetGID(); ok {
+		a.GID = &g
+	}
+	if sz, ok := in.GetSize(); ok {
+		s := int64(sz)
+		a.Size = &s
+	}
+	if in.Valid&fuse.FATTR_ATIME != 0 {
+		if in.Valid&fuse.FATTR_ATIME_NOW != 0 {
+			a.AtimeNow = true
+		} else {
+			t := int64(in.Atime)*1e9 + int64(in.Atimensec)
+			a.Atime = &t
+		}
+	}
+	if in.Valid&fuse.FATTR_MTIME != 0 {
+		if in.Valid&fuse.FATTR_MTIME_NOW != 0 {
+			a.MtimeNow = true
+		} else {
+			t := int64(in.Mtime)*1e9 + int64(in.Mtimensec)
+			a.Mtime = &t
+		}
+	}
+	n := f.n.Load()
+	if err := f.sess().Setattr(ctx, n, a); err != nil {
+		return f.m.toErrno("setattr", f, err)
+	}
+	return f.Getattr(ctx, nil, out)
+}
+
+func (f *fnode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	list, err := f.sess().list(ctx, f.n.Load())
+	if err != nil {
+		return nil, f.m.toErrno("readdir", f, err)
+	}
+	out := make([]fuse.DirEntry, len(list))
+	for i, e := range list {
+		out[i] = fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: typeBits(e.Kind)}
+	}
+	return fs.NewListDirStream(out), 0
+}
+
+func (f *fnode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	c, err := f.sess().Mkdir(ctx, f.n.Load(), name, mode, caller(ctx))
+	if err != nil {
+		return nil, f.m.toErrno("mkdir", f, err)
+	}
+	return f.child(ctx, c, out)
+}
+
+func (f *fnode) Mknod(ctx context.Context, name string, mode uint32, _ uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if mode&syscall.S_IFMT != syscall.S_IFREG && mode&syscall.S_IFMT != 0 {
+		return nil, syscall.EPERM // devices, fifos and sockets are not stored
+	}
+	c, err := f.sess().Create(ctx, f.n.Load(), name, mode, caller(ctx))
+	if err != nil {
+		return nil, f.m.toErrno("mknod", f, err)
+	}
+	return f.child(ctx, c, out)
+}
+
+func (f *fnode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	c, err := f.sess().Create(ctx, f.n.Load(), name, mode, caller(ctx))
+	if err != nil {
+		return nil, nil, 0, f.m.toErrno("create", f, err)
+	}
+	in, errno := f.child(ctx, c, out)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	return in, &handle{appendMode: flags&syscall.O_APPEND != 0}, 0, 0
+}
+
+func (f *fnode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	n := f.n.Load()
+	if flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC) != 0 && f.sess().readOnly {
+		return nil, 0, syscall.EROFS
+	}
+	if flags&syscall.O_TRUNC != 0 && n.kind == manifest.KindFile {
+		zero := int64(0)
+		if err := f.sess().Setattr(ctx, n, SetAttr{Size: &zero}); err != nil {
+			return nil, 0, f.m.toErrno("open", f, err)
+		}
+	}
+	return &handle{appendMode: flags&syscall.O_APPEND != 0}, 0, 0
+}
+
+func (f *fnode) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	k, err := f.sess().Read(ctx, f.n.Load(), dest, off)
+	if err != nil {
+		return nil, f.m.toErrno("read", f, err)
+	}
+	return fuse.ReadResultData(dest[:k]), 0
+}
+
+func (f *fnode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	h, _ := fh.(*handle)
+	k, err := f.sess().Write(ctx, f.n.Load(), data, off, h != nil && h.appendMode)
+	if err != nil {
+		return 0, f.m.toErrno("write", f, err)
+	}
+	return uint32(k), 0
+}
+
+func (f *fnode) Fsync(ctx context.Context, _ fs.FileHandle, _ uint32) syscall.Errno {
+	if f.sess().readOnly {
+		return 0
+	}
+	if err := f.m.engine.sync(ctx, f.sess()); err != nil {
+		return f.m.toErrno("fsync", f, err)
+	}
+	return 0
+}
+
+// Flush (close) does not make data durable, as on a local filesystem.
+func (f *fnode) Flush(ctx context.Context, _ fs.FileHandle) syscall.Errno { return 0 }
+
+func (f *fnode) Unlink(ctx context.Context, name string) syscall.Errno {
+	return f.m.toErrno("unlink", f, f.sess().Unlink(ctx, f.n.Load(), name))
+}
+
+func (f *fnode) Rmdir(ctx context.Context, name string) syscall.Errno {
+	return f.m.toErrno("rmdir", f, f.sess().Rmdir(ctx, f.n.Load(), name))
+}
+
+func (f *fnode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	np, ok := newParent.(*fnode)
+	if !ok || np.m != f.m {
+		return syscall.EXDEV
+	}
+	return f.m.toErrno("rename", f, f.sess().Rename(ctx, f.n.Load(), name, np.n.Load(), newName, flags))
+}
+
+func (f *fnode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	c, err := f.sess().Symlink(ctx, f.n.Load(), name, target, caller(ctx))
+	if err != nil {
+		return nil, f.m.toErrno("symlink", f, err)
+	}
+	return f.child(ctx, c, out)
+}
+
+func (f *fnode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	t, err := f.sess().Readlink(f.n.Load())
+	if err != nil {
+		return nil, f.m.toErrno("readlink", f, err)
+	}
+	return []byte(t), 0
+}
+
+func (f *fnode) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	t, ok := target.(*fnode)
+	if !ok || t.m != f.m {
+		return nil, syscall.EXDEV
+	}
+	n := t.n.Load()
+	if err := f.sess().Link(ctx, f.n.Load(), name, n); err != nil {
+		return nil, f.m.toErrno("link", f, err)
+	}
+	return f.child(ctx, n, out)
+}
+
+func (f *fnode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	v, err := f.sess().GetXattr(f.n.Load(), attr)
+	if err != nil {
+		return 0, f.m.toErrno("getxattr", f, err)
+	}
+	if len(dest) < len(v) {
+		return uint32(len(v)), syscall.ERANGE
+	}
+	return uint32(copy(dest, v)), 0
+}
+
+func (f *fnode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return f.m.toErrno("setxattr", f, f.sess().SetXattr(f.n.Load(), attr, data, flags))
+}
+
+func (f *fnode) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return f.m.toErrno("removexattr", f, f.sess().RemoveXattr(f.n.Load(), attr))
+}
+
+func (f *fnode) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	var need int
+	names := f.sess().ListXattr(f.n.Load())
+	for _, n := range names {
+		need += len(n) + 1
+	}
+	if len(dest) < need {
+		return uint32(need), syscall.ERANGE
+	}
+	off := 0
+	for _, n := range names {
+		off += copy(dest[off:], n)
+		dest[off] = 0
+		off++
+	}
+	return uint32(need), 0
+}
+
+func (f *fnode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(f.m.engine.storeDir, &st); err != nil {
+		return f.m.toErrno("statfs", f, err)
+	}
+	out.Blocks = st.Blocks
+	out.Bfree = st.Bfree
+	out.Bavail = st.Bavail
+	out.Files = st.Files
+	out.Ffree = st.Ffree
+	out.Bsize = uint32(st.Bsize)
+	out.Frsize = uint32(st.Frsize)
+	out.NameLen = manifest.MaxNameLen
+	return 0
+}
+
+func (f *fnode) Allocate(ctx context.Context, _ fs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
+	return f.m.toErrno("fallocate", f, f.sess().Allocate(ctx, f.n.Load(), int64(off), int64(size), mode))
+}
+
+func (f *fnode) CopyFileRange(ctx context.Context, _ fs.FileHandle, offIn uint64, out *fs.Inode, _ fs.FileHandle, offOut uint64, length uint64, flags uint64) (uint32, syscall.Errno) {
+	dst, ok := out.Operations().(*fnode)
+	if !ok || dst.m.sess != f.m.sess || flags != 0 {
+		return 0, syscall.EXDEV
+	}
+	k, err := f.sess().CopyRange(ctx, f.n.Load(), int64(offIn), dst.n.Load(), int64(offOut), int64(min(length, 1<<30)))
+	if err != nil && k == 0 {
+		return 0, f.m.toErrno("copy_file_range", f, err)
+	}
+	return uint32(k), 0
+}

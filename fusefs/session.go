@@ -1,0 +1,251 @@
+package fusefs
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"homefs/cas"
+	"homefs/manifest"
+)
+
+// Session is the live, writable state of one session: a tree of nodes
+// loaded lazily from the stored root, plus the changes made since. Every
+// mount of the session shares it.
+type Session struct {
+	name     string
+	store    cas.Store
+	chunks   *chunkCache
+	readOnly bool
+	inos     *atomic.Uint64
+	log      logger
+
+	// freeze is held shared by every operation that changes the tree or a
+	// file, and exclusively by flush, so that a flush sees one point in
+	// time across the whole session.
+	freeze sync.RWMutex
+
+	treeMu sync.Mutex
+	root   *node            // GUARDED_BY(treeMu)
+	links  map[uint64]*node // hard-linked files by LinkID; GUARDED_BY(treeMu)
+
+	dirtyMu sync.Mutex
+	dirty   map[*node]struct{} // nodes whose entry changed; GUARDED_BY(dirtyMu)
+	// dirtyBytes counts buffered file bytes across the session.
+	dirtyBytes atomic.Int64
+
+	// flushed is the root stored by the last flush; synced the root the
+	// session head durably holds, written with head generation gen.
+	// GUARDED_BY(freeze, exclusive)
+	flushed cas.Ref
+	synced  cas.Ref
+	gen     uint64
+}
+
+type logger interface {
+	Error(msg string, args ...any)
+	Warn(msg string, args ...any)
+}
+
+// spillThreshold is how many buffered bytes a file may hold before its
+// dirty chunks move to the store (not durably) on the write path; it keeps
+// memory bounded while a writer streams gigabytes.
+const spillThreshold = 4 << 20
+
+func newSession(name string, store cas.Store, cache *chunkCache, inos *atomic.Uint64, root cas.Ref, readOnly bool, log logger) *Session {
+	s := &Session{
+		name:     name,
+		store:    store,
+		chunks:   cache,
+		readOnly: readOnly,
+		inos:     inos,
+		log:      log,
+		links:    make(map[uint64]*node),
+		dirty:    make(map[*node]struct{}),
+		flushed:  root,
+		synced:   root,
+	}
+	now := time.Now().UnixNano()
+	s.root = &node{ino: inos.Add(1), kind: manifest.KindDir, sess: s, tree: root, mode: 0o755, mtime: now, ctime: now, atime: now}
+	return s
+}
+
+// Name is the session's name.
+func (s *Session) Name() string { return s.name }
+
+func (s *Session) newIno() uint64 { return s.inos.Add(1) }
+
+// markDirty records that n's own entry (attributes, content or, for a
+// directory, its names) changed.
+func (s *Session) markDirty(n *node) {
+	s.dirtyMu.Lock()
+	s.dirty[n] = struct{}{}
+	s.dirtyMu.Unlock()
+}
+
+// nodeFromEntry makes a node for a stored entry. Called with treeMu held.
+func (s *Session) nodeFromEntry(e *manifest.Entry) *node {
+	if e.LinkID != 0 {
+		if n, ok := s.links[e.LinkID]; ok {
+			return n
+		}
+	}
+	n := &node{
+		ino:   s.newIno(),
+		kind:  e.Kind,
+		sess:  s,
+		mode:  e.Mode,
+		uid:   e.UID,
+		gid:   e.GID,
+		mtime: e.MtimeNs,
+		ctime: e.CtimeNs,
+		atime: e.MtimeNs,
+	}
+	if len(e.Xattrs) > 0 {
+		n.xattrs = make(map[string][]byte, len(e.Xattrs))
+		for _, x := range e.Xattrs {
+			n.xattrs[x.Name] = x.Value
+		}
+	}
+	switch e.Kind {
+	case manifest.KindDir:
+		n.tree = e.Tree
+	case manifest.KindSymlink:
+		n.target = e.Target
+		n.nlink = 0
+	case manifest.KindFile:
+		n.data = &fileData{size: e.Size, base: manifest.Entry{Kind: manifest.KindFile, Size: e.Size, Chunks: e.Chunks, Index: e.Index, Depth: e.Depth}}
+		if e.LinkID != 0 {
+			n.linkID = e.LinkID
+			n.nlink = e.Nlink
+			s.links[e.LinkID] = n
+		}
+	}
+	return n
+}
+
+// load makes sure dir's children are in memory. Called with treeMu held.
+func (s *Session) load(ctx context.Context, dir *node) error {
+	if dir.children != nil {
+		return nil
+	}
+	t, err := manifest.GetTree(ctx, s.store, dir.tree)
+	if err != nil {
+		return fmt.Errorf("load directory (inode %d, tree %s): %w", dir.ino, dir.tree.Short(), err)
+	}
+	dir.children = make(map[string]*node, len(t.Entries))
+	for i := range t.Entries {
+		e := &t.Entries[i]
+		c := s.nodeFromEntry(e)
+		s.attach(dir, e.Name, c, false)
+	}
+	return nil
+}
+
+// attach adds name → c in dir. Called with treeMu held.
+func (s *Session) attach(dir *node, name string, c *node, fresh bool) {
+	dir.children[name] = c
+	if c.isDir() {
+		c.parent = dir
+		return
+	}
+	if c.parents == nil {
+		c.parents = make(map[*node]int, 1)
+	}
+	c.parents[dir]++
+	// A stored hard-linked file arrives with its total count; every other
+	// attach is one more name.
+	if fresh || c.linkID == 0 {
+		c.nlink++
+	}
+}
+
+// detach removes name from dir. Called with treeMu held.
+func (s *Session) detach(dir *node, name string) *node {
+	c := dir.children[name]
+	delete(dir.children, name)
+	if c == nil {
+		return nil
+	}
+	if c.isDir() {
+		c.parent = nil
+		return c
+	}
+	if c.parents[dir]--; c.parents[dir] <= 0 {
+		delete(c.parents, dir)
+	}
+	if c.nlink > 0 {
+		c.nlink--
+	}
+	return c
+}
+
+// lookup finds name in dir, loading dir if needed.
+func (s *Session) lookup(ctx context.Context, dir *node, name string) (*node, error) {
+	s.treeMu.Lock()
+	defer s.treeMu.Unlock()
+	if !dir.isDir() {
+		return nil, syscall.ENOTDIR
+	}
+	if err := s.load(ctx, dir); err != nil {
+		return nil, err
+	}
+	c, ok := dir.children[name]
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	return c, nil
+}
+
+// DirEntry is one name of a directory listing.
+type DirEntry struct {
+	Name string
+	Ino  uint64
+	Kind manifest.Kind
+}
+
+// list returns dir's entries sorted by name.
+func (s *Session) list(ctx context.Context, dir *node) ([]DirEntry, error) {
+	s.treeMu.Lock()
+	defer s.treeMu.Unlock()
+	if err := s.load(ctx, dir); err != nil {
+		return nil, err
+	}
+	out := make([]DirEntry, 0, len(dir.children))
+	for name, c := range dir.children {
+		out = append(out, DirEntry{Name: name, Ino: c.ino, Kind: c.kind})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// subdirCount counts dir's subdirectories, for its link count.
+func (s *Session) subdirCount(ctx context.Context, dir *node) (int, error) {
+	s.treeMu.Lock()
+	defer s.treeMu.Unlock()
+	if err := s.load(ctx, dir); err != nil {
+		return 0, err
+	}
+	k := 0
+	for _, c := range dir.children {
+		if c.isDir() {
+			k++
+		}
+	}
+	return k, nil
+}
+
+// newLinkID picks a hard-link identity; random so that it never collides
+// with one stored in a part of the tree not loaded yet.
+func newLinkID() uint64 {
+	for {
+		if id := rand.Uint64(); id != 0 {
+			return id
+		}
+	}
+}

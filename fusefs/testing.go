@@ -1,0 +1,54 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"testing"
+
+	"homefs/cas"
+	"homefs/internal/catalog"
+)
+
+// NewTestEngine returns an Engine over store (a fresh memory store when
+// nil), closed when the test ends.
+func NewTestEngine(t testing.TB, store cas.Store) *Engine {
+	t.Helper()
+	if store == nil {
+		store = cas.NewMemory()
+	}
+	dir := t.TempDir()
+	e := New(store, catalog.New(store), Options{
+		StoreDir: dir,
+		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	t.Cleanup(func() {
+		if err := e.Close(context.Background()); err != nil {
+			t.Errorf("close engine: %v", err)
+		}
+	})
+	return e
+}
+
+// MountForTest mounts session (created empty if missing) at a new
+// temporary directory and unmounts it when the test ends.
+func MountForTest(t testing.TB, e *Engine, session, subtree string, opts MountOptions) *Mount {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := e.Catalog().Head(ctx, session); errors.Is(err, catalog.ErrNoSession) {
+		if _, err := e.Catalog().CreateSession(ctx, session, ""); err != nil {
+			t.Fatalf("create session %s: %v", session, err)
+		}
+	}
+	m, err := e.Mount(ctx, session, subtree, t.TempDir(), opts)
+	if err != nil {
+		t.Fatalf("mount %s: %v", session, err)
+	}
+	t.Cleanup(func() {
+		if err := m.Unmount(); err != nil && !errors.Is(err, ErrNotMounted) {
+			t.Errorf("unmount: %v", err)
+		}
+	})
+	return m
+}
