@@ -196,14 +196,16 @@ func (c *ChunkList) Store(ctx context.Context, p cas.Putter) (chunks []cas.Ref, 
 		}
 		return append([]cas.Ref(nil), c.chunks...), cas.Ref{}, 0, nil
 	}
-	// Chunks from first on may have moved, appeared or vanished: every node
-	// covering them is re-written, besides the leaves changed by Set.
+	// Chunks from first on may have appeared, vanished or been zeroed by
+	// Truncate: every node covering them is re-written, besides the leaves
+	// changed by Set. A node before them keeps its children (a leaf ending
+	// just before first was full and stays full).
 	first := -1
 	switch {
 	case len(c.levels) == 0:
 		first = 0
 	case n != c.stored || c.low != c.stored:
-		first = max(min(c.low, n)-1, 0)
+		first = min(c.low, n)
 	}
 	levels := c.levels
 	c.levels = nil // until this Store succeeds
