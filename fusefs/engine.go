@@ -345,6 +345,11 @@ func (e *Engine) Mounts() []*Mount {
 func (e *Engine) sync(ctx context.Context, s *Session) error {
 	s.freeze.Lock()
 	defer s.freeze.Unlock()
+	return e.syncLocked(ctx, s)
+}
+
+// syncLocked is sync with s.freeze held exclusively.
+func (e *Engine) syncLocked(ctx context.Context, s *Session) error {
 	root, err := s.flushLocked(ctx, false)
 	if err != nil {
 		return err
