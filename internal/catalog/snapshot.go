@@ -1,0 +1,249 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"homefs/cas"
+	"homefs/manifest"
+)
+
+// Capture records root as a new snapshot of session name and makes it the
+// session's head. The record's Parent is the head's last snapshot; its
+// Origin is the head's Origin on the first capture after a fork; its
+// handles are the head's overlaid with handles, which the head keeps too.
+// The record is put into the CAS, then one durable commit writes the index
+// entry snapshot/<id> and the new head, expecting the head as read: both
+// land or neither does (ErrConflict if the head moved). Cost: O(1) in the
+// size of the tree.
+func (c *Catalog) Capture(ctx context.Context, name string, root cas.Ref, msg string, handles map[string]manifest.Handle) (*manifest.Snapshot, string, error) {
+	if root.IsZero() {
+		return nil, "", fmt.Errorf("catalog: capture %s: zero root", name)
+	}
+	h, raw, err := c.readHead(ctx, name)
+	if err != nil {
+		return nil, "", fmt.Errorf("catalog: capture: %w", err)
+	}
+	now := c.nowNs()
+	merged := mergeHandles(h.Handles, handles)
+	snap := &manifest.Snapshot{
+		Version:   manifest.FormatVersion,
+		Session:   name,
+		Parent:    h.Snapshot,
+		CreatedNs: now,
+		Message:   msg,
+		Handles:   merged,
+		Root:      root,
+	}
+	if h.Snapshot == "" && h.Origin != nil {
+		o := *h.Origin
+		snap.Origin = &o
+	}
+	enc, err := manifest.EncodeSnapshot(snap)
+	if err != nil {
+		return nil, "", fmt.Errorf("catalog: capture %s: %w", name, err)
+	}
+	ref, err := c.store.Put(ctx, enc)
+	if err != nil {
+		return nil, "", fmt.Errorf("catalog: capture %s: put record: %w", name, err)
+	}
+	id := manifest.SnapshotID(enc)
+	if id != ref.Hex() {
+		return nil, "", fmt.Errorf("catalog: capture %s: store put the record as %s, its id is %s", name, ref.Short(), id)
+	}
+	h.Root = root
+	h.Snapshot = id
+	h.Handles = mergeHandles(merged, nil)
+	h.UpdatedNs = now
+	h.Gen++
+	// No Expect on the index: a record equal to an earlier one (same
+	// parent, time and content) has the same id and the same session.
+	index := cas.NameOp{Name: snapshotName(id), Value: []byte(name)}
+	if err := c.replaceHead(ctx, h, raw, []cas.NameOp{index}, true); err != nil {
+		return nil, "", fmt.Errorf("catalog: capture %s: %w", name, err)
+	}
+	return snap, id, nil
+}
+
+// Snapshot returns the snapshot named by id, a full id or a unique prefix
+// of at least MinPrefixLen hex digits, and its full id. The record is read
+// from the CAS (which checks its hash) and must hash to the id and decode;
+// otherwise the error wraps cas.ErrCorrupt.
+func (c *Catalog) Snapshot(ctx context.Context, id string) (*manifest.Snapshot, string, error) {
+	full, session, err := c.lookupID(ctx, id, "")
+	if err != nil {
+		return nil, "", err
+	}
+	snap, err := loadRecord(ctx, c.store, full)
+	if err != nil {
+		return nil, "", err
+	}
+	if snap.Session != session {
+		return nil, "", fmt.Errorf("catalog: snapshot %s: %w: record says session %q, index says %q",
+			full, cas.ErrCorrupt, snap.Session, session)
+	}
+	return snap, full, nil
+}
+
+// lookupID resolves a full id or prefix through the snapshot index, keeping
+// only snapshots of session when it is not empty. It returns the full id and
+// the indexed session.
+func (c *Catalog) lookupID(ctx context.Context, id, session string) (full, owner string, err error) {
+	id = strings.ToLower(id)
+	if len(id) < MinPrefixLen || len(id) > idLen || !isHex(id) {
+		return "", "", fmt.Errorf("catalog: snapshot %q: want %d to %d hex digits: %w", id, MinPrefixLen, idLen, ErrNoSnapshot)
+	}
+	var matches []string
+	err = c.store.ListNames(ctx, snapshotName(id), func(key string, value []byte) error {
+		if session != "" && string(value) != session {
+			return nil
+		}
+		matches = append(matches, key[len(snapshotPrefix):])
+		owner = string(value)
+		if len(matches) > 1 {
+			return errAmbiguousStop
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errAmbiguousStop):
+		return "", "", fmt.Errorf("catalog: snapshot %s: %s, %s, …: %w", id, matches[0][:12], matches[1][:12], ErrAmbiguous)
+	case err != nil:
+		return "", "", fmt.Errorf("catalog: snapshot %s: %w", id, err)
+	case len(matches) == 0:
+		return "", "", fmt.Errorf("catalog: snapshot %s: %w", id, ErrNoSnapshot)
+	}
+	return matches[0], owner, nil
+}
+
+// errAmbiguousStop ends a ListNames early once a second match is seen.
+var errAmbiguousStop = errors.New("second match")
+
+// loadRecord reads and checks the record of full id.
+func loadRecord(ctx context.Context, g cas.Getter, id string) (*manifest.Snapshot, error) {
+	ref, err := cas.ParseRef("sha256:" + id)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: snapshot %q: %w", id, ErrNoSnapshot)
+	}
+	data, err := g.Get(ctx, ref)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: snapshot %s: record: %w", id, err)
+	}
+	if got := manifest.SnapshotID(data); got != id {
+		return nil, fmt.Errorf("catalog: snapshot %s: %w: record hashes to %s", id, cas.ErrCorrupt, got)
+	}
+	snap, err := manifest.DecodeSnapshot(data)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: snapshot %s: %w: %w", id, cas.ErrCorrupt, err)
+	}
+	return snap, nil
+}
+
+// Resolve returns the snapshot named by spec, and its full id:
+//
+//	SESSION@SNAPSHOT  a snapshot (id or unique prefix) of that session
+//	@SNAPSHOT         a snapshot (id or unique prefix), of any session
+//	SESSION           the session's last snapshot (ErrNoSnapshot if none)
+//	SNAPSHOT          a snapshot (id or unique prefix)
+//
+// A bare string that names an existing session always means the session,
+// even if it also looks like a snapshot prefix; write @SNAPSHOT to mean the
+// snapshot. A session with a prefix is not disambiguated against other
+// sessions' snapshots: SESSION@PREFIX only considers that session's.
+func (c *Catalog) Resolve(ctx context.Context, spec string) (*manifest.Snapshot, string, error) {
+	if sess, id, ok := strings.Cut(spec, "@"); ok {
+		if sess != "" {
+			if err := validSession(sess); err != nil {
+				return nil, "", fmt.Errorf("catalog: resolve %q: %w", spec, err)
+			}
+		}
+		full, _, err := c.lookupID(ctx, id, sess)
+		if err != nil {
+			return nil, "", fmt.Errorf("catalog: resolve %q: %w", spec, err)
+		}
+		snap, full, err := c.Snapshot(ctx, full)
+		if err != nil {
+			return nil, "", fmt.Errorf("catalog: resolve %q: %w", spec, err)
+		}
+		return snap, full, nil
+	}
+	if manifest.ValidateSessionName(spec) == nil {
+		h, err := c.Head(ctx, spec)
+		switch {
+		case err == nil:
+			if h.Snapshot == "" {
+				return nil, "", fmt.Errorf("catalog: resolve %q: session has no snapshot: %w", spec, ErrNoSnapshot)
+			}
+			snap, full, err := c.Snapshot(ctx, h.Snapshot)
+			if err != nil {
+				return nil, "", fmt.Errorf("catalog: resolve %q: %w", spec, err)
+			}
+			return snap, full, nil
+		case !errors.Is(err, ErrNoSession):
+			return nil, "", fmt.Errorf("catalog: resolve %q: %w", spec, err)
+		}
+	}
+	snap, full, err := c.Snapshot(ctx, spec)
+	if err != nil {
+		return nil, "", fmt.Errorf("catalog: resolve %q: %w", spec, err)
+	}
+	return snap, full, nil
+}
+
+// LogEntry is one snapshot in a session's history.
+type LogEntry struct {
+	ID       string
+	Snapshot *manifest.Snapshot
+	// Session is the session that captured the snapshot; it differs from
+	// the session asked about for history inherited through a fork.
+	Session string
+	// ForkPoint marks the snapshot a fork started from: the entries after
+	// it (older) belong to the origin session's history.
+	ForkPoint bool
+}
+
+// maxLog bounds the length of a history Log walks.
+const maxLog = 1 << 20
+
+// Log returns the history of session, newest first: its snapshots along
+// Parent, and where a chain reaches a fork (a record with Origin, or the
+// head's Origin before the first capture), the origin snapshot's history.
+// It stops with an error on a cycle (which only corruption can produce),
+// after maxLog entries, or at a missing record, returning what it has so
+// far alongside the error.
+func (c *Catalog) Log(ctx context.Context, session string) ([]LogEntry, error) {
+	h, err := c.Head(ctx, session)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: log: %w", err)
+	}
+	next, fork := h.Snapshot, false
+	if next == "" && h.Origin != nil {
+		next, fork = h.Origin.Snapshot, true
+	}
+	var log []LogEntry
+	seen := make(map[string]bool)
+	for next != "" {
+		if err := ctx.Err(); err != nil {
+			return log, err
+		}
+		if seen[next] {
+			return log, fmt.Errorf("catalog: log %s: %w: cycle at snapshot %s", session, cas.ErrCorrupt, next)
+		}
+		if len(log) >= maxLog {
+			return log, fmt.Errorf("catalog: log %s: longer than %d snapshots", session, maxLog)
+		}
+		seen[next] = true
+		snap, err := loadRecord(ctx, c.store, next)
+		if err != nil {
+			return log, fmt.Errorf("catalog: log %s: %w", session, err)
+		}
+		log = append(log, LogEntry{ID: next, Snapshot: snap, Session: snap.Session, ForkPoint: fork})
+		next, fork = snap.Parent, false
+		if next == "" && snap.Origin != nil {
+			next, fork = snap.Origin.Snapshot, true
+		}
+	}
+	return log, nil
+}
