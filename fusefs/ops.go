@@ -348,12 +348,12 @@ func isAncestor(a, d *node) bool {
 
 // SetAttr is a change of attributes; nil fields stay as they are.
 type SetAttr struct {
-	Mode          *uint32
-	UID, GID      *uint32
-	Size          *int64
-	Atime, Mtime  *int64 // nanoseconds
-	AtimeNow      bool
-	MtimeNow      bool
+	Mode         *uint32
+	UID, GID     *uint32
+	Size         *int64
+	Atime, Mtime *int64 // nanoseconds
+	AtimeNow     bool
+	MtimeNow     bool
 }
 
 // Setattr applies a to n.
