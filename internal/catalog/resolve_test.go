@@ -128,7 +128,7 @@ func mustEncode(t *testing.T, s *manifest.Snapshot) []byte {
 func TestCorruptRecords(t *testing.T) {
 	ctx := context.Background()
 	setup := func(t *testing.T) (*Catalog, *tamperStore, string) {
-		st := &tamperStore{Store: newTestStore(t), flip: map[cas.Ref]bool{}, failed: map[cas.Ref]error{}}
+		st := &tamperStore{Store: newTestStore(t), flip: map[cas.Ref]bool{}}
 		c := New(st, WithClock(new(stepClock).now))
 		_, err := c.CreateSession(ctx, "s", "")
 		require.NoError(t, err)

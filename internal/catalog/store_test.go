@@ -46,26 +46,22 @@ func (b *countingBatch) Put(data []byte) (cas.Ref, error) {
 	return b.Batch.Put(data)
 }
 
-// tamperStore returns altered bytes (or an error) for chosen refs, as a
-// damaged disk would if the store did not check hashes.
+// tamperStore returns altered bytes for chosen refs, as a damaged disk
+// would if the store did not check hashes.
 type tamperStore struct {
 	cas.Store
-	mu     sync.Mutex
-	flip   map[cas.Ref]bool
-	failed map[cas.Ref]error
+	mu   sync.Mutex
+	flip map[cas.Ref]bool
 }
 
 func (s *tamperStore) Get(ctx context.Context, ref cas.Ref) ([]byte, error) {
 	s.mu.Lock()
-	flip, err := s.flip[ref], s.failed[ref]
+	flip := s.flip[ref]
 	s.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	data, gerr := s.Store.Get(ctx, ref)
-	if gerr == nil && flip {
+	data, err := s.Store.Get(ctx, ref)
+	if err == nil && flip {
 		data = bytes.Clone(data)
 		data[len(data)/2] ^= 0x20
 	}
-	return data, gerr
+	return data, err
 }
