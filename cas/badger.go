@@ -1,0 +1,766 @@
+package cas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Key prefixes. Chunks: 'c' + 32 ref bytes; names: 'n' + name.
+const (
+	prefixChunk = 'c'
+	prefixName  = 'n'
+)
+
+func chunkKey(r Ref) []byte {
+	k := make([]byte, 1+len(r))
+	k[0] = prefixChunk
+	copy(k[1:], r[:])
+	return k
+}
+
+func nameKey(name string) []byte {
+	k := make([]byte, 1+len(name))
+	k[0] = prefixName
+	copy(k[1:], name)
+	return k
+}
+
+// Bounds on how much an iteration holds before it releases its read
+// transaction and calls back (long read transactions hold back Badger's
+// cleanup, and callbacks may call the store).
+const (
+	pageItems = 1024
+	pageBytes = 4 << 20
+)
+
+// BadgerStore is a Store in a Badger database directory. Only one process
+// (and one BadgerStore) may open a directory at a time.
+type BadgerStore struct {
+	dir  string
+	opts BadgerOptions
+	db   *badger.DB
+	lock *os.File
+
+	mu      sync.Mutex
+	closed  bool                      // GUARDED_BY(mu)
+	batches map[*badgerBatch]struct{} // GUARDED_BY(mu); open batches
+	ops     sync.WaitGroup            // calls in flight; Close waits for them
+
+	syncMu sync.Mutex      // serialises Sync
+	sealed map[string]bool // GUARDED_BY(syncMu); log files fsynced after they stopped growing
+
+	suspect suspects
+}
+
+var (
+	_ Store     = (*BadgerStore)(nil)
+	_ Corrupter = (*BadgerStore)(nil)
+)
+
+// OpenBadger opens (creating if needed) the store in dir. It returns an
+// error wrapping ErrLocked if another process holds dir.
+func OpenBadger(dir string, opts BadgerOptions) (*BadgerStore, error) {
+	opts = opts.withDefaults()
+	if opts.ValueLogFileSize <= MaxChunkSize {
+		return nil, fmt.Errorf("cas: ValueLogFileSize %d must exceed MaxChunkSize %d", opts.ValueLogFileSize, MaxChunkSize)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("cas: open store: %w", err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	db, err := badger.Open(opts.badger(dir))
+	if err != nil {
+		unlockDir(lock)
+		return nil, fmt.Errorf("cas: open store %s: %w", dir, err)
+	}
+	return &BadgerStore{
+		dir:     dir,
+		opts:    opts,
+		db:      db,
+		lock:    lock,
+		batches: make(map[*badgerBatch]struct{}),
+		sealed:  make(map[string]bool),
+	}, nil
+}
+
+// Dir returns the store's directory.
+func (s *BadgerStore) Dir() string { return s.dir }
+
+// begin registers a call in flight, or fails if the store is closed.
+func (s *BadgerStore) begin() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.ops.Add(1)
+	return nil
+}
+
+func (s *BadgerStore) end() { s.ops.Done() }
+
+// dbErr wraps an unexpected Badger error with what we were doing. Badger's
+// sentinel errors that callers care about are translated before this.
+func dbErr(op string, err error) error {
+	if errors.Is(err, badger.ErrDBClosed) {
+		return fmt.Errorf("cas: %s: %w", op, ErrClosed)
+	}
+	return fmt.Errorf("cas: %s: %w", op, err)
+}
+
+// Get implements Getter.
+func (s *BadgerStore) Get(ctx context.Context, ref Ref) ([]byte, error) {
+	if err := ctxErr(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	var plain []byte
+	var decodeErr error
+	err := s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(chunkKey(ref))
+		if err != nil {
+			return err
+		}
+		// Decoding copies, so nothing of the transaction's memory escapes.
+		if err := item.Value(func(v []byte) error {
+			plain, decodeErr = decodeChunk(v)
+			return nil
+		}); err != nil {
+			decodeErr = err
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, badger.ErrKeyNotFound):
+		return nil, fmt.Errorf("chunk %s: %w", ref.Short(), ErrNotFound)
+	case err != nil:
+		return nil, dbErr("get "+ref.Short(), err)
+	case decodeErr != nil:
+		s.suspect.add(ref)
+		return nil, corruptErr(ref, decodeErr)
+	}
+	if err := verifyChunk(ref, plain); err != nil {
+		s.suspect.add(ref)
+		return nil, err
+	}
+	return plain, nil
+}
+
+// has reports whether key exists, without reading its value.
+func (s *BadgerStore) has(key []byte) (bool, error) {
+	var ok bool
+	err := s.db.View(func(txn *badger.Txn) error {
+		_, err := txn.Get(key)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		ok = err == nil
+		return err
+	})
+	return ok, err
+}
+
+// Put implements Putter. Content already present is not rewritten, unless
+// a Get found its stored copy corrupt.
+func (s *BadgerStore) Put(ctx context.Context, data []byte) (Ref, error) {
+	if err := ctxErr(ctx); err != nil {
+		return Ref{}, err
+	}
+	if len(data) > MaxChunkSize {
+		return Ref{}, tooLarge(len(data))
+	}
+	if err := s.begin(); err != nil {
+		return Ref{}, err
+	}
+	defer s.end()
+	ref := Sum(data)
+	key := chunkKey(ref)
+	if !s.suspect.has(ref) {
+		ok, err := s.has(key)
+		if err != nil {
+			return Ref{}, dbErr("put", err)
+		}
+		if ok {
+			return ref, nil
+		}
+	}
+	v := encodeChunk(data)
+	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(key, v) }); err != nil {
+		return Ref{}, dbErr("put", err)
+	}
+	s.suspect.remove(ref)
+	return ref, nil
+}
+
+// HasMany implements HasManyer.
+func (s *BadgerStore) HasMany(ctx context.Context, refs []Ref) ([]bool, error) {
+	if err := ctxErr(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	out := make([]bool, len(refs))
+	err := s.db.View(func(txn *badger.Txn) error {
+		for i, r := range refs {
+			if i%1024 == 1023 {
+				if err := ctxErr(ctx); err != nil {
+					return err
+				}
+			}
+			_, err := txn.Get(chunkKey(r))
+			switch {
+			case err == nil:
+				out[i] = true
+			case !errors.Is(err, badger.ErrKeyNotFound):
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, dbErr("has", err)
+	}
+	return out, nil
+}
+
+// Enumerate implements Enumerator. It reads keys and the few header bytes
+// of each value (sizes), never whole chunks. It runs in pages, each in its
+// own read transaction, with fn called outside them: a chunk present
+// throughout the call is reported exactly once, one added or deleted
+// meanwhile may or may not be.
+func (s *BadgerStore) Enumerate(ctx context.Context, fn func(ChunkInfo) error) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	start := []byte{prefixChunk}
+	for {
+		if err := ctxErr(ctx); err != nil {
+			return err
+		}
+		var page []ChunkInfo
+		var next []byte
+		err := s.db.View(func(txn *badger.Txn) error {
+			io := badger.DefaultIteratorOptions
+			io.PrefetchValues = false
+			io.Prefix = []byte{prefixChunk}
+			it := txn.NewIterator(io)
+			defer it.Close()
+			for it.Seek(start); it.Valid(); it.Next() {
+				item := it.Item()
+				k := item.Key()
+				if len(k) != 1+len(Ref{}) {
+					continue // not ours; never written
+				}
+				if len(page) == pageItems {
+					next = item.KeyCopy(nil)
+					return nil
+				}
+				ci := ChunkInfo{Ref: Ref(k[1:])}
+				if err := item.Value(func(v []byte) error {
+					ci.StoredSize = int64(len(v))
+					// A damaged header leaves Size 0; Get reports the damage.
+					_, ci.Size, _, _ = chunkHeader(v)
+					return nil
+				}); err != nil {
+					return err
+				}
+				page = append(page, ci)
+			}
+			return nil
+		})
+		if err != nil {
+			return dbErr("enumerate", err)
+		}
+		for _, ci := range page {
+			if err := fn(ci); err != nil {
+				return err
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		start = next
+	}
+}
+
+// Delete implements Deleter.
+func (s *BadgerStore) Delete(ctx context.Context, refs ...Ref) error {
+	if err := ctxErr(ctx); err != nil {
+		return err
+	}
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	wb := s.db.NewWriteBatch()
+	defer wb.Cancel()
+	for _, r := range refs {
+		if err := wb.Delete(chunkKey(r)); err != nil {
+			return dbErr("delete", err)
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		return dbErr("delete", err)
+	}
+	for _, r := range refs {
+		s.suspect.remove(r)
+	}
+	return nil
+}
+
+// Sync implements Syncer: every write that returned before Sync was called
+// survives a crash of the process or the machine once Sync returns.
+func (s *BadgerStore) Sync(ctx context.Context) error {
+	if err := ctxErr(ctx); err != nil {
+		return err
+	}
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	return s.sync()
+}
+
+// sync makes the logs durable. Badger's db.Sync msyncs the active
+// memtable's write-ahead log and the newest value log file only. With
+// SyncWrites off, Badger never syncs a value log file it rotated away
+// from, nor the log of a memtable waiting to be flushed; both can hold
+// writes made before this Sync. So fsync those files too (a clean file
+// costs little, and a sealed value log file is done once), then the
+// directory for files created since the last Sync.
+func (s *BadgerStore) sync() error {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	if err := s.db.Sync(); err != nil {
+		return dbErr("sync", err)
+	}
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return fmt.Errorf("cas: sync: %w", err)
+	}
+	var vlogs []string
+	for _, e := range entries {
+		name := e.Name()
+		switch {
+		case strings.HasSuffix(name, ".vlog"):
+			vlogs = append(vlogs, name)
+		case strings.HasSuffix(name, ".mem"):
+			if err := fsyncFile(filepath.Join(s.dir, name)); err != nil {
+				return err
+			}
+		}
+	}
+	// ReadDir sorts by name and Badger's names are zero-padded numbers, so
+	// the last is the active file, which db.Sync covered and may still grow.
+	for i, name := range vlogs {
+		if i == len(vlogs)-1 || s.sealed[name] {
+			continue
+		}
+		if err := fsyncFile(filepath.Join(s.dir, name)); err != nil {
+			return err
+		}
+		s.sealed[name] = true
+	}
+	return fsyncFile(s.dir)
+}
+
+// fsyncFile fsyncs path; a file deleted meanwhile (a flushed memtable's
+// log) needs nothing.
+func fsyncFile(path string) error {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cas: sync: %w", err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("cas: sync: %w", err)
+	}
+	return nil
+}
+
+// NewBatch implements Batcher.
+func (s *BadgerStore) NewBatch() Batch {
+	b := &badgerBatch{s: s}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		b.done = true
+		return b
+	}
+	s.batches[b] = struct{}{}
+	return b
+}
+
+// badgerBatch writes its chunks in Badger transactions of at most
+// BatchBytes, so a huge batch never holds more than that in memory.
+type badgerBatch struct {
+	s       *BadgerStore
+	mu      sync.Mutex
+	txn     *badger.Txn      // GUARDED_BY(mu); nil until the first put
+	pending int64            // GUARDED_BY(mu); stored bytes in txn
+	seen    map[Ref]struct{} // GUARDED_BY(mu); refs in txn
+	done    bool             // GUARDED_BY(mu)
+}
+
+func (b *badgerBatch) Put(data []byte) (Ref, error) {
+	if len(data) > MaxChunkSize {
+		return Ref{}, tooLarge(len(data))
+	}
+	if err := b.s.begin(); err != nil {
+		return Ref{}, err
+	}
+	defer b.s.end()
+	ref := Sum(data)
+	key := chunkKey(ref)
+	if !b.s.suspect.has(ref) {
+		ok, err := b.s.has(key)
+		if err != nil {
+			return Ref{}, dbErr("batch put", err)
+		}
+		if ok {
+			return ref, nil
+		}
+	}
+	v := encodeChunk(data)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return Ref{}, errBatchDone
+	}
+	if _, ok := b.seen[ref]; ok {
+		return ref, nil
+	}
+	if b.txn != nil && b.pending+int64(len(v)) > b.s.opts.BatchBytes {
+		if err := b.flushLocked(); err != nil {
+			return Ref{}, err
+		}
+	}
+	if b.txn == nil {
+		b.txn = b.s.db.NewTransaction(true)
+		b.seen = make(map[Ref]struct{})
+	}
+	err := b.txn.Set(key, v)
+	if errors.Is(err, badger.ErrTxnTooBig) {
+		if err = b.flushLocked(); err == nil {
+			b.txn = b.s.db.NewTransaction(true)
+			b.seen = make(map[Ref]struct{})
+			err = b.txn.Set(key, v)
+		}
+	}
+	if err != nil {
+		return Ref{}, dbErr("batch put", err)
+	}
+	b.seen[ref] = struct{}{}
+	b.pending += int64(len(v))
+	return ref, nil
+}
+
+// flushLocked commits the current transaction, if any.
+func (b *badgerBatch) flushLocked() error {
+	if b.txn == nil {
+		return nil
+	}
+	txn, seen := b.txn, b.seen
+	b.txn, b.seen, b.pending = nil, nil, 0
+	if err := txn.Commit(); err != nil {
+		return dbErr("batch commit", err)
+	}
+	for r := range seen {
+		b.s.suspect.remove(r)
+	}
+	return nil
+}
+
+func (b *badgerBatch) Commit(ctx context.Context, durable bool) error {
+	if err := b.s.begin(); err != nil {
+		return err
+	}
+	defer b.s.end()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return errBatchDone
+	}
+	if err := ctxErr(ctx); err != nil {
+		b.discardLocked()
+		return err
+	}
+	b.done = true
+	b.s.forget(b)
+	if err := b.flushLocked(); err != nil {
+		return err
+	}
+	if durable {
+		return b.s.sync()
+	}
+	return nil
+}
+
+func (b *badgerBatch) Discard() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.discardLocked()
+	b.s.forget(b)
+}
+
+func (b *badgerBatch) discardLocked() {
+	if b.txn != nil {
+		b.txn.Discard()
+	}
+	b.txn, b.seen, b.pending, b.done = nil, nil, 0, true
+}
+
+func (s *BadgerStore) forget(b *badgerBatch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.batches, b)
+}
+
+// GetName implements Names.
+func (s *BadgerStore) GetName(ctx context.Context, name string) ([]byte, error) {
+	if err := ctxErr(ctx); err != nil {
+		return nil, err
+	}
+	if err := validateName(name); err != nil {
+		return nil, err
+	}
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	var v []byte
+	err := s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(nameKey(name))
+		if err != nil {
+			return err
+		}
+		v, err = item.ValueCopy(nil)
+		return err
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, nameNotFound(name)
+	}
+	if err != nil {
+		return nil, dbErr("get name", err)
+	}
+	if v == nil {
+		v = []byte{}
+	}
+	return v, nil
+}
+
+// ListNames implements Names. Like Enumerate it runs in pages with fn
+// called outside Badger's transactions.
+func (s *BadgerStore) ListNames(ctx context.Context, prefix string, fn func(name string, value []byte) error) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	pfx := nameKey(prefix)
+	start := pfx
+	type kv struct {
+		name  string
+		value []byte
+	}
+	for {
+		if err := ctxErr(ctx); err != nil {
+			return err
+		}
+		var page []kv
+		var next []byte
+		err := s.db.View(func(txn *badger.Txn) error {
+			io := badger.DefaultIteratorOptions
+			io.PrefetchValues = false
+			io.Prefix = pfx
+			it := txn.NewIterator(io)
+			defer it.Close()
+			size := 0
+			for it.Seek(start); it.Valid(); it.Next() {
+				item := it.Item()
+				if len(page) == pageItems || size >= pageBytes {
+					next = item.KeyCopy(nil)
+					return nil
+				}
+				v, err := item.ValueCopy(nil)
+				if err != nil {
+					return err
+				}
+				if v == nil {
+					v = []byte{}
+				}
+				page = append(page, kv{string(item.Key()[1:]), v})
+				size += len(v)
+			}
+			return nil
+		})
+		if err != nil {
+			return dbErr("list names", err)
+		}
+		for _, e := range page {
+			if err := fn(e.name, e.value); err != nil {
+				return err
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		start = next
+	}
+}
+
+// Commit implements Names in one Badger transaction; Badger's optimistic
+// conflicts with concurrent commits are retried here, so callers only see
+// ErrConflict for a failed Expect.
+func (s *BadgerStore) Commit(ctx context.Context, ops []NameOp, durable bool) error {
+	if err := ctxErr(ctx); err != nil {
+		return err
+	}
+	if err := validateOps(ops); err != nil {
+		return err
+	}
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	apply := func(txn *badger.Txn) error {
+		for _, op := range ops {
+			key := nameKey(op.Name)
+			if op.Expect != nil {
+				var cur []byte
+				present := true
+				item, err := txn.Get(key)
+				switch {
+				case errors.Is(err, badger.ErrKeyNotFound):
+					present = false
+				case err != nil:
+					return err
+				default:
+					if cur, err = item.ValueCopy(nil); err != nil {
+						return err
+					}
+				}
+				if err := checkExpect(op, present, cur); err != nil {
+					return err
+				}
+			}
+			var err error
+			if op.Value == nil {
+				err = txn.Delete(key)
+			} else {
+				// Badger keeps the slice until commit; the caller may reuse it.
+				err = txn.Set(key, append([]byte{}, op.Value...))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for backoff := time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
+		err := s.db.Update(apply)
+		if errors.Is(err, badger.ErrConflict) {
+			select {
+			case <-ctx.Done():
+				return ctxErr(ctx)
+			case <-time.After(backoff):
+				continue
+			}
+		}
+		switch {
+		case errors.Is(err, ErrConflict):
+			return err
+		case errors.Is(err, badger.ErrTxnTooBig):
+			return fmt.Errorf("cas: commit of %d name ops is too big for one transaction: %w", len(ops), ErrTooLarge)
+		case err != nil:
+			return dbErr("commit names", err)
+		}
+		break
+	}
+	if durable {
+		return s.sync()
+	}
+	return nil
+}
+
+// Close implements Store. Open batches are discarded; calls in flight are
+// waited for.
+func (s *BadgerStore) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	batches := s.batches
+	s.batches = nil
+	s.mu.Unlock()
+	for b := range batches {
+		b.mu.Lock()
+		b.discardLocked()
+		b.mu.Unlock()
+	}
+	s.ops.Wait()
+	err := s.db.Close()
+	if uerr := unlockDir(s.lock); err == nil {
+		err = uerr
+	}
+	if err != nil {
+		return fmt.Errorf("cas: close: %w", err)
+	}
+	return nil
+}
+
+// CorruptForTest flips a byte of ref's stored form so that the next Get
+// returns ErrCorrupt. It is for tests (here and in other packages) only.
+func (s *BadgerStore) CorruptForTest(ref Ref) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	err := s.db.Update(func(txn *badger.Txn) error {
+		item, err := txn.Get(chunkKey(ref))
+		if err != nil {
+			return err
+		}
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		if len(v) == 0 {
+			return nil
+		}
+		flipForTest(v)
+		return txn.Set(chunkKey(ref), v)
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return fmt.Errorf("chunk %s: %w", ref.Short(), ErrNotFound)
+	}
+	if err != nil {
+		return dbErr("corrupt", err)
+	}
+	return nil
+}

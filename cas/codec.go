@@ -1,0 +1,163 @@
+package cas
+
+import (
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// Codec bytes, the first byte of a chunk's stored form.
+const (
+	codecRaw  byte = 0
+	codecZstd byte = 1
+)
+
+// minCompress is the smallest chunk worth trying to compress; below it the
+// zstd frame overhead eats the gain.
+const minCompress = 64
+
+// The encoder and decoder are shared by every store: EncodeAll and
+// DecodeAll are safe for concurrent use and keep per-goroutine state in
+// internal pools, so one of each bounds their memory.
+var (
+	encoder = sync.OnceValue(func() *zstd.Encoder {
+		e, err := zstd.NewWriter(nil,
+			zstd.WithEncoderLevel(zstd.SpeedFastest),
+			zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)),
+			zstd.WithLowerEncoderMem(true),
+			zstd.WithEncoderCRC(true))
+		if err != nil {
+			panic(fmt.Sprintf("cas: zstd encoder: %v", err)) // static options
+		}
+		return e
+	})
+	decoder = sync.OnceValue(func() *zstd.Decoder {
+		d, err := zstd.NewReader(nil,
+			zstd.WithDecoderConcurrency(0),
+			zstd.WithDecoderMaxMemory(MaxChunkSize),
+			zstd.WithDecodeAllCapLimit(true))
+		if err != nil {
+			panic(fmt.Sprintf("cas: zstd decoder: %v", err)) // static options
+		}
+		return d
+	})
+)
+
+// encodeChunk returns the stored form of data in a new slice.
+func encodeChunk(data []byte) []byte {
+	var hdr [1 + binary.MaxVarintLen64]byte
+	hdr[0] = codecRaw
+	n := 1 + binary.PutUvarint(hdr[1:], uint64(len(data)))
+	out := make([]byte, n, n+len(data))
+	copy(out, hdr[:n])
+	if len(data) >= minCompress {
+		out[0] = codecZstd
+		out = encoder().EncodeAll(data, out)
+		if len(out)-n < len(data)-len(data)/8 {
+			return out
+		}
+		// Not worth it: store raw, reusing the buffer when it is big enough.
+		if cap(out) < n+len(data) {
+			out = make([]byte, n, n+len(data))
+		}
+		out = out[:n]
+		copy(out, hdr[:n])
+	}
+	out[0] = codecRaw
+	return append(out, data...)
+}
+
+// chunkHeader parses the codec byte and plain size of a stored chunk.
+func chunkHeader(v []byte) (codec byte, size int64, payload []byte, err error) {
+	if len(v) < 2 {
+		return 0, 0, nil, fmt.Errorf("stored form of %d bytes is too short", len(v))
+	}
+	size64, n := binary.Uvarint(v[1:])
+	if n <= 0 || size64 > MaxChunkSize {
+		return 0, 0, nil, fmt.Errorf("bad size header")
+	}
+	codec = v[0]
+	if codec != codecRaw && codec != codecZstd {
+		return 0, 0, nil, fmt.Errorf("unknown codec %d", codec)
+	}
+	return codec, int64(size64), v[1+n:], nil
+}
+
+// decodeChunk returns the plain bytes of a stored chunk in a new slice. It
+// does not check the hash; verifyChunk does.
+func decodeChunk(v []byte) ([]byte, error) {
+	codec, size, payload, err := chunkHeader(v)
+	if err != nil {
+		return nil, err
+	}
+	switch codec {
+	case codecRaw:
+		if int64(len(payload)) != size {
+			return nil, fmt.Errorf("raw payload of %d bytes, header says %d", len(payload), size)
+		}
+		return append(make([]byte, 0, size), payload...), nil
+	default:
+		// The cap limit makes a lying header fail instead of allocating.
+		out, err := decoder().DecodeAll(payload, make([]byte, 0, size))
+		if err != nil {
+			return nil, fmt.Errorf("zstd: %v", err)
+		}
+		if int64(len(out)) != size {
+			return nil, fmt.Errorf("decompressed %d bytes, header says %d", len(out), size)
+		}
+		return out, nil
+	}
+}
+
+// verifyChunk checks that plain hashes to ref, returning an error wrapping
+// ErrCorrupt if not.
+func verifyChunk(ref Ref, plain []byte) error {
+	if got := Sum(plain); got != ref {
+		return fmt.Errorf("chunk %s: content hashes to %s: %w", ref.Short(), got.Short(), ErrCorrupt)
+	}
+	return nil
+}
+
+// corruptErr wraps a decoding failure of ref's stored form.
+func corruptErr(ref Ref, err error) error {
+	return fmt.Errorf("chunk %s: %w: %v", ref.Short(), ErrCorrupt, err)
+}
+
+// flipForTest damages a stored form in place (the last byte: payload or
+// zstd checksum, so both codecs fail verification).
+func flipForTest(v []byte) {
+	v[len(v)-1] ^= 0xff
+}
+
+// suspects remembers refs whose stored form failed verification, so that
+// a later Put of the same content rewrites it instead of deduplicating
+// against the damaged copy. The zero value is ready to use.
+type suspects struct {
+	mu  sync.Mutex
+	set map[Ref]struct{} // GUARDED_BY(mu)
+}
+
+func (s *suspects) add(r Ref) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.set == nil {
+		s.set = make(map[Ref]struct{})
+	}
+	s.set[r] = struct{}{}
+}
+
+func (s *suspects) has(r Ref) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.set[r]
+	return ok
+}
+
+func (s *suspects) remove(r Ref) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.set, r)
+}
