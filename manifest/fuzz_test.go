@@ -1,0 +1,127 @@
+package manifest
+
+import (
+	"bytes"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"homefs/cas"
+)
+
+// addGolden seeds f with a golden file, if present.
+func addGolden(f *testing.F, name string) {
+	b, err := os.ReadFile(filepath.Join(goldenDir, name))
+	if err != nil {
+		f.Logf("seed %s: %v", name, err)
+		return
+	}
+	f.Add(b)
+}
+
+func FuzzDecodeTree(f *testing.F) {
+	addGolden(f, "tree.bin")
+	for _, t := range []*Tree{{}, benchTree(60)} {
+		b, _ := EncodeTree(t)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tree, err := DecodeTree(b)
+		if err != nil {
+			return
+		}
+		again, err := EncodeTree(tree)
+		if err != nil {
+			t.Fatalf("decoded tree does not encode: %v", err)
+		}
+		if !bytes.Equal(again, b) {
+			t.Fatalf("decode accepted a non-canonical encoding:\n%x\n%x", b, again)
+		}
+	})
+}
+
+func FuzzDecodeIndex(f *testing.F) {
+	addGolden(f, "index.bin")
+	b, _ := EncodeIndex(2, []cas.Ref{fakeRef("a"), fakeRef("b"), fakeRef("c")})
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		depth, refs, err := DecodeIndex(b)
+		if err != nil {
+			return
+		}
+		again, err := EncodeIndex(depth, refs)
+		if err != nil || !bytes.Equal(again, b) {
+			t.Fatalf("round trip: %v\n%x\n%x", err, b, again)
+		}
+	})
+}
+
+func FuzzDecodeSnapshot(f *testing.F) {
+	addGolden(f, "snapshot.json")
+	b, _ := EncodeSnapshot(&Snapshot{Version: FormatVersion, Session: "s", Root: fakeRef("r")})
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := DecodeSnapshot(b)
+		if err != nil {
+			return
+		}
+		again, err := EncodeSnapshot(s)
+		if err != nil || !bytes.Equal(again, b) {
+			t.Fatalf("round trip: %v\n%s\n%s", err, b, again)
+		}
+	})
+}
+
+func FuzzValidatePath(f *testing.F) {
+	for _, s := range []string{"a", "a/b", "/a", "a//b", "a/../b", `a\b`, ".config/x", "a/", "\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		if ValidatePath(p) != nil {
+			return
+		}
+		// A valid path is clean, relative, and made of valid names.
+		if path.Clean(p) != p || path.IsAbs(p) || strings.ContainsAny(p, "\\\x00") || len(p) > MaxPathLen {
+			t.Fatalf("accepted %q", p)
+		}
+		for _, seg := range strings.Split(p, "/") {
+			if ValidateName(seg) != nil {
+				t.Fatalf("accepted %q with segment %q", p, seg)
+			}
+		}
+	})
+}
+
+func FuzzValidateName(f *testing.F) {
+	for _, s := range []string{"a", ".", "..", "...", "a/b", `a\b`, "", "\x00", strings.Repeat("x", 256)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		err := ValidateName(name)
+		bad := name == "" || name == "." || name == ".." || len(name) > MaxNameLen || strings.ContainsAny(name, "/\x00")
+		if bad != (err != nil) {
+			t.Fatalf("ValidateName(%q) = %v", name, err)
+		}
+		// A valid name without backslash is also a valid one-segment path.
+		if err == nil && !strings.Contains(name, `\`) && ValidatePath(name) != nil {
+			t.Fatalf("name %q is not a valid path", name)
+		}
+	})
+}
+
+func FuzzValidateSessionName(f *testing.F) {
+	for _, s := range []string{"main", ".x", "-x", "a b", "a.b-c_d"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if ValidateSessionName(s) != nil {
+			return
+		}
+		// A valid session name is also a valid entry name and path.
+		if ValidatePath(s) != nil || strings.HasPrefix(s, ".") || strings.HasPrefix(s, "-") {
+			t.Fatalf("accepted %q", s)
+		}
+	})
+}
