@@ -196,3 +196,23 @@ func (e *Engine) invalidate(s *Session, parts []string) {
 		}
 	}
 }
+
+// SetHandle records the provider session handle h in session's head.
+func (e *Engine) SetHandle(ctx context.Context, session, provider string, h manifest.Handle) error {
+	handles := map[string]manifest.Handle{provider: h}
+	e.mu.Lock()
+	s, live := e.sessions[session]
+	e.mu.Unlock()
+	if !live {
+		_, err := e.cat.SetHandles(ctx, session, handles)
+		return err
+	}
+	s.freeze.Lock()
+	defer s.freeze.Unlock()
+	head, err := e.cat.SetHandles(ctx, session, handles)
+	if err != nil {
+		return err
+	}
+	s.gen = head.Gen
+	return nil
+}

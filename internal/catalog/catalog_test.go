@@ -281,3 +281,18 @@ func (s *racingStore) Commit(ctx context.Context, ops []cas.NameOp, durable bool
 	}
 	return s.Store.Commit(ctx, ops, durable)
 }
+
+func TestSetHandles(t *testing.T) {
+	c, _ := newTestCatalog(t)
+	ctx := context.Background()
+	_, err := c.CreateSession(ctx, "s", "")
+	require.NoError(t, err)
+	h, err := c.SetHandles(ctx, "s", map[string]manifest.Handle{"codex": {ID: "abc", Through: "3"}})
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), h.Gen)
+	h, err = c.SetHandles(ctx, "s", map[string]manifest.Handle{"pi": {ID: "p1"}})
+	require.NoError(t, err)
+	require.Equal(t, map[string]manifest.Handle{"codex": {ID: "abc", Through: "3"}, "pi": {ID: "p1"}}, h.Handles)
+	_, err = c.SetHandles(ctx, "missing", nil)
+	require.ErrorIs(t, err, ErrNoSession)
+}

@@ -225,3 +225,19 @@ func (c *Catalog) Restore(ctx context.Context, session, snapID string) (*Head, e
 	}
 	return h, nil
 }
+
+// SetHandles merges handles into the head of session name (a provider
+// session bound or resumed there), durably. It returns the new head.
+func (c *Catalog) SetHandles(ctx context.Context, name string, handles map[string]manifest.Handle) (*Head, error) {
+	h, raw, err := c.readHead(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: set handles: %w", err)
+	}
+	h.Handles = mergeHandles(h.Handles, handles)
+	h.UpdatedNs = c.nowNs()
+	h.Gen++
+	if err := c.replaceHead(ctx, h, raw, nil, true); err != nil {
+		return nil, fmt.Errorf("catalog: set handles of %s: %w", name, err)
+	}
+	return h, nil
+}
