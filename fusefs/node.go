@@ -26,8 +26,8 @@ type node struct {
 	parent   *node            // directories: the directory holding it; nil for the root or once removed
 	parents  map[*node]int    // files and symlinks: directories holding names for it, with counts
 	children map[string]*node // directories: nil until loaded from tree
-	tree     cas.Ref          // directories: tree node as last stored (valid while !stale)
-	stale    bool             // directories: children changed since tree was stored
+	subdirs  int              // directories: how many children are directories
+	tree     cas.Ref          // directories: tree node as last stored (stale while the directory is dirty)
 	nlink    uint32           // files and symlinks: names pointing at the node
 	linkID   uint64           // files: hard-link identity once linked twice
 

@@ -152,6 +152,7 @@ func (s *Session) attach(dir *node, name string, c *node, fresh bool) {
 	dir.children[name] = c
 	if c.isDir() {
 		c.parent = dir
+		dir.subdirs++
 		return
 	}
 	if c.parents == nil {
@@ -174,6 +175,7 @@ func (s *Session) detach(dir *node, name string) *node {
 	}
 	if c.isDir() {
 		c.parent = nil
+		dir.subdirs--
 		return c
 	}
 	if c.parents[dir]--; c.parents[dir] <= 0 {
@@ -231,13 +233,7 @@ func (s *Session) subdirCount(ctx context.Context, dir *node) (int, error) {
 	if err := s.load(ctx, dir); err != nil {
 		return 0, err
 	}
-	k := 0
-	for _, c := range dir.children {
-		if c.isDir() {
-			k++
-		}
-	}
-	return k, nil
+	return dir.subdirs, nil
 }
 
 // newLinkID picks a hard-link identity; random so that it never collides
