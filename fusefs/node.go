@@ -59,6 +59,13 @@ type fileData struct {
 	dirtyBytes int64
 }
 
+// addDirty accounts for delta bytes of write buffers, in the file and in
+// the session. Called with n.mu held.
+func (n *node) addDirty(delta int64) {
+	n.data.dirtyBytes += delta
+	n.sess.dirtyBytes.Add(delta)
+}
+
 // loadChunks makes sure n.data.chunks is loaded. Called with n.mu held.
 func (n *node) loadChunks(ctx context.Context) error {
 	d := n.data
@@ -152,13 +159,13 @@ func (n *node) writableChunk(ctx context.Context, i, minLen int) ([]byte, error)
 		if d.dirty == nil {
 			d.dirty = make(map[int][]byte)
 		}
-		d.dirtyBytes += int64(cap(b))
+		n.addDirty(int64(cap(b)))
 	}
 	if len(b) < minLen {
 		if cap(b) < minLen {
 			grown := make([]byte, minLen, growCap(cap(b), minLen))
 			copy(grown, b)
-			d.dirtyBytes += int64(cap(grown) - cap(b))
+			n.addDirty(int64(cap(grown) - cap(b)))
 			b = grown
 		} else {
 			old := len(b)
@@ -242,7 +249,7 @@ func (n *node) truncate(ctx context.Context, size int64) error {
 	}
 	for i, b := range d.dirty {
 		if i >= keep {
-			d.dirtyBytes -= int64(cap(b))
+			n.addDirty(-int64(cap(b)))
 			delete(d.dirty, i)
 		}
 	}
@@ -270,7 +277,7 @@ func (n *node) punchHole(ctx context.Context, off, length int64) error {
 		span := min(int(end-pos), manifest.ChunkSize-within)
 		if within == 0 && (span == manifest.ChunkSize || pos+int64(span) == d.size) {
 			if b, ok := d.dirty[i]; ok {
-				d.dirtyBytes -= int64(cap(b))
+				n.addDirty(-int64(cap(b)))
 				delete(d.dirty, i)
 			}
 			if i < d.chunks.Len() {
@@ -307,7 +314,7 @@ func (n *node) spill(ctx context.Context, b cas.Batch, keep int) error {
 		}
 		l := chunkLen(d.size, i)
 		if l == 0 {
-			d.dirtyBytes -= int64(cap(buf))
+			n.addDirty(-int64(cap(buf)))
 			delete(d.dirty, i)
 			continue
 		}
@@ -316,7 +323,7 @@ func (n *node) spill(ctx context.Context, b cas.Batch, keep int) error {
 			return err
 		}
 		d.chunks.Set(i, ref)
-		d.dirtyBytes -= int64(cap(buf))
+		n.addDirty(-int64(cap(buf)))
 		delete(d.dirty, i)
 	}
 	return nil

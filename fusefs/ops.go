@@ -418,6 +418,34 @@ func (s *Session) maybeSpill(ctx context.Context, n *node, keep int) error {
 	return b.Commit(ctx, false)
 }
 
+// spillAll moves every file's write buffers into the store, one file at a
+// time, when the session's buffers together pass sessionSpillThreshold.
+// Called with freeze held shared and no node lock.
+func (s *Session) spillAll(ctx context.Context) error {
+	if s.dirtyBytes.Load() < sessionSpillThreshold {
+		return nil
+	}
+	s.dirtyMu.Lock()
+	files := make([]*node, 0, len(s.dirty))
+	for n := range s.dirty {
+		if n.kind == manifest.KindFile {
+			files = append(files, n)
+		}
+	}
+	s.dirtyMu.Unlock()
+	b := s.store.NewBatch()
+	defer b.Discard()
+	for _, n := range files {
+		n.mu.Lock()
+		err := n.spill(ctx, b, -1)
+		n.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return b.Commit(ctx, false)
+}
+
 // Write writes data at off (at the end with appendMode) and returns the
 // number of bytes written.
 func (s *Session) Write(ctx context.Context, n *node, data []byte, off int64, appendMode bool) (int, error) {
@@ -426,6 +454,14 @@ func (s *Session) Write(ctx context.Context, n *node, data []byte, off int64, ap
 		return 0, err
 	}
 	defer done()
+	k, err := s.write(ctx, n, data, off, appendMode)
+	if err != nil {
+		return 0, err
+	}
+	return k, s.spillAll(ctx)
+}
+
+func (s *Session) write(ctx context.Context, n *node, data []byte, off int64, appendMode bool) (int, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.kind != manifest.KindFile {

@@ -57,6 +57,10 @@ type logger interface {
 // memory bounded while a writer streams gigabytes.
 const spillThreshold = 4 << 20
 
+// sessionSpillThreshold bounds the write buffers of all files of a session
+// together (many small files written and not yet flushed).
+const sessionSpillThreshold = 64 << 20
+
 func newSession(name string, store cas.Store, cache *chunkCache, inos *atomic.Uint64, root cas.Ref, readOnly bool, log logger) *Session {
 	s := &Session{
 		name:     name,
