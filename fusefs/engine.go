@@ -68,6 +68,9 @@ func New(store cas.Store, cat *catalog.Catalog, opts Options) *Engine {
 	if cacheChunks <= 0 {
 		cacheChunks = 256
 	}
+	// Every put goes through a Recorder so that gc can run beside writers
+	// (see gc.go).
+	store = Record(store)
 	e := &Engine{
 		store:    store,
 		cat:      cat,
@@ -415,6 +418,15 @@ func (e *Engine) Capture(ctx context.Context, session, msg string, handles map[s
 // (ID, SESSION@ID) or a session, which is captured first. It is O(1): the
 // new session shares every node and chunk with the source.
 func (e *Engine) Fork(ctx context.Context, source, target string) (*catalog.Head, error) {
+	if err := manifest.ValidateSessionName(target); err != nil {
+		return nil, fmt.Errorf("fork %s → %s: %w", source, target, err)
+	}
+	if src, _, _ := strings.Cut(source, "@"); src == target {
+		return nil, fmt.Errorf("fork %s → %s: %w", source, target, catalog.ErrSameSession)
+	}
+	if _, err := e.cat.Head(ctx, target); err == nil {
+		return nil, fmt.Errorf("fork %s → %s: %w", source, target, catalog.ErrExists)
+	}
 	id := ""
 	if !strings.Contains(source, "@") {
 		if _, err := e.cat.Head(ctx, source); err == nil {
