@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -96,9 +97,15 @@ func storeFresh(t *testing.T, s cas.Putter, chunks []cas.Ref) (cas.Ref, uint8, [
 }
 
 func TestChunkListIncremental(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { testChunkListIncremental(t, seed) })
+	}
+}
+
+func testChunkListIncremental(t *testing.T, seed uint64) {
 	ctx := context.Background()
 	s := newStore()
-	rng := rand.New(rand.NewPCG(1, 2))
+	rng := rand.New(rand.NewPCG(seed, 2))
 	c := NewChunkList()
 	var model []cas.Ref
 	sizes := []int{0, 5, MaxInlineChunks, MaxInlineChunks + 1, IndexFanout, IndexFanout + 1, 3*IndexFanout - 1, IndexFanout*IndexFanout + 3}

@@ -3,6 +3,7 @@ package manifest
 import (
 	"encoding/binary"
 	"math"
+	"math/bits"
 
 	"homefs/cas"
 )
@@ -35,13 +36,12 @@ func EncodeTree(t *Tree) ([]byte, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
-	size := headerLen + binary.MaxVarintLen64
+	size := headerLen + uvarintLen(uint64(len(t.Entries)))
 	for i := range t.Entries {
-		size += encodedEntryBound(&t.Entries[i])
+		size += encodedEntryLen(&t.Entries[i])
 	}
-	if size > MaxNodeSize+headerLen+binary.MaxVarintLen64 {
-		// The bound may overestimate; check the real length below.
-		size = MaxNodeSize
+	if size > MaxNodeSize {
+		return nil, errf(ErrTooLarge, "tree: encoding of %d bytes, over %d", size, MaxNodeSize)
 	}
 	b := make([]byte, 0, size)
 	b = append(b, treeMagic...)
@@ -49,20 +49,41 @@ func EncodeTree(t *Tree) ([]byte, error) {
 	b = binary.AppendUvarint(b, uint64(len(t.Entries)))
 	for i := range t.Entries {
 		b = appendEntry(b, &t.Entries[i])
-		if len(b) > MaxNodeSize {
-			return nil, errf(ErrTooLarge, "tree: encoding over %d bytes at entry %d", MaxNodeSize, i)
-		}
 	}
 	return b, nil
 }
 
-func encodedEntryBound(e *Entry) int {
-	n := 12*binary.MaxVarintLen64 + len(e.Name) + len(e.Target) + (len(e.Chunks)+2)*len(cas.Ref{})
+// encodedEntryLen is the exact length appendEntry writes for e.
+func encodedEntryLen(e *Entry) int {
+	n := strLen(e.Name) + 1 + uvarintLen(uint64(e.Mode)) + uvarintLen(uint64(e.UID)) + uvarintLen(uint64(e.GID)) +
+		varintLen(e.MtimeNs) + varintLen(e.CtimeNs)
+	switch e.Kind {
+	case KindFile:
+		n += uvarintLen(uint64(e.Size)) + 1
+		if e.Depth == 0 {
+			n += len(e.Chunks) * len(cas.Ref{})
+		} else {
+			n += len(cas.Ref{})
+		}
+	case KindDir:
+		n += len(cas.Ref{})
+	case KindSymlink:
+		n += strLen(e.Target)
+	}
+	n += uvarintLen(uint64(len(e.Xattrs)))
 	for _, x := range e.Xattrs {
-		n += 2*binary.MaxVarintLen64 + len(x.Name) + len(x.Value)
+		n += strLen(x.Name) + uvarintLen(uint64(len(x.Value))) + len(x.Value)
+	}
+	n += uvarintLen(e.LinkID)
+	if e.LinkID != 0 {
+		n += uvarintLen(uint64(e.Nlink))
 	}
 	return n
 }
+
+func uvarintLen(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
+func varintLen(v int64) int   { return uvarintLen(uint64(v<<1) ^ uint64(v>>63)) }
+func strLen(s string) int     { return uvarintLen(uint64(len(s))) + len(s) }
 
 func appendString(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))

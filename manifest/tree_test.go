@@ -112,3 +112,15 @@ func TestEmptyTreeRef(t *testing.T) {
 		t.Fatalf("empty tree %q", b)
 	}
 }
+
+func TestEncodedEntryLen(t *testing.T) {
+	for _, tree := range []*Tree{fixtureTree(), benchTree(200)} {
+		for i := range tree.Entries {
+			e := &tree.Entries[i]
+			e.UID, e.MtimeNs = 1<<31+uint32(i), -int64(i)<<40
+			if got, want := encodedEntryLen(e), len(appendEntry(nil, e)); got != want {
+				t.Fatalf("entry %q: encodedEntryLen %d, encoded %d", e.Name, got, want)
+			}
+		}
+	}
+}
