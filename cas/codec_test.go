@@ -2,7 +2,12 @@ package cas
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
+
+	"github.com/klauspost/compress/zstd"
+
+	"homefs/cas/internal/gen"
 )
 
 func TestEncodeChunkChoosesCodec(t *testing.T) {
@@ -62,4 +67,37 @@ func FuzzDecodeChunk(f *testing.F) {
 			t.Fatalf("re-encode round trip: %v", err)
 		}
 	})
+}
+
+// BenchmarkZstdLevel compares the encoder levels on 64 KiB chunks: speed
+// of EncodeAll and DecodeAll, and the ratio. The store uses SpeedDefault.
+func BenchmarkZstdLevel(b *testing.B) {
+	inputs := map[string][]byte{"jsonl": gen.JSONL(64<<10, 1), "random": pseudoRandom(64 << 10)}
+	for _, lvl := range []zstd.EncoderLevel{zstd.SpeedFastest, zstd.SpeedDefault} {
+		enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(lvl), zstd.WithLowerEncoderMem(true), zstd.WithEncoderConcurrency(1))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, kind := range []string{"jsonl", "random"} {
+			in := inputs[kind]
+			out := enc.EncodeAll(in, nil)
+			b.Run(fmt.Sprintf("encode/%s/%s", lvl, kind), func(b *testing.B) {
+				b.SetBytes(int64(len(in)))
+				var dst []byte
+				for b.Loop() {
+					dst = enc.EncodeAll(in, dst[:0])
+				}
+				b.ReportMetric(float64(len(out))/float64(len(in)), "ratio")
+			})
+			b.Run(fmt.Sprintf("decode/%s/%s", lvl, kind), func(b *testing.B) {
+				b.SetBytes(int64(len(in)))
+				dst := make([]byte, 0, len(in))
+				for b.Loop() {
+					if dst, err = decoder().DecodeAll(out, dst[:0]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
 }
