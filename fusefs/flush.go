@@ -46,7 +46,7 @@ func (s *Session) flushLocked(ctx context.Context, durable bool) (cas.Ref, error
 }
 
 func (s *Session) storeChanges(ctx context.Context, dirty map[*node]struct{}, durable bool) (cas.Ref, error) {
-	batch := s.store.NewBatch()
+	batch := s.newBatch()
 	defer batch.Discard()
 	s.treeMu.Lock()
 	defer s.treeMu.Unlock()

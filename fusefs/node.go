@@ -107,9 +107,12 @@ func (n *node) chunkBytes(ctx context.Context, i int) ([]byte, error) {
 	if ref.IsZero() {
 		return nil, nil
 	}
-	b, err := n.sess.chunks.get(ctx, ref)
-	if err != nil {
-		return nil, err
+	b, ok := n.sess.pending.get(ref)
+	if !ok {
+		var err error
+		if b, err = n.sess.chunks.get(ctx, ref); err != nil {
+			return nil, err
+		}
 	}
 	if l := chunkLen(d.size, i); len(b) > l {
 		b = b[:l]

@@ -410,7 +410,7 @@ func (s *Session) maybeSpill(ctx context.Context, n *node, keep int) error {
 	if n.data == nil || n.data.dirtyBytes < spillThreshold {
 		return nil
 	}
-	b := s.store.NewBatch()
+	b := s.newBatch()
 	defer b.Discard()
 	if err := n.spill(ctx, b, keep); err != nil {
 		return err
@@ -433,7 +433,7 @@ func (s *Session) spillAll(ctx context.Context) error {
 		}
 	}
 	s.dirtyMu.Unlock()
-	b := s.store.NewBatch()
+	b := s.newBatch()
 	defer b.Discard()
 	for _, n := range files {
 		n.mu.Lock()

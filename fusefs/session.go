@@ -36,6 +36,9 @@ type Session struct {
 
 	dirtyMu sync.Mutex
 	dirty   map[*node]struct{} // nodes whose entry changed; GUARDED_BY(dirtyMu)
+	// pending holds chunks of batches not committed yet (see newBatch).
+	pending pendingChunks
+
 	// dirtyBytes counts buffered file bytes across the session.
 	dirtyBytes atomic.Int64
 
