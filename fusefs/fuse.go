@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -32,7 +33,7 @@ var (
 	_ fs.NodeLookuper       = (*fnode)(nil)
 	_ fs.NodeGetattrer      = (*fnode)(nil)
 	_ fs.NodeSetattrer      = (*fnode)(nil)
-	_ fs.NodeReaddirer      = (*fnode)(nil)
+	_ fs.NodeOpendirHandler = (*fnode)(nil)
 	_ fs.NodeMkdirer        = (*fnode)(nil)
 	_ fs.NodeMknoder        = (*fnode)(nil)
 	_ fs.NodeCreater        = (*fnode)(nil)
@@ -168,16 +169,61 @@ func (f *fnode) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn
 	return f.Getattr(ctx, nil, out)
 }
 
-func (f *fnode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	list, err := f.sess().list(ctx, f.n.Load())
-	if err != nil {
-		return nil, f.m.toErrno("readdir", f, err)
+// OpendirHandle returns a listing handle. It lists the directory on the
+// first read and again on every rewind (offset 0), so that rewinddir shows
+// the directory as it is then (POSIX); between rewinds the listing is
+// fixed, so that offsets stay valid while names come and go.
+func (f *fnode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	return &dirHandle{f: f}, 0, 0
+}
+
+// dirHandle is an open directory.
+type dirHandle struct {
+	f       *fnode
+	mu      sync.Mutex
+	entries []fuse.DirEntry // nil until listed; GUARDED_BY(mu)
+	next    int             // index of the next entry; GUARDED_BY(mu)
+}
+
+var (
+	_ fs.FileReaddirenter = (*dirHandle)(nil)
+	_ fs.FileSeekdirer    = (*dirHandle)(nil)
+)
+
+func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.entries == nil {
+		list, err := d.f.sess().list(ctx, d.f.n.Load())
+		if err != nil {
+			return nil, d.f.m.toErrno("readdir", d.f, err)
+		}
+		d.entries = make([]fuse.DirEntry, len(list))
+		for i, e := range list {
+			d.entries[i] = fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: typeBits(e.Kind)}
+		}
 	}
-	out := make([]fuse.DirEntry, len(list))
-	for i, e := range list {
-		out[i] = fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: typeBits(e.Kind)}
+	if d.next >= len(d.entries) {
+		return nil, 0
 	}
-	return fs.NewListDirStream(out), 0
+	e := d.entries[d.next]
+	d.next++
+	e.Off = uint64(d.next)
+	return &e, 0
+}
+
+func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if off == 0 {
+		d.entries, d.next = nil, 0
+		return 0
+	}
+	if d.entries == nil || off > uint64(len(d.entries)) {
+		return syscall.EINVAL
+	}
+	d.next = int(off)
+	return 0
 }
 
 func (f *fnode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
