@@ -196,6 +196,9 @@ func (s *Session) detach(dir *node, name string) *node {
 
 // lookup finds name in dir, loading dir if needed.
 func (s *Session) lookup(ctx context.Context, dir *node, name string) (*node, error) {
+	if len(name) > manifest.MaxNameLen {
+		return nil, syscall.ENAMETOOLONG // as ext4 answers, not ENOENT
+	}
 	s.treeMu.Lock()
 	defer s.treeMu.Unlock()
 	if !dir.isDir() {
