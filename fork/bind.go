@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
+	"slices"
 	"strings"
 
 	"homefs/cas"
@@ -414,4 +416,24 @@ func dropDerived(ctx context.Context, env Env, target string, p Provider) ([]str
 		removed = append(removed, fp)
 	}
 	return removed, nil
+}
+
+// BindHandles binds every provider session named by handles (a snapshot's
+// or a head's) from source into target: "whatever is there". A provider
+// the registry does not know has nothing to bind and is returned in
+// skipped, not as an error. It stops at the first failing provider.
+func BindHandles(ctx context.Context, env Env, source, target string, handles map[string]manifest.Handle) (results []BindResult, skipped []string, err error) {
+	for _, name := range slices.Sorted(maps.Keys(handles)) {
+		p, err := Lookup(name)
+		if errors.Is(err, ErrUnknownProvider) {
+			skipped = append(skipped, name)
+			continue
+		}
+		res, err := BindProvider(ctx, env, p, BindRequest{Provider: name, ID: handles[name].ID, Source: source, Target: target})
+		if err != nil {
+			return results, skipped, err
+		}
+		results = append(results, res)
+	}
+	return results, skipped, nil
 }
