@@ -84,7 +84,9 @@ func FuzzRecordReader(f *testing.F) {
 	})
 }
 
-func isDamagedErr(err error) bool { return errors.Is(err, fork.ErrDamaged) || errors.Is(err, fork.ErrTooLarge) }
+func isDamagedErr(err error) bool {
+	return errors.Is(err, fork.ErrDamaged) || errors.Is(err, fork.ErrTooLarge)
+}
 
 func FuzzDecodeNative(f *testing.F) {
 	seedFiles(f, nativeDir, 1<<20)

@@ -33,8 +33,8 @@ const (
 
 // NativeSnapshot is a decoded native snapshot.
 type NativeSnapshot struct {
-	Version   int                        `json:"version"`
-	BlobStore string                     `json:"blobStore,omitempty"`
+	Version   int                     `json:"version"`
+	BlobStore string                  `json:"blobStore,omitempty"`
 	Handles   map[string]NativeHandle `json:"handles"`
 	Files     map[string]NativeFile   `json:"files"`
 }
