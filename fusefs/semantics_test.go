@@ -1,0 +1,270 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"homefs/cas"
+)
+
+func TestCaptureIsolation(t *testing.T) {
+	t.Parallel()
+	e, m := newMount(t)
+	d := m.Dir()
+	write(t, filepath.Join(d, "a"), "v1")
+	f, err := os.OpenFile(filepath.Join(d, "open"), os.O_CREATE|os.O_RDWR, 0o644)
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = f.WriteString("before")
+	require.NoError(t, err)
+	_, id, err := e.Capture(context.Background(), "s", "one", nil)
+	require.NoError(t, err)
+
+	write(t, filepath.Join(d, "a"), "v2")
+	write(t, filepath.Join(d, "b"), "new")
+	_, err = f.WriteString(" after")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(filepath.Join(d, "a"), 0o600))
+
+	snap := mountSnapshot(t, e, id)
+	require.Equal(t, "v1", read(t, filepath.Join(snap, "a")))
+	require.Equal(t, "before", read(t, filepath.Join(snap, "open")))
+	require.Equal(t, uint32(0o644), stat(t, filepath.Join(snap, "a")).Mode&0o777)
+	_, err = os.Stat(filepath.Join(snap, "b"))
+	requireErrno(t, err, syscall.ENOENT)
+	// Even after a later capture and sync the first one is unchanged.
+	_, _, err = e.Capture(context.Background(), "s", "two", nil)
+	require.NoError(t, err)
+	require.Equal(t, "v1", read(t, filepath.Join(mountSnapshot(t, e, id), "a")))
+}
+
+func TestForkIsolation(t *testing.T) {
+	t.Parallel()
+	e, m := newMount(t)
+	write(t, filepath.Join(m.Dir(), "shared/f"), "base")
+	fm := forkMount(t, e, "s", "child")
+	require.Equal(t, "base", read(t, filepath.Join(fm.Dir(), "shared/f")))
+
+	write(t, filepath.Join(m.Dir(), "shared/f"), "parent")
+	write(t, filepath.Join(fm.Dir(), "shared/g"), "child")
+	require.NoError(t, os.Rename(filepath.Join(fm.Dir(), "shared"), filepath.Join(fm.Dir(), "moved")))
+
+	require.Equal(t, "base", read(t, filepath.Join(fm.Dir(), "moved/f")))
+	_, err := os.Stat(filepath.Join(m.Dir(), "shared/g"))
+	requireErrno(t, err, syscall.ENOENT)
+	require.Equal(t, "parent", read(t, filepath.Join(m.Dir(), "shared/f")))
+
+	// And after both sides are flushed and captured.
+	_, snapParent := captureMount(t, e, "s")
+	_, snapChild := captureMount(t, e, "child")
+	require.Equal(t, "parent", read(t, filepath.Join(snapParent, "shared/f")))
+	require.Equal(t, "base", read(t, filepath.Join(snapChild, "moved/f")))
+	require.Equal(t, "child", read(t, filepath.Join(snapChild, "moved/g")))
+}
+
+func TestRestore(t *testing.T) {
+	t.Parallel()
+	e, m := newMount(t)
+	ctx := context.Background()
+	d := m.Dir()
+	write(t, filepath.Join(d, "dir/f"), "v1")
+	write(t, filepath.Join(d, "top"), "t1")
+	_, id1, err := e.Capture(ctx, "s", "one", nil)
+	require.NoError(t, err)
+
+	write(t, filepath.Join(d, "dir/f"), "v2-longer")
+	write(t, filepath.Join(d, "added"), "x")
+	open, err := os.OpenFile(filepath.Join(d, "dir/f"), os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer open.Close()
+
+	require.NoError(t, e.Restore(ctx, "s", id1))
+	// The open descriptor keeps the content it had.
+	buf := make([]byte, 9)
+	_, err = open.ReadAt(buf, 0)
+	require.NoError(t, err)
+	require.Equal(t, "v2-longer", string(buf))
+	_, err = open.WriteAt([]byte("W"), 0)
+	require.NoError(t, err)
+	// New opens see the restored tree.
+	require.Equal(t, "v1", read(t, filepath.Join(d, "dir/f")))
+	require.Equal(t, "t1", read(t, filepath.Join(d, "top")))
+	_, err = os.Stat(filepath.Join(d, "added"))
+	requireErrno(t, err, syscall.ENOENT)
+	// Writes through the old descriptor do not reach the restored tree,
+	// nor a capture of it.
+	_, snap := captureMount(t, e, "s")
+	require.Equal(t, "v1", read(t, filepath.Join(snap, "dir/f")))
+	require.Equal(t, "v1", read(t, filepath.Join(d, "dir/f")))
+	// The restored tree is writable.
+	write(t, filepath.Join(d, "dir/f"), "v3")
+	require.Equal(t, "v3", read(t, filepath.Join(d, "dir/f")))
+}
+
+// TestRestoreMissing: a restore to a snapshot whose chunks are missing
+// fails and changes nothing.
+func TestRestoreMissing(t *testing.T) {
+	t.Parallel()
+	store := cas.NewMemory()
+	e := NewTestEngine(t, store)
+	m := MountForTest(t, e, "s", "", MountOptions{})
+	ctx := context.Background()
+	d := m.Dir()
+	write(t, filepath.Join(d, "f"), "only in the first snapshot")
+	_, id1, err := e.Capture(ctx, "s", "one", nil)
+	require.NoError(t, err)
+	refs := chunkRefs(t, store, mustHead(t, e, "s").Root, "f")
+	write(t, filepath.Join(d, "f"), "second")
+	write(t, filepath.Join(d, "g"), "g")
+	_, id2, err := e.Capture(ctx, "s", "two", nil)
+	require.NoError(t, err)
+	write(t, filepath.Join(d, "live"), "unflushed")
+	require.NoError(t, store.Delete(ctx, refs...))
+
+	err = e.Restore(ctx, "s", id1)
+	require.Error(t, err)
+	require.True(t, errors.Is(err, cas.ErrNotFound), "restore: %v", err)
+	require.Equal(t, "second", read(t, filepath.Join(d, "f")))
+	require.Equal(t, "unflushed", read(t, filepath.Join(d, "live")))
+	require.Equal(t, id2, mustHead(t, e, "s").Snapshot, "head unchanged")
+	_, snap := captureMount(t, e, "s")
+	require.Equal(t, "unflushed", read(t, filepath.Join(snap, "live")))
+}
+
+// TestConcurrentCaptures: writers write file i and then set their counter
+// to i+1 (temp file and rename) while captures are taken; in every
+// snapshot each counter is at most the files present, which are whole.
+func TestConcurrentCaptures(t *testing.T) {
+	t.Parallel()
+	e, m := newMount(t)
+	ctx := context.Background()
+	d := m.Dir()
+	const writers = 4
+	content := func(w, i int) []byte { return randBytes(uint64(w*1000+i), 1000+i*37) }
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		dir := filepath.Join(d, fmt.Sprintf("w%d", w))
+		require.NoError(t, os.Mkdir(dir, 0o755))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("file%d", i)), content(w, i), 0o644); err != nil {
+					errs <- err
+					return
+				}
+				tmp := filepath.Join(dir, "counter.tmp")
+				if err := os.WriteFile(tmp, []byte(strconv.Itoa(i+1)), 0o644); err != nil {
+					errs <- err
+					return
+				}
+				if err := os.Rename(tmp, filepath.Join(dir, "counter")); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var ids []string
+	for range 6 {
+		time.Sleep(40 * time.Millisecond)
+		_, id, err := e.Capture(ctx, "s", "concurrent", nil)
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for _, id := range ids {
+		snap := mountSnapshot(t, e, id)
+		for w := range writers {
+			dir := filepath.Join(snap, fmt.Sprintf("w%d", w))
+			c := 0
+			if b, err := os.ReadFile(filepath.Join(dir, "counter")); err == nil {
+				c, err = strconv.Atoi(string(b))
+				require.NoError(t, err, "counter of w%d in %s: %q", w, id, b)
+			} else {
+				requireErrno(t, err, syscall.ENOENT)
+			}
+			for i := range c {
+				got, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("file%d", i)))
+				require.NoError(t, err, "snapshot %s: w%d counter %d but file%d", id, w, c, i)
+				require.Equal(t, content(w, i), got, "snapshot %s: w%d file%d whole", id, w, i)
+			}
+		}
+	}
+}
+
+func TestSubtreeMounts(t *testing.T) {
+	t.Parallel()
+	e, m := newMount(t)
+	ctx := context.Background()
+	require.NoError(t, os.Mkdir(filepath.Join(m.Dir(), "workspace"), 0o755))
+	require.NoError(t, os.Mkdir(filepath.Join(m.Dir(), "codex-home"), 0o700))
+	ws := MountForTest(t, e, "s", "workspace", MountOptions{})
+	ch := MountForTest(t, e, "s", "/codex-home/", MountOptions{})
+	require.Equal(t, "codex-home", ch.Subtree())
+	write(t, filepath.Join(ws.Dir(), "main.go"), "package main")
+	write(t, filepath.Join(ch.Dir(), "sessions/rollout.jsonl"), "{}\n")
+	require.Equal(t, "package main", read(t, filepath.Join(m.Dir(), "workspace/main.go")))
+	_, err := e.Mount(ctx, "s", "missing", t.TempDir(), MountOptions{})
+	require.ErrorIs(t, err, ErrNotDirectory)
+	_, err = e.Mount(ctx, "s", "workspace/main.go", t.TempDir(), MountOptions{})
+	require.ErrorIs(t, err, ErrNotDirectory)
+
+	_, snap := captureMount(t, e, "s")
+	require.Equal(t, "package main", read(t, filepath.Join(snap, "workspace/main.go")))
+	require.Equal(t, "{}\n", read(t, filepath.Join(snap, "codex-home/sessions/rollout.jsonl")))
+	require.Equal(t, uint32(0o700), stat(t, filepath.Join(snap, "codex-home")).Mode&0o777)
+}
+
+func TestReadOnlyMounts(t *testing.T) {
+	t.Parallel()
+	e, m := newMount(t)
+	write(t, filepath.Join(m.Dir(), "f"), "x")
+	require.NoError(t, os.Mkdir(filepath.Join(m.Dir(), "d"), 0o755))
+	id, snap := captureMount(t, e, "s")
+	_ = id
+	ro, err := e.Mount(context.Background(), "s", "", t.TempDir(), MountOptions{ReadOnly: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ro.Unmount() })
+	for _, dir := range []string{snap, ro.Dir()} {
+		require.Equal(t, "x", read(t, filepath.Join(dir, "f")))
+		for name, err := range map[string]error{
+			"write":    os.WriteFile(filepath.Join(dir, "f"), []byte("y"), 0o644),
+			"create":   os.WriteFile(filepath.Join(dir, "new"), []byte("y"), 0o644),
+			"mkdir":    os.Mkdir(filepath.Join(dir, "d2"), 0o755),
+			"unlink":   os.Remove(filepath.Join(dir, "f")),
+			"rmdir":    os.Remove(filepath.Join(dir, "d")),
+			"rename":   os.Rename(filepath.Join(dir, "f"), filepath.Join(dir, "g")),
+			"chmod":    os.Chmod(filepath.Join(dir, "f"), 0o600),
+			"symlink":  os.Symlink("x", filepath.Join(dir, "l")),
+			"setxattr": unix.Setxattr(filepath.Join(dir, "f"), "user.x", []byte("1"), 0),
+			"truncate": os.Truncate(filepath.Join(dir, "f"), 0),
+		} {
+			requireErrno(t, err, syscall.EROFS, name)
+		}
+		require.Equal(t, "x", read(t, filepath.Join(dir, "f")))
+	}
+}
