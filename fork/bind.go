@@ -437,3 +437,21 @@ func BindHandles(ctx context.Context, env Env, source, target string, handles ma
 	}
 	return results, skipped, nil
 }
+
+// DropDerived removes the derived state of every registered provider from
+// session (see Provider.Derived), and returns the paths removed. A session
+// forked from another and mounted at another path needs it before a
+// harness runs there, bind or not: Codex would otherwise follow the
+// absolute paths its state_5.sqlite recorded back into the source.
+func DropDerived(ctx context.Context, env Env, session string) ([]string, error) {
+	var all []string
+	for _, name := range Providers() {
+		p, _ := Lookup(name)
+		removed, err := dropDerived(ctx, env, session, p)
+		all = append(all, removed...)
+		if err != nil {
+			return all, fmt.Errorf("fork: drop derived state of %s in %s: %w", name, session, err)
+		}
+	}
+	return all, nil
+}
