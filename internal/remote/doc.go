@@ -1,0 +1,37 @@
+// Package remote is homefs's remote tier: an S3-compatible bucket that
+// holds chunks, manifest nodes, snapshot records and session heads, so that
+// a session captured on one host can be pulled and resumed on another.
+//
+// Terms:
+//
+//   - A remote is one bucket and key prefix reached through the S3 API
+//     (path-style addressing, any endpoint: AWS, MinIO, Ceph RGW, R2,
+//     Versity). Its layout under PREFIX/:
+//
+//     chunks/<hex>      a chunk or manifest node in its cas stored form,
+//     named by the hex of its ref, verified by hash on every read
+//     snapshots/<id>    a snapshot record (canonical JSON), named by its id
+//     heads/<session>   the session's remote head (JSON: the last
+//     snapshot pushed), changed only by conditional puts
+//
+//   - Push uploads what the remote lacks, children before parents: a tree
+//     or index node present on the remote implies its whole subtree is
+//     there, so a push skips it. Records go after their trees and after
+//     their Parent and Origin records; a record present on the remote
+//     therefore implies its tree and its lineage are complete. That write
+//     is the durability barrier. The head is moved last, only forward along
+//     lineage and only if it still holds the ETag read before
+//     (If-Match / If-None-Match: *); anything else is ErrConflict.
+//
+//   - Pull fetches a record, its lineage and their tree and index nodes
+//     into the local store and registers them in the local catalog; file
+//     chunks come later, on first read, through ReadThrough (or at once,
+//     with PullOptions.All).
+//
+//   - ReadThrough is a cas.Store that serves local chunks and fetches
+//     missing ones from remotes, checking each one's hash before storing
+//     and returning it, and reading ahead along the files of pulled trees.
+//
+// Credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or a
+// shared credentials file; they are never logged or stored.
+package remote

@@ -1,0 +1,453 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"homefs/cas"
+	"homefs/internal/catalog"
+	"homefs/manifest"
+)
+
+// Phase names a step of a push or pull, for progress reports.
+type Phase string
+
+const (
+	PhaseLineage Phase = "lineage" // finding the snapshots to transfer
+	PhaseScan    Phase = "scan"    // walking trees, checking what is present
+	PhaseChunks  Phase = "chunks"  // transferring file chunks
+	PhaseNodes   Phase = "nodes"   // transferring tree and index nodes
+	PhaseRecord  Phase = "record"  // writing a snapshot record
+	PhaseHead    Phase = "head"    // moving the session head
+)
+
+// Progress is reported while a push or pull runs, from one goroutine at a
+// time (calls never overlap).
+type Progress struct {
+	Phase    Phase
+	Snapshot string // the snapshot whose tree is being transferred
+	// Objects and Bytes are the totals known so far; Done counts what
+	// finished. Bytes are stored (compressed) sizes for a push.
+	Objects, ObjectsDone int64
+	Bytes, BytesDone     int64
+}
+
+// PushOptions tune a push.
+type PushOptions struct {
+	Progress func(Progress)
+	// NoHead skips moving the session head: the snapshot (and its lineage)
+	// become durable on the remote without becoming its session's latest.
+	NoHead bool
+}
+
+// PushResult says what a push did.
+type PushResult struct {
+	ID      string // the snapshot pushed
+	Session string
+	// Records is how many snapshot records were uploaded (the snapshot and
+	// the part of its lineage the remote lacked).
+	Records int
+	// Checked counts the objects whose presence was asked; Uploaded and
+	// UploadedBytes (stored form) what was sent.
+	Checked       int
+	Uploaded      int
+	UploadedBytes int64
+	// Head is the session's remote head after the push (nil with NoHead).
+	Head *Head
+	// HeadMoved reports whether the push changed the head.
+	HeadMoved bool
+}
+
+// PushSource is what Push reads: the local store and catalog.
+type PushSource interface {
+	cas.Getter
+}
+
+// Push makes the snapshot named by spec (see catalog.Resolve) durable on
+// the remote and, unless opts.NoHead, its session's remote head. It uploads
+// only what the remote lacks, in an order that keeps the remote's
+// invariants at every instant (see the package doc), so a push interrupted
+// anywhere can be rerun and completes. It fails with ErrConflict when the
+// remote head holds a snapshot that is not an ancestor of this one (another
+// host pushed a diverging turn) or moves while the push runs.
+func Push(ctx context.Context, local PushSource, cat *catalog.Catalog, r *Remote, spec string, opts PushOptions) (*PushResult, error) {
+	_, id, err := cat.Resolve(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("push %s: %w", spec, err)
+	}
+	p := &pusher{local: local, cat: cat, r: r, opts: opts, known: make(map[cas.Ref]struct{})}
+	res, err := p.push(ctx, id)
+	if err != nil {
+		return res, fmt.Errorf("push %s to %s: %w", spec, r.Name(), err)
+	}
+	return res, nil
+}
+
+type pusher struct {
+	local PushSource
+	cat   *catalog.Catalog
+	r     *Remote
+	opts  PushOptions
+	res   PushResult
+	// known holds refs the remote is known to hold (checked or uploaded).
+	known map[cas.Ref]struct{}
+}
+
+func (p *pusher) report(pr Progress) {
+	if p.opts.Progress != nil {
+		p.opts.Progress(pr)
+	}
+}
+
+func (p *pusher) push(ctx context.Context, id string) (*PushResult, error) {
+	p.res.ID = id
+	p.report(Progress{Phase: PhaseLineage, Snapshot: id})
+	order, records, err := p.lineage(ctx, id)
+	if err != nil {
+		return &p.res, err
+	}
+	for _, sid := range order {
+		rec := records[sid]
+		if err := p.pushTree(ctx, sid, rec.snap.Root); err != nil {
+			return &p.res, fmt.Errorf("snapshot %s: %w", sid, err)
+		}
+		// The durability barrier: the record goes after its tree and its
+		// lineage, so a record on the remote implies both are complete.
+		p.report(Progress{Phase: PhaseRecord, Snapshot: sid})
+		if err := p.r.putSnapshot(ctx, sid, rec.raw); err != nil {
+			return &p.res, fmt.Errorf("snapshot %s: record: %w", sid, err)
+		}
+		p.res.Records++
+		p.res.Uploaded++
+		p.res.UploadedBytes += int64(len(rec.raw))
+	}
+	_, snap, err := p.cat.Record(ctx, id)
+	if err != nil {
+		return &p.res, err
+	}
+	p.res.Session = snap.Session
+	if p.opts.NoHead {
+		return &p.res, nil
+	}
+	p.report(Progress{Phase: PhaseHead, Snapshot: id})
+	h, moved, err := advanceHead(ctx, p.r, p.cat, snap.Session, id)
+	p.res.Head, p.res.HeadMoved = h, moved
+	return &p.res, err
+}
+
+type localRecord struct {
+	raw  []byte
+	snap *manifest.Snapshot
+}
+
+// lineage returns the snapshots to push, ancestors first: id and every
+// Parent/Origin ancestor up to the ones the remote already holds (which,
+// by the record invariant, have their own lineage there too).
+func (p *pusher) lineage(ctx context.Context, id string) ([]string, map[string]localRecord, error) {
+	var order []string
+	records := make(map[string]localRecord)
+	visited := make(map[string]bool)
+	var visit func(id string) error
+	visit = func(id string) error {
+		if id == "" || visited[id] {
+			return nil
+		}
+		visited[id] = true
+		has, err := p.r.HasSnapshot(ctx, id)
+		p.res.Checked++
+		if err != nil || has {
+			return err
+		}
+		raw, snap, err := p.cat.Record(ctx, id)
+		if err != nil {
+			return err
+		}
+		if err := visit(snap.Parent); err != nil {
+			return err
+		}
+		if snap.Origin != nil {
+			if err := visit(snap.Origin.Snapshot); err != nil {
+				return err
+			}
+		}
+		records[id] = localRecord{raw: raw, snap: snap}
+		order = append(order, id)
+		return nil
+	}
+	return order, records, visit(id)
+}
+
+// pending is a node the remote lacks, with the nodes below it that it
+// lacks too (they must be uploaded first).
+type pending struct {
+	kind     manifest.RefKind
+	children []cas.Ref
+}
+
+// pushTree uploads every object of the tree under root that the remote
+// lacks: a breadth-first scan that asks about each level's nodes and
+// chunks in batches and descends only into absent nodes, then the chunks,
+// then the nodes in order of height, so that no node lands before
+// everything below it.
+func (p *pusher) pushTree(ctx context.Context, sid string, root cas.Ref) error {
+	if _, ok := p.known[root]; ok {
+		return nil
+	}
+	has, err := p.r.present(ctx, []cas.Ref{root})
+	p.res.Checked++
+	if err != nil {
+		return err
+	}
+	if has[0] {
+		p.known[root] = struct{}{}
+		return nil
+	}
+	nodes := map[cas.Ref]*pending{root: {kind: manifest.TreeNode}}
+	chunks := make(map[cas.Ref]struct{})
+	seen := map[cas.Ref]struct{}{root: {}}
+	type child struct {
+		parent, ref cas.Ref
+		kind        manifest.RefKind
+	}
+	frontier := []cas.Ref{root}
+	for len(frontier) > 0 {
+		p.report(Progress{Phase: PhaseScan, Snapshot: sid, Objects: int64(len(nodes) + len(chunks))})
+		var kids []child
+		var newChunks []cas.Ref
+		for _, ref := range frontier {
+			n := nodes[ref]
+			data, err := p.local.Get(ctx, ref)
+			if err != nil {
+				return fmt.Errorf("%s node %s: %w", n.kind, ref.Short(), err)
+			}
+			addChunks := func(refs []cas.Ref) {
+				for _, c := range refs {
+					if c.IsZero() {
+						continue
+					}
+					if _, ok := seen[c]; ok {
+						continue
+					}
+					seen[c] = struct{}{}
+					if _, ok := p.known[c]; !ok {
+						newChunks = append(newChunks, c)
+					}
+				}
+			}
+			if n.kind == manifest.TreeNode {
+				t, err := manifest.DecodeTree(data)
+				if err != nil {
+					return fmt.Errorf("tree node %s: %w", ref.Short(), err)
+				}
+				for i := range t.Entries {
+					e := &t.Entries[i]
+					switch {
+					case e.Kind == manifest.KindDir:
+						kids = append(kids, child{ref, e.Tree, manifest.TreeNode})
+					case e.Kind == manifest.KindFile && e.Depth == 0:
+						addChunks(e.Chunks)
+					case e.Kind == manifest.KindFile:
+						kids = append(kids, child{ref, e.Index, manifest.IndexNode})
+					}
+				}
+				continue
+			}
+			depth, refs, err := manifest.DecodeIndex(data)
+			if err != nil {
+				return fmt.Errorf("index node %s: %w", ref.Short(), err)
+			}
+			if depth == 1 {
+				addChunks(refs)
+				continue
+			}
+			for _, c := range refs {
+				kids = append(kids, child{ref, c, manifest.IndexNode})
+			}
+		}
+		// Ask about the new nodes and chunks of this level in one batch.
+		var ask []cas.Ref
+		for _, k := range kids {
+			if _, ok := seen[k.ref]; ok {
+				continue
+			}
+			seen[k.ref] = struct{}{}
+			if _, ok := p.known[k.ref]; !ok {
+				ask = append(ask, k.ref)
+			}
+		}
+		nodeAsk := len(ask)
+		ask = append(ask, newChunks...)
+		has, err := p.r.present(ctx, ask)
+		p.res.Checked += len(ask)
+		if err != nil {
+			return err
+		}
+		frontier = frontier[:0:0]
+		for i, ref := range ask {
+			switch {
+			case has[i]:
+				p.known[ref] = struct{}{}
+			case i < nodeAsk:
+				frontier = append(frontier, ref)
+			default:
+				chunks[ref] = struct{}{}
+			}
+		}
+		for _, ref := range frontier {
+			nodes[ref] = &pending{}
+		}
+		// Record every edge to an absent node, also to one first reached
+		// through another parent: heights must see all of them.
+		for _, k := range kids {
+			if n, ok := nodes[k.ref]; ok {
+				if n.kind == 0 {
+					n.kind = k.kind
+				}
+				parent := nodes[k.parent]
+				parent.children = append(parent.children, k.ref)
+			}
+		}
+	}
+
+	if err := p.upload(ctx, sid, PhaseChunks, sortedRefs(chunks)); err != nil {
+		return err
+	}
+	// Upload nodes by height: a node of height h has only absent children
+	// of height < h, all uploaded in earlier rounds.
+	height := make(map[cas.Ref]int, len(nodes))
+	var heightOf func(cas.Ref) int
+	heightOf = func(ref cas.Ref) int {
+		if h, ok := height[ref]; ok {
+			return h
+		}
+		h := 0
+		for _, c := range nodes[ref].children {
+			h = max(h, heightOf(c)+1)
+		}
+		height[ref] = h
+		return h
+	}
+	rounds := map[int]map[cas.Ref]struct{}{}
+	top := 0
+	for ref := range nodes {
+		h := heightOf(ref)
+		if rounds[h] == nil {
+			rounds[h] = make(map[cas.Ref]struct{})
+		}
+		rounds[h][ref] = struct{}{}
+		top = max(top, h)
+	}
+	for h := 0; h <= top; h++ {
+		if err := p.upload(ctx, sid, PhaseNodes, sortedRefs(rounds[h])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// upload sends refs from the local store, Parallel at a time.
+func (p *pusher) upload(ctx context.Context, sid string, phase Phase, refs []cas.Ref) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	var done, bytes atomic.Int64
+	progress := make(chan struct{}, 1)
+	err := parallel(ctx, p.r.parallel, len(refs), func(ctx context.Context, i int) error {
+		data, err := p.local.Get(ctx, refs[i])
+		if err != nil {
+			return fmt.Errorf("read %s: %w", refs[i].Short(), err)
+		}
+		stored, err := cas.EncodeStored(data)
+		if err != nil {
+			return err
+		}
+		if err := p.r.PutChunk(ctx, refs[i], stored); err != nil {
+			return err
+		}
+		bytes.Add(int64(len(stored)))
+		done.Add(1)
+		// Report from whichever worker gets the token, never two at once.
+		select {
+		case progress <- struct{}{}:
+			p.report(Progress{Phase: phase, Snapshot: sid, Objects: int64(len(refs)), ObjectsDone: done.Load(), BytesDone: bytes.Load()})
+			<-progress
+		default:
+		}
+		return nil
+	})
+	p.res.Uploaded += int(done.Load())
+	p.res.UploadedBytes += bytes.Load()
+	if err != nil {
+		return err
+	}
+	for _, ref := range refs {
+		p.known[ref] = struct{}{}
+	}
+	return nil
+}
+
+// advanceHead moves session's remote head to id if it is absent or holds an
+// ancestor of id; it leaves a head that already holds id, or a descendant
+// of it, alone. Anything else is ErrConflict: the remote moved on along
+// another line.
+func advanceHead(ctx context.Context, r *Remote, cat *catalog.Catalog, session, id string) (*Head, bool, error) {
+	cur, err := r.Head(ctx, session)
+	if errors.Is(err, ErrNoSnapshot) {
+		h, err := r.SetHead(ctx, session, id, nil)
+		if err != nil {
+			return nil, false, fmt.Errorf("create head of %s: %w", session, err)
+		}
+		return h, true, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if cur.Snapshot == id {
+		return cur, false, nil
+	}
+	ancestors, err := lineageSet(ctx, cat, id)
+	if err != nil {
+		return nil, false, err
+	}
+	if !ancestors[cur.Snapshot] {
+		if later, err := lineageSet(ctx, cat, cur.Snapshot); err == nil && later[id] {
+			return cur, false, nil // pushing an older snapshot: the head stays
+		}
+		return cur, false, fmt.Errorf("head of %s on %s is at snapshot %s, which is not an ancestor of %s (another host pushed a different turn; pull it and fork, or push under another session name): %w",
+			session, r.Name(), cur.Snapshot[:12], id[:12], ErrConflict)
+	}
+	h, err := r.SetHead(ctx, session, id, cur)
+	if err != nil {
+		return cur, false, fmt.Errorf("move head of %s from %s to %s: %w", session, cur.Snapshot[:12], id[:12], err)
+	}
+	return h, true, nil
+}
+
+// lineageSet returns id and its ancestors along Parent and Origin, as far
+// as the local catalog knows them.
+func lineageSet(ctx context.Context, cat *catalog.Catalog, id string) (map[string]bool, error) {
+	set := make(map[string]bool)
+	queue := []string{id}
+	for len(queue) > 0 {
+		next := queue[len(queue)-1]
+		queue = queue[:len(queue)-1]
+		if next == "" || set[next] {
+			continue
+		}
+		set[next] = true
+		_, snap, err := cat.Record(ctx, next)
+		if errors.Is(err, cas.ErrNotFound) {
+			continue // not known here: the line ends for this host
+		}
+		if err != nil {
+			return nil, err
+		}
+		queue = append(queue, snap.Parent)
+		if snap.Origin != nil {
+			queue = append(queue, snap.Origin.Snapshot)
+		}
+	}
+	return set, nil
+}

@@ -1,0 +1,451 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+
+	"homefs/cas"
+	"homefs/manifest"
+)
+
+var (
+	// ErrConflict: a session head on the remote changed since it was read,
+	// or does not lie on the pushed snapshot's lineage. It wraps
+	// cas.ErrConflict.
+	ErrConflict = fmt.Errorf("remote: head changed concurrently: %w", cas.ErrConflict)
+	// ErrNoSnapshot: the remote holds no such snapshot (or no head for a
+	// session).
+	ErrNoSnapshot = fmt.Errorf("remote: no such snapshot: %w", cas.ErrNotFound)
+)
+
+// Options tune a Remote. The zero value is ready for production.
+type Options struct {
+	// Credentials overrides the environment and the credentials file.
+	Credentials aws.CredentialsProvider
+	// MaxAttempts per request, retries included; 0 means 6. Transient
+	// errors (connection failures, 5xx, throttling) are retried with
+	// jittered exponential backoff of at most MaxBackoff (0 means 5s).
+	MaxAttempts int
+	MaxBackoff  time.Duration
+	// Parallel bounds the requests one operation keeps in flight; 0
+	// means 16.
+	Parallel int
+	Logger   *slog.Logger
+}
+
+// Stats counts requests and payload bytes since the Remote was opened.
+type Stats struct {
+	Gets, Puts, Heads, Lists int64
+	BytesIn, BytesOut        int64 // object bodies only
+}
+
+// Remote is one bucket and prefix. It is safe for concurrent use.
+type Remote struct {
+	cfg      Config
+	bucket   string
+	prefix   string // "" or "p/" with a trailing slash
+	client   *s3.Client
+	parallel int
+	log      *slog.Logger
+
+	gets, puts, heads, lists atomic.Int64
+	bytesIn, bytesOut        atomic.Int64
+}
+
+// Open returns a client for the remote cfg. It does not contact the server.
+func Open(ctx context.Context, cfg Config, opts Options) (*Remote, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	bucket, prefix, _ := ParseURL(cfg.URL)
+	if prefix != "" {
+		prefix += "/"
+	}
+	creds := opts.Credentials
+	if creds == nil {
+		var err error
+		if creds, err = credentialsFor(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
+	attempts := opts.MaxAttempts
+	if attempts <= 0 {
+		attempts = 6
+	}
+	maxBackoff := opts.MaxBackoff
+	if maxBackoff <= 0 {
+		maxBackoff = 5 * time.Second
+	}
+	parallel := opts.Parallel
+	if parallel <= 0 {
+		parallel = 16
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	httpClient := awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+		t.MaxIdleConnsPerHost = 2 * parallel
+	})
+	s3opts := s3.Options{
+		Region:       cfg.region(),
+		Credentials:  aws.NewCredentialsCache(creds),
+		UsePathStyle: true,
+		HTTPClient:   httpClient,
+		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
+			o.MaxAttempts = attempts
+			o.MaxBackoff = maxBackoff
+			o.BaseDelay = 100 * time.Millisecond
+		}),
+		// Every body is verified by its content hash; the SDK's trailing
+		// checksums add nothing and some S3-compatible servers reject them.
+		RequestChecksumCalculation:                aws.RequestChecksumCalculationWhenRequired,
+		ResponseChecksumValidation:                aws.ResponseChecksumValidationWhenRequired,
+		DisableLogOutputChecksumValidationSkipped: true,
+	}
+	if cfg.Endpoint != "" {
+		s3opts.BaseEndpoint = aws.String(cfg.Endpoint)
+	}
+	return &Remote{
+		cfg:      cfg,
+		bucket:   bucket,
+		prefix:   prefix,
+		client:   s3.New(s3opts),
+		parallel: parallel,
+		log:      log,
+	}, nil
+}
+
+// Name is the remote's configured name.
+func (r *Remote) Name() string { return r.cfg.Name }
+
+// Config returns the remote's configuration.
+func (r *Remote) Config() Config { return r.cfg }
+
+// Stats returns the request and byte counters.
+func (r *Remote) Stats() Stats {
+	return Stats{
+		Gets: r.gets.Load(), Puts: r.puts.Load(), Heads: r.heads.Load(), Lists: r.lists.Load(),
+		BytesIn: r.bytesIn.Load(), BytesOut: r.bytesOut.Load(),
+	}
+}
+
+// Layout of keys under the prefix.
+const (
+	chunksDir    = "chunks/"
+	snapshotsDir = "snapshots/"
+	headsDir     = "heads/"
+)
+
+func (r *Remote) chunkKey(ref cas.Ref) string   { return r.prefix + chunksDir + ref.Hex() }
+func (r *Remote) recordKey(id string) string    { return r.prefix + snapshotsDir + id }
+func (r *Remote) headKey(session string) string { return r.prefix + headsDir + session }
+
+// maxStored bounds a chunk's stored form: the largest plain chunk plus the
+// codec header (zstd never grows a chunk: it is stored raw then).
+const maxStored = cas.MaxChunkSize + 16
+
+// isNotFound reports a 404 in any of its S3 spellings.
+func isNotFound(err error) bool {
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotFound {
+		return true
+	}
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		switch ae.ErrorCode() {
+		case "NoSuchKey", "NotFound":
+			return true
+		}
+	}
+	return false
+}
+
+// isPrecondition reports a failed conditional write: 412, or the 409 that
+// S3 returns when two conditional writes race.
+func isPrecondition(err error) bool {
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) {
+		switch re.HTTPStatusCode() {
+		case http.StatusPreconditionFailed:
+			return true
+		case http.StatusConflict:
+			var ae smithy.APIError
+			return errors.As(err, &ae) && ae.ErrorCode() == "ConditionalRequestConflict"
+		}
+	}
+	var ae smithy.APIError
+	return errors.As(err, &ae) && ae.ErrorCode() == "PreconditionFailed"
+}
+
+// getObject returns an object's body (at most limit bytes) and ETag.
+func (r *Remote) getObject(ctx context.Context, key string, limit int64) ([]byte, string, error) {
+	r.gets.Add(1)
+	out, err := r.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &r.bucket, Key: &key})
+	if err != nil {
+		if isNotFound(err) {
+			return nil, "", fmt.Errorf("remote %s: %s: %w", r.cfg.Name, key, cas.ErrNotFound)
+		}
+		return nil, "", fmt.Errorf("remote %s: get %s: %w", r.cfg.Name, key, err)
+	}
+	defer out.Body.Close()
+	var buf bytes.Buffer
+	if out.ContentLength != nil && *out.ContentLength > 0 && *out.ContentLength <= limit {
+		buf.Grow(int(*out.ContentLength))
+	}
+	n, err := buf.ReadFrom(io.LimitReader(out.Body, limit+1))
+	r.bytesIn.Add(n)
+	if err != nil {
+		return nil, "", fmt.Errorf("remote %s: read %s: %w", r.cfg.Name, key, err)
+	}
+	if n > limit {
+		return nil, "", fmt.Errorf("remote %s: %s: over %d bytes: %w", r.cfg.Name, key, limit, cas.ErrCorrupt)
+	}
+	return buf.Bytes(), aws.ToString(out.ETag), nil
+}
+
+// putObject writes body under key. ifMatch "" and ifNoneMatch false make
+// it unconditional. It returns the new ETag.
+func (r *Remote) putObject(ctx context.Context, key string, body []byte, contentType, ifMatch string, ifNoneMatch bool) (string, error) {
+	in := &s3.PutObjectInput{
+		Bucket:        &r.bucket,
+		Key:           &key,
+		Body:          bytes.NewReader(body),
+		ContentLength: aws.Int64(int64(len(body))),
+		ContentType:   aws.String(contentType),
+	}
+	if ifMatch != "" {
+		in.IfMatch = aws.String(ifMatch)
+	}
+	if ifNoneMatch {
+		in.IfNoneMatch = aws.String("*")
+	}
+	r.puts.Add(1)
+	out, err := r.client.PutObject(ctx, in)
+	if err != nil {
+		if (ifMatch != "" || ifNoneMatch) && isPrecondition(err) {
+			return "", fmt.Errorf("remote %s: put %s: %w", r.cfg.Name, key, ErrConflict)
+		}
+		return "", fmt.Errorf("remote %s: put %s: %w", r.cfg.Name, key, err)
+	}
+	r.bytesOut.Add(int64(len(body)))
+	return aws.ToString(out.ETag), nil
+}
+
+// hasObject reports whether key exists.
+func (r *Remote) hasObject(ctx context.Context, key string) (bool, error) {
+	r.heads.Add(1)
+	_, err := r.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &r.bucket, Key: &key})
+	if err == nil {
+		return true, nil
+	}
+	if isNotFound(err) {
+		return false, nil
+	}
+	return false, fmt.Errorf("remote %s: head %s: %w", r.cfg.Name, key, err)
+}
+
+// list calls fn, in key order, with the name (the key without prefix and
+// dir) of every object under dir whose name starts with start. With
+// maxPages > 0 it stops after that many pages; complete reports whether it
+// reached the end.
+func (r *Remote) list(ctx context.Context, dir, start string, maxPages int, fn func(name string) error) (complete bool, err error) {
+	p := r.prefix + dir + start
+	pager := s3.NewListObjectsV2Paginator(r.client, &s3.ListObjectsV2Input{Bucket: &r.bucket, Prefix: &p})
+	for pages := 0; pager.HasMorePages(); pages++ {
+		if maxPages > 0 && pages == maxPages {
+			return false, nil
+		}
+		r.lists.Add(1)
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			return false, fmt.Errorf("remote %s: list %s: %w", r.cfg.Name, p, err)
+		}
+		for _, o := range page.Contents {
+			if err := fn(strings.TrimPrefix(aws.ToString(o.Key), r.prefix+dir)); err != nil {
+				return false, err
+			}
+		}
+	}
+	return true, nil
+}
+
+// GetChunk fetches a chunk or node and returns its plain bytes after
+// checking them against ref. A missing object wraps cas.ErrNotFound,
+// damaged bytes cas.ErrCorrupt.
+func (r *Remote) GetChunk(ctx context.Context, ref cas.Ref) ([]byte, error) {
+	stored, _, err := r.getObject(ctx, r.chunkKey(ref), maxStored)
+	if err != nil {
+		return nil, err
+	}
+	plain, err := cas.DecodeStored(ref, stored)
+	if err != nil {
+		return nil, fmt.Errorf("remote %s: %w", r.cfg.Name, err)
+	}
+	return plain, nil
+}
+
+// PutChunk uploads the stored form of the chunk ref. Chunks are immutable
+// and named by content, so an overwrite by another host writes the same
+// bytes.
+func (r *Remote) PutChunk(ctx context.Context, ref cas.Ref, stored []byte) error {
+	_, err := r.putObject(ctx, r.chunkKey(ref), stored, "application/octet-stream", "", false)
+	return err
+}
+
+// HasChunks reports which refs the remote holds, with up to Parallel
+// HeadObject requests in flight.
+func (r *Remote) HasChunks(ctx context.Context, refs []cas.Ref) ([]bool, error) {
+	has := make([]bool, len(refs))
+	err := parallel(ctx, r.parallel, len(refs), func(ctx context.Context, i int) error {
+		ok, err := r.hasObject(ctx, r.chunkKey(refs[i]))
+		has[i] = ok
+		return err
+	})
+	return has, err
+}
+
+// Snapshot fetches the record of snapshot id (a full id) and checks it.
+func (r *Remote) Snapshot(ctx context.Context, id string) ([]byte, *manifest.Snapshot, error) {
+	b, _, err := r.getObject(ctx, r.recordKey(id), manifest.MaxSnapshotSize)
+	if errors.Is(err, cas.ErrNotFound) {
+		return nil, nil, fmt.Errorf("remote %s: snapshot %s: %w", r.cfg.Name, id, ErrNoSnapshot)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if got := manifest.SnapshotID(b); got != id {
+		return nil, nil, fmt.Errorf("remote %s: snapshot %s: %w: record hashes to %s", r.cfg.Name, id, cas.ErrCorrupt, got)
+	}
+	snap, err := manifest.DecodeSnapshot(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("remote %s: snapshot %s: %w: %w", r.cfg.Name, id, cas.ErrCorrupt, err)
+	}
+	return b, snap, nil
+}
+
+// HasSnapshot reports whether the remote holds the record of id.
+func (r *Remote) HasSnapshot(ctx context.Context, id string) (bool, error) {
+	return r.hasObject(ctx, r.recordKey(id))
+}
+
+// putSnapshot uploads a record. It is create-only: a record is named by
+// its content, so finding it present means another push wrote the same
+// bytes, which is success.
+func (r *Remote) putSnapshot(ctx context.Context, id string, record []byte) error {
+	_, err := r.putObject(ctx, r.recordKey(id), record, "application/json", "", true)
+	if errors.Is(err, ErrConflict) {
+		return nil
+	}
+	return err
+}
+
+// Snapshots lists the ids of the remote's snapshots that start with
+// prefix (all of them for "").
+func (r *Remote) Snapshots(ctx context.Context, prefix string) ([]string, error) {
+	var ids []string
+	_, err := r.list(ctx, snapshotsDir, prefix, 0, func(name string) error {
+		if isFullID(name) {
+			ids = append(ids, name)
+		}
+		return nil
+	})
+	return ids, err
+}
+
+// headVersion is the version of a remote head's encoding.
+const headVersion = 1
+
+// Head is a session's head on a remote: the last snapshot pushed.
+type Head struct {
+	Version   int    `json:"version"`
+	Session   string `json:"session"`
+	Snapshot  string `json:"snapshot"`
+	UpdatedNs int64  `json:"updated_ns"`
+	// ETag is the object's version as read; SetHead expects it.
+	ETag string `json:"-"`
+}
+
+// Head returns the remote head of session; an absent head wraps
+// ErrNoSnapshot.
+func (r *Remote) Head(ctx context.Context, session string) (*Head, error) {
+	if err := manifest.ValidateSessionName(session); err != nil {
+		return nil, fmt.Errorf("remote %s: head %q: %w", r.cfg.Name, session, err)
+	}
+	b, etag, err := r.getObject(ctx, r.headKey(session), 64<<10)
+	if errors.Is(err, cas.ErrNotFound) {
+		return nil, fmt.Errorf("remote %s: session %s has no head: %w", r.cfg.Name, session, ErrNoSnapshot)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var h Head
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&h); err != nil || h.Version != headVersion || h.Session != session || !isFullID(h.Snapshot) {
+		return nil, fmt.Errorf("remote %s: head of %s: %w: undecodable or foreign head", r.cfg.Name, session, cas.ErrCorrupt)
+	}
+	h.ETag = etag
+	return &h, nil
+}
+
+// SetHead points the remote head of session at snapshot id. With prev nil
+// the head must not exist (If-None-Match: *); otherwise it must still hold
+// prev.ETag (If-Match). Losing either race is ErrConflict.
+func (r *Remote) SetHead(ctx context.Context, session, id string, prev *Head) (*Head, error) {
+	h := &Head{Version: headVersion, Session: session, Snapshot: id, UpdatedNs: time.Now().UnixNano()}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return nil, err
+	}
+	ifMatch := ""
+	if prev != nil {
+		if prev.ETag == "" {
+			return nil, fmt.Errorf("remote %s: head of %s: read without an ETag, cannot update it safely", r.cfg.Name, session)
+		}
+		ifMatch = prev.ETag
+	}
+	etag, err := r.putObject(ctx, r.headKey(session), b, "application/json", ifMatch, prev == nil)
+	if err != nil {
+		return nil, err
+	}
+	h.ETag = etag
+	return h, nil
+}
+
+// Heads lists the sessions that have a head on the remote.
+func (r *Remote) Heads(ctx context.Context) ([]string, error) {
+	var names []string
+	_, err := r.list(ctx, headsDir, "", 0, func(name string) error {
+		names = append(names, name)
+		return nil
+	})
+	return names, err
+}
+
+func isFullID(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
