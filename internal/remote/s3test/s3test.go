@@ -198,4 +198,3 @@ func (s *Server) Bucket(t testing.TB) string {
 func (s *Server) ObjectPath(bucket, key string) string {
 	return filepath.Join(s.Dir, bucket, filepath.FromSlash(key))
 }
-
