@@ -43,7 +43,7 @@ func ParseURL(s string) (bucket, prefix string, err error) {
 	if u.Scheme != "s3" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
 		return "", "", fmt.Errorf("remote: url %q: want s3://BUCKET[/PREFIX]", s)
 	}
-	prefix = strings.Trim(u.Path, "/")
+	prefix = strings.TrimSuffix(strings.TrimPrefix(u.Path, "/"), "/")
 	for _, part := range strings.Split(prefix, "/") {
 		if prefix != "" && (part == "" || part == "." || part == "..") {
 			return "", "", fmt.Errorf("remote: url %q: bad prefix segment %q", s, part)
@@ -97,7 +97,14 @@ func credentialsFor(ctx context.Context, c Config) (aws.CredentialsProvider, err
 	if profile == "" {
 		profile = "default"
 	}
-	shared, err := config.LoadSharedConfigProfile(ctx, profile)
+	shared, err := config.LoadSharedConfigProfile(ctx, profile, func(o *config.LoadSharedConfigOptions) {
+		if f := os.Getenv("AWS_SHARED_CREDENTIALS_FILE"); f != "" {
+			o.CredentialsFiles = []string{f}
+		}
+		if f := os.Getenv("AWS_CONFIG_FILE"); f != "" {
+			o.ConfigFiles = []string{f}
+		}
+	})
 	if err != nil || !shared.Credentials.HasKeys() {
 		return nil, fmt.Errorf("remote %s: %w", c.Name, ErrNoCredentials)
 	}

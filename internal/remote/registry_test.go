@@ -1,0 +1,111 @@
+package remote
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseURL(t *testing.T) {
+	for _, tt := range []struct {
+		in, bucket, prefix string
+		ok                 bool
+	}{
+		{"s3://b", "b", "", true},
+		{"s3://b/", "b", "", true},
+		{"s3://b/p/q/", "b", "p/q", true},
+		{"s3://b//p", "", "", false},
+		{"s3://b/p/../q", "", "", false},
+		{"http://b/p", "", "", false},
+		{"s3:///p", "", "", false},
+		{"s3://u:pw@b/p", "", "", false},
+		{"b/p", "", "", false},
+	} {
+		b, p, err := ParseURL(tt.in)
+		if (err == nil) != tt.ok || b != tt.bucket || p != tt.prefix {
+			t.Errorf("ParseURL(%q) = %q, %q, %v", tt.in, b, p, err)
+		}
+	}
+}
+
+func TestRegistry(t *testing.T) {
+	path := filepath.Join(t.TempDir(), RegistryFile)
+	g, err := LoadRegistry(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Get(""); !errors.Is(err, ErrNoRemote) {
+		t.Fatalf("Get on empty: %v", err)
+	}
+	c := Config{Name: "origin", URL: "s3://bucket/homefs", Endpoint: "http://127.0.0.1:7070"}
+	if err := g.Add(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Add(c); !errors.Is(err, ErrRemoteExists) {
+		t.Fatalf("second Add: %v", err)
+	}
+	if err := g.Add(Config{Name: "bad", URL: "s3://b", Endpoint: "ftp://x"}); err == nil {
+		t.Fatal("Add accepted an ftp endpoint")
+	}
+	if got, err := g.Get(""); err != nil || got != c {
+		t.Fatalf("Get(\"\") with one remote: %v %v", got, err)
+	}
+	if err := g.Add(Config{Name: "backup", URL: "s3://other"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Get(""); !errors.Is(err, ErrNoRemote) || !strings.Contains(err.Error(), "backup, origin") {
+		t.Fatalf("Get(\"\") with two remotes: %v", err)
+	}
+	g2, err := LoadRegistry(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := g2.List(); len(l) != 2 || l[0].Name != "backup" || l[1] != c {
+		t.Fatalf("reloaded: %+v", l)
+	}
+	b, _ := os.ReadFile(path)
+	if strings.Contains(strings.ToLower(string(b)), "secret") {
+		t.Fatalf("registry holds a secret: %s", b)
+	}
+	if err := g2.Remove("origin"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g2.Get("origin"); !errors.Is(err, ErrNoRemote) {
+		t.Fatalf("Get after Remove: %v", err)
+	}
+}
+
+func TestCredentials(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	c := Config{Name: "r", URL: "s3://b"}
+	if _, err := Open(t.Context(), c, Options{}); !errors.Is(err, ErrNoCredentials) {
+		t.Fatalf("Open without credentials: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "credentials")
+	if err := os.WriteFile(file, []byte("[default]\naws_access_key_id = AKID\naws_secret_access_key = SEKRIT\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", file)
+	r, err := Open(t.Context(), c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := r.client.Options().Credentials.Retrieve(t.Context())
+	if err != nil || creds.AccessKeyID != "AKID" {
+		t.Fatalf("credentials from file: %v %v", creds.AccessKeyID, err)
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", "ENVID")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "ENVSECRET")
+	r, err = Open(t.Context(), c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if creds, _ := r.client.Options().Credentials.Retrieve(t.Context()); creds.AccessKeyID != "ENVID" {
+		t.Fatalf("environment does not win over the file: %s", creds.AccessKeyID)
+	}
+}
