@@ -1,0 +1,496 @@
+package fusefs
+
+// Mount benchmarks (issue 3, "Benchmarks"). Every benchmark but the
+// snapshot ones runs the same code twice in one process, as the
+// sub-benchmarks .../native (a directory on the disk under the store) and
+// .../homefs (a mount of a Badger-backed session whose store lives next to
+// that directory), so that the figures that matter are ratios measured
+// under the same conditions. internal/benchreport turns the output into
+// the table of docs/BENCHMARKS.md.
+//
+// Environment:
+//   - HOMEFS_BENCH_SCALE=small shrinks every size for a smoke run (about a
+//     minute); unset or "full" uses the sizes of the issue.
+//   - HOMEFS_BENCH_DIR puts the store, the native directory and the
+//     mountpoint below that directory instead of the default temp dir.
+//
+// Page cache: before each timed sequential read, every dirty page is
+// written back and the page cache is dropped (echo 3 >
+// /proc/sys/vm/drop_caches; root only), for both targets, so that native
+// reads come from the disk and homefs reads come from Badger's files on
+// that disk, not from memory. Without root the reads are warm and the
+// benchmark says so in its log.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"homefs/cas"
+	"homefs/internal/catalog"
+)
+
+// benchSizes are the workload sizes of one scale.
+type benchSizes struct {
+	seqBytes  int64   // sequential write and read
+	randFile  int64   // file the 4 KiB random writes land in
+	treeDir   string  // part of $GOROOT that is tarred up, relative to GOROOT
+	treeEdit  string  // file of the tree changed before each capture or fork
+	rollouts  []int64 // rollout sizes of the snapshot benchmarks
+	seqBlock  int     // write and read size
+	jsonLines int     // JSON lines in the append pool (a multiple of 32)
+}
+
+func benchScale() benchSizes {
+	s := benchSizes{
+		seqBytes:  1 << 30,
+		randFile:  64 << 20,
+		treeDir:   "src",
+		treeEdit:  "src/fmt/print.go",
+		rollouts:  []int64{10 << 20, 100 << 20, 1 << 30},
+		seqBlock:  1 << 20,
+		jsonLines: 1024,
+	}
+	if os.Getenv("HOMEFS_BENCH_SCALE") == "small" {
+		s.seqBytes = 64 << 20
+		s.randFile = 16 << 20
+		s.treeDir = "src/go"
+		s.treeEdit = "src/go/ast/ast.go"
+		s.rollouts = []int64{1 << 20, 4 << 20, 16 << 20}
+	}
+	return s
+}
+
+// benchRig is a Badger-backed engine with one session mounted, and a
+// native directory on the same filesystem as the store.
+type benchRig struct {
+	sizes   benchSizes
+	engine  *Engine
+	session string
+	native  string
+	mnt     string
+	stamp   uint64 // makes every written block unique, so the store cannot deduplicate it
+	pool    []byte // incompressible bytes the written blocks are cut from
+}
+
+func newBenchRig(b *testing.B) *benchRig {
+	b.Helper()
+	if os.Geteuid() != 0 {
+		b.Skip("mount benchmarks need root (DirectMount, drop_caches)")
+	}
+	base := b.TempDir()
+	if d := os.Getenv("HOMEFS_BENCH_DIR"); d != "" {
+		var err error
+		if base, err = os.MkdirTemp(d, "homefs-bench-"); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { os.RemoveAll(base) })
+	}
+	r := &benchRig{
+		sizes:   benchScale(),
+		session: "bench",
+		native:  filepath.Join(base, "native"),
+		mnt:     filepath.Join(base, "mnt"),
+	}
+	storeDir := filepath.Join(base, "store")
+	for _, d := range []string{r.native, r.mnt} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	store, err := cas.OpenBadger(storeDir, cas.BadgerOptions{Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cat := catalog.New(store)
+	r.engine = New(store, cat, Options{StoreDir: storeDir, Logger: quiet})
+	ctx := context.Background()
+	if _, err := cat.CreateSession(ctx, r.session, ""); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := r.engine.Mount(ctx, r.session, "", r.mnt, MountOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := r.engine.Close(context.Background()); err != nil {
+			b.Errorf("close engine: %v", err)
+		}
+		if err := store.Close(); err != nil {
+			b.Errorf("close store: %v", err)
+		}
+	})
+	r.pool = make([]byte, 8<<20)
+	rand.NewChaCha8([32]byte{1}).Read(r.pool)
+	return r
+}
+
+// targets runs fn as the sub-benchmarks native and homefs, each given its
+// directory.
+func (r *benchRig) targets(b *testing.B, fn func(b *testing.B, dir string)) {
+	b.Run("native", func(b *testing.B) { fn(b, r.native) })
+	b.Run("homefs", func(b *testing.B) { fn(b, r.mnt) })
+}
+
+// block returns n incompressible bytes (n ≤ 1 MiB) that no earlier block
+// repeats: a fresh stamp every 4 KiB keeps each 64 KiB chunk unique. The
+// slice is valid until the next call.
+func (r *benchRig) block(k int64, n int) []byte {
+	const blockMax = 1 << 20
+	off := (k % int64(len(r.pool)/blockMax)) * blockMax
+	buf := r.pool[off : off+int64(n)]
+	for p := 0; p+8 <= n; p += 4096 {
+		r.stamp++
+		putUint64(buf[p:], r.stamp)
+	}
+	return buf
+}
+
+func putUint64(b []byte, v uint64) {
+	for i := range 8 {
+		b[i] = byte(v >> (8 * i))
+	}
+}
+
+// writeFile writes size bytes in blocks to a new file at path and fsyncs it.
+func (r *benchRig) writeFile(b *testing.B, path string, size int64) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bs := int64(r.sizes.seqBlock)
+	for k := int64(0); k*bs < size; k++ {
+		if _, err := f.Write(r.block(k, int(min(bs, size-k*bs)))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// settle writes back dirty pages, so that one measurement does not pay for
+// the writeback of an earlier one.
+func settle() { syscall.Sync() }
+
+// dropCaches empties the page cache (and the dentry and inode caches).
+func dropCaches(b *testing.B) {
+	syscall.Sync()
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0); err != nil {
+		b.Logf("page cache not dropped, reads are warm: %v", err)
+	}
+}
+
+func BenchmarkSeqWrite(b *testing.B) {
+	r := newBenchRig(b)
+	size := r.sizes.seqBytes
+	r.targets(b, func(b *testing.B, dir string) {
+		b.SetBytes(size)
+		for i := 0; b.Loop(); i++ {
+			path := filepath.Join(dir, fmt.Sprintf("seq-%d", i))
+			r.writeFile(b, path, size)
+			b.StopTimer()
+			if err := os.Remove(path); err != nil {
+				b.Fatal(err)
+			}
+			settle()
+			b.StartTimer()
+		}
+	})
+}
+
+func BenchmarkSeqRead(b *testing.B) {
+	r := newBenchRig(b)
+	size := r.sizes.seqBytes
+	for _, dir := range []string{r.native, r.mnt} {
+		r.writeFile(b, filepath.Join(dir, "seq"), size)
+	}
+	buf := make([]byte, r.sizes.seqBlock)
+	r.targets(b, func(b *testing.B, dir string) {
+		b.SetBytes(size)
+		for b.Loop() {
+			b.StopTimer()
+			dropCaches(b)
+			b.StartTimer()
+			f, err := os.Open(filepath.Join(dir, "seq"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var got int64
+			for {
+				n, err := f.Read(buf)
+				got += int64(n)
+				if err != nil {
+					break
+				}
+			}
+			f.Close()
+			if got != size {
+				b.Fatalf("read %d bytes, want %d", got, size)
+			}
+		}
+	})
+}
+
+// randBatch is how many 4 KiB writes (each followed by fsync) one op of
+// BenchmarkRandWrite4K makes, so that even -benchtime=1x measures many.
+const randBatch = 128
+
+// BenchmarkRandWrite4K: one op is randBatch 4 KiB writes at random aligned
+// offsets of an existing file, each followed by fsync.
+func BenchmarkRandWrite4K(b *testing.B) {
+	r := newBenchRig(b)
+	size := r.sizes.randFile
+	for _, dir := range []string{r.native, r.mnt} {
+		r.writeFile(b, filepath.Join(dir, "rand"), size)
+	}
+	settle()
+	r.targets(b, func(b *testing.B, dir string) {
+		f, err := os.OpenFile(filepath.Join(dir, "rand"), os.O_WRONLY, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		rng := rand.New(rand.NewPCG(4, 4096))
+		b.SetBytes(randBatch * 4096)
+		for i := int64(0); b.Loop(); i++ {
+			for j := range int64(randBatch) {
+				off := rng.Int64N(size/4096) * 4096
+				if _, err := f.WriteAt(r.block(i*randBatch+j, 4096), off); err != nil {
+					b.Fatal(err)
+				}
+				if err := f.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+}
+
+// jsonLines returns n JSON lines of 200 to 1000 bytes (newline included)
+// shaped like a Codex rollout, from a fixed seed, and their total length.
+func jsonLines(n int) ([][]byte, int64) {
+	rng := rand.New(rand.NewPCG(32, 1000))
+	words := strings.Fields("the of a to and in is it file func return error test go build run diff patch " +
+		"session fork capture mount write read sync index tree chunk store badger kernel")
+	lines := make([][]byte, n)
+	var total int64
+	for i := range lines {
+		want := 200 + rng.IntN(801)
+		var buf bytes.Buffer
+		fmt.Fprintf(&buf, `{"timestamp":"2025-06-01T12:%02d:%02d.%03dZ","type":"response_item","payload":{"type":"message","role":"assistant","content":"`,
+			i/3600%60, i/60%60, i%1000)
+		const tail = "\"}}\n"
+		for buf.Len() < want-len(tail) {
+			buf.WriteString(words[rng.IntN(len(words))])
+			buf.WriteByte(' ')
+		}
+		buf.Truncate(want - len(tail))
+		buf.WriteString(tail)
+		lines[i] = buf.Bytes()
+		total += int64(len(lines[i]))
+	}
+	return lines, total
+}
+
+// BenchmarkJSONLAppend: one op appends the whole pool of lines with
+// O_APPEND, with an fsync after every 32nd line (the rollout pattern).
+func BenchmarkJSONLAppend(b *testing.B) {
+	r := newBenchRig(b)
+	lines, total := jsonLines(r.sizes.jsonLines)
+	r.targets(b, func(b *testing.B, dir string) {
+		path := filepath.Join(dir, "rollout.jsonl")
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(total)
+		for b.Loop() {
+			for i, line := range lines {
+				if _, err := f.Write(line); err != nil {
+					b.Fatal(err)
+				}
+				if i%32 == 31 {
+					if err := f.Sync(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		}
+		b.StopTimer()
+		f.Close()
+		os.Remove(path)
+		settle()
+	})
+}
+
+// makeTreeTar tars up the scale's part of $GOROOT into a temp file, once
+// per benchmark.
+func makeTreeTar(b *testing.B, sizes benchSizes) string {
+	b.Helper()
+	out, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		b.Fatalf("go env GOROOT: %v", err)
+	}
+	goroot := strings.TrimSpace(string(out))
+	tarPath := filepath.Join(b.TempDir(), "tree.tar")
+	run(b, "", "tar", "-cf", tarPath, "-C", goroot, sizes.treeDir)
+	return tarPath
+}
+
+// run runs a command in dir and fails the benchmark with its output if it
+// fails.
+func run(b *testing.B, dir, name string, args ...string) {
+	b.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
+		"GIT_AUTHOR_NAME=bench", "GIT_AUTHOR_EMAIL=bench@example.com",
+		"GIT_COMMITTER_NAME=bench", "GIT_COMMITTER_EMAIL=bench@example.com",
+		"GIT_AUTHOR_DATE=2025-06-01T12:00:00Z", "GIT_COMMITTER_DATE=2025-06-01T12:00:00Z")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+// BenchmarkTree: untar of Go's source tree (about 12,000 files at full
+// scale), git status on it, and rm -rf of it.
+func BenchmarkTree(b *testing.B) {
+	r := newBenchRig(b)
+	tarPath := makeTreeTar(b, r.sizes)
+	untar := func(b *testing.B, dir string) {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		run(b, dir, "tar", "-xf", tarPath)
+	}
+	rmrf := func(b *testing.B, dir string) { run(b, "", "rm", "-rf", dir) }
+
+	b.Run("untar", func(b *testing.B) {
+		r.targets(b, func(b *testing.B, dir string) {
+			for i := 0; b.Loop(); i++ {
+				d := filepath.Join(dir, fmt.Sprintf("untar-%d", i))
+				untar(b, d)
+				b.StopTimer()
+				rmrf(b, d)
+				settle()
+				b.StartTimer()
+			}
+		})
+	})
+	b.Run("git-status", func(b *testing.B) {
+		r.targets(b, func(b *testing.B, dir string) {
+			d := filepath.Join(dir, "git")
+			if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
+				untar(b, d)
+				run(b, d, "git", "init", "-q")
+				// No background gc or maintenance after the commit: it would
+				// run during the measurements.
+				run(b, d, "git", "config", "gc.auto", "0")
+				run(b, d, "git", "config", "maintenance.auto", "false")
+				run(b, d, "git", "add", "-A")
+				run(b, d, "git", "commit", "-q", "-m", "tree")
+				run(b, d, "git", "status", "--porcelain") // refreshes the index once
+				settle()
+			}
+			for b.Loop() {
+				run(b, d, "git", "status", "--porcelain")
+			}
+		})
+	})
+	b.Run("rm-rf", func(b *testing.B) {
+		r.targets(b, func(b *testing.B, dir string) {
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				d := filepath.Join(dir, fmt.Sprintf("rm-%d", i))
+				untar(b, d)
+				settle()
+				b.StartTimer()
+				rmrf(b, d)
+			}
+		})
+	})
+}
+
+// BenchmarkSnapshot: Engine.Capture and Engine.Fork of a session holding
+// Go's source tree and a rollout that grows through the sizes of the scale,
+// each after one file of the tree changed. Only the engine call is timed;
+// the goal is under 10 ms, flat across sizes.
+func BenchmarkSnapshot(b *testing.B) {
+	r := newBenchRig(b)
+	ctx := context.Background()
+	tarPath := makeTreeTar(b, r.sizes)
+	run(b, r.mnt, "tar", "-xf", tarPath)
+	rollout, err := os.OpenFile(filepath.Join(r.mnt, "rollout.jsonl"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rollout.Close()
+	lines, _ := jsonLines(r.sizes.jsonLines)
+	var written int64
+	edit := filepath.Join(r.mnt, r.sizes.treeEdit)
+	var edits int
+	change := func(b *testing.B) {
+		edits++
+		f, err := os.OpenFile(edit, os.O_WRONLY, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := fmt.Fprintf(f, "// edit %08d\n", edits); err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+	}
+	forks := 0
+	for _, size := range r.sizes.rollouts {
+		// A sequence number keeps passes through the pool from repeating
+		// chunks the store would deduplicate.
+		for i := 0; written < size; i++ {
+			line := lines[i%len(lines)]
+			n, err := fmt.Fprintf(rollout, `{"seq":%d,%s`, i, line[1:])
+			if err != nil {
+				b.Fatal(err)
+			}
+			written += int64(n)
+		}
+		if err := r.engine.Sync(ctx, r.session); err != nil {
+			b.Fatal(err)
+		}
+		name := fmt.Sprintf("rollout=%dMiB", size>>20)
+		b.Run(name+"/capture", func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				change(b)
+				b.StartTimer()
+				if _, _, err := r.engine.Capture(ctx, r.session, "bench", nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(name+"/fork", func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				change(b)
+				forks++
+				target := fmt.Sprintf("fork-%d", forks)
+				b.StartTimer()
+				if _, err := r.engine.Fork(ctx, r.session, target); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

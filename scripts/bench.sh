@@ -1,0 +1,28 @@
+#!/bin/sh
+# Mount benchmarks of issue 3: each operation on the native disk under the
+# store and on a homefs mount, in the same run, then the ratio table
+# (internal/benchreport) and, when benchstat can be fetched, its summary.
+#
+#   HOMEFS_BENCH_SCALE=small  sizes for a ~1 minute smoke run (CI)
+#   HOMEFS_BENCH_DIR=DIR      where the store, native dir and mount live
+#   BENCH=REGEXP              which benchmarks (default: all)
+#   BENCHTIME, BENCHCOUNT     go test -benchtime / -count (default 1s, 1)
+#   BENCH_OUT=FILE            keep the raw results (default: a temp file)
+set -eu
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+out=${BENCH_OUT:-$(mktemp "${TMPDIR:-/tmp}/homefs-bench.XXXXXX")}
+
+$GO test ./fusefs -run '^$' -bench "${BENCH:-.}" -benchtime "${BENCHTIME:-1s}" \
+	-count "${BENCHCOUNT:-1}" -timeout 120m | tee "$out"
+echo
+$GO run ./internal/benchreport <"$out"
+echo
+# benchstat compares columns by a key=value name part: rename the targets.
+if sed -E 's#/(native|homefs)(-[0-9]+)?([[:space:]])#/fs=\1\2\3#' "$out" >"$out.fs" &&
+	$GO run golang.org/x/perf/cmd/benchstat@latest -col /fs "$out.fs" 2>/dev/null; then
+	:
+else
+	echo "benchstat unavailable (it needs the network); raw results: $out"
+fi
+rm -f "$out.fs"
