@@ -28,7 +28,11 @@ type testHost struct {
 	e   *fusefs.Engine
 }
 
-func newTestHost(t *testing.T, r *remote.Remote) *testHost {
+func newTestHost(t *testing.T, r *remote.Remote) *testHost { return newTestHostB(t, r) }
+
+func mountOpts() fusefs.MountOptions { return fusefs.MountOptions{} }
+
+func newTestHostB(t testing.TB, r *remote.Remote) *testHost {
 	t.Helper()
 	dir := t.TempDir()
 	store, err := cas.OpenBadger(filepath.Join(dir, "store"), cas.BadgerOptions{})

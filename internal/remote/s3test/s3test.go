@@ -127,7 +127,7 @@ func (s *Server) Restart() error {
 	if s.cmd != nil {
 		return nil
 	}
-	cmd := exec.Command(s.bin, "--port", s.addr, "--quiet", "posix", "--sidecar", s.meta, s.Dir)
+	cmd := exec.Command(s.bin, "--port", s.addr, "--quiet", "--keep-alive", "posix", "--sidecar", s.meta, s.Dir)
 	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY_ID="+AccessKey, "ROOT_SECRET_ACCESS_KEY="+SecretKey)
 	cmd.Stdout, cmd.Stderr = s.log, s.log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
