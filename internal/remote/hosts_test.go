@@ -40,7 +40,11 @@ func newTestHostB(t testing.TB, r *remote.Remote) *testHost {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	rt := remote.NewReadThrough(store, remote.ReadThroughOptions{Logger: log}, r)
+	var remotes []*remote.Remote
+	if r != nil {
+		remotes = append(remotes, r)
+	}
+	rt := remote.NewReadThrough(store, remote.ReadThroughOptions{Logger: log}, remotes...)
 	rec := fusefs.Record(rt)
 	cat := catalog.New(rec)
 	e := fusefs.New(rec, cat, fusefs.Options{StoreDir: dir, Logger: log})
@@ -225,5 +229,52 @@ func TestTwoHosts(t *testing.T) {
 	}
 	if len(log) != 2 || log[0].ID != idB || log[1].ID != id {
 		t.Fatalf("A's log of the fork: %+v", log)
+	}
+}
+
+// The daemon's path: a Service over the host's root adds a remote, pushes
+// and pulls by name.
+func TestService(t *testing.T) {
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	bucket := srv.Bucket(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", s3test.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", s3test.SecretKey)
+	cfg := remote.Config{Name: "origin", URL: "s3://" + bucket + "/homefs", Endpoint: srv.Endpoint}
+
+	a := newTestHostB(t, nil)
+	rootA := t.TempDir()
+	svcA, err := remote.NewService(rootA, a.rt, remote.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svcA.Add(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.cat.CreateSession(ctx, "s", ""); err != nil {
+		t.Fatal(err)
+	}
+	_, id, err := a.e.Capture(ctx, "s", "empty", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svcA.Push(ctx, a.rec, a.cat, "s", "", remote.PushOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	b := newTestHostB(t, nil)
+	svcB, err := remote.NewService(rootA, b.rt, remote.Options{}) // same remotes.json
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := svcB.Pull(ctx, b.rec, b.cat, "s", "origin", remote.PullOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ID != id {
+		t.Fatalf("pulled %s, pushed %s", res.ID, id)
+	}
+	if _, err := svcB.Pull(ctx, b.rec, b.cat, "s", "nope", remote.PullOptions{}); !errors.Is(err, remote.ErrNoRemote) {
+		t.Fatalf("pull from an unknown remote: %v", err)
 	}
 }

@@ -1,0 +1,110 @@
+package remote
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+
+	"homefs/internal/catalog"
+)
+
+// Service is what a daemon keeps for its remotes: the registry in its root,
+// one open client per remote, and the ReadThrough store its Engine reads
+// through. The daemon's endpoints (remote add, push, pull, mount --remote,
+// capture --push) are each one call here.
+type Service struct {
+	reg  *Registry
+	rt   *ReadThrough
+	opts Options
+
+	mu   sync.Mutex
+	open map[string]*Remote // GUARDED_BY(mu)
+}
+
+// NewService loads <root>/remotes.json. rt is the store the daemon's Engine
+// and catalog are built over (nil if the daemon reads only locally: then
+// pulls are complete only with All).
+func NewService(root string, rt *ReadThrough, opts Options) (*Service, error) {
+	reg, err := LoadRegistry(filepath.Join(root, RegistryFile))
+	if err != nil {
+		return nil, err
+	}
+	return &Service{reg: reg, rt: rt, opts: opts, open: make(map[string]*Remote)}, nil
+}
+
+// Registry returns the configured remotes.
+func (s *Service) Registry() *Registry { return s.reg }
+
+// Add configures a remote. It checks the config and that credentials can
+// be found, but does not contact the server.
+func (s *Service) Add(ctx context.Context, cfg Config) error {
+	if _, err := Open(ctx, cfg, s.opts); err != nil {
+		return err
+	}
+	return s.reg.Add(cfg)
+}
+
+// Remote returns the open client of the remote name ("" for the only
+// one), opening it on first use and adding it to the ReadThrough.
+func (s *Service) Remote(ctx context.Context, name string) (*Remote, error) {
+	cfg, err := s.reg.Get(name)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.open[cfg.Name]; ok && r.Config() == cfg {
+		return r, nil
+	}
+	r, err := Open(ctx, cfg, s.opts)
+	if err != nil {
+		return nil, err
+	}
+	s.open[cfg.Name] = r
+	if s.rt != nil {
+		s.rt.AddRemote(r)
+	}
+	return r, nil
+}
+
+// OpenAll opens every configured remote, so that lazy reads of snapshots
+// pulled before a restart find their chunks.
+func (s *Service) OpenAll(ctx context.Context) error {
+	for _, c := range s.reg.List() {
+		if _, err := s.Remote(ctx, c.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Push pushes spec (a session or snapshot, see catalog.Resolve) to the
+// remote name.
+func (s *Service) Push(ctx context.Context, local PushSource, cat *catalog.Catalog, spec, name string, opts PushOptions) (*PushResult, error) {
+	r, err := s.Remote(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return Push(ctx, local, cat, r, spec, opts)
+}
+
+// Pull pulls spec from the remote name and, when reads go through the
+// ReadThrough, registers the snapshot's files for read-ahead. Run it under
+// the Engine's Guard: it puts nodes before it names them.
+func (s *Service) Pull(ctx context.Context, local PullTarget, cat *catalog.Catalog, spec, name string, opts PullOptions) (*PullResult, error) {
+	r, err := s.Remote(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	res, err := Pull(ctx, local, cat, r, spec, opts)
+	if err != nil {
+		return res, err
+	}
+	if s.rt != nil && !opts.All {
+		if err := s.rt.Hint(ctx, res.Snapshot.Root); err != nil {
+			return res, fmt.Errorf("pull %s: %w", spec, err)
+		}
+	}
+	return res, nil
+}
