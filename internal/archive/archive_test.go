@@ -1,0 +1,136 @@
+package archive
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"homefs/cas"
+)
+
+type entry struct {
+	name, link string
+	typ        byte
+	body       string
+}
+
+func makeTar(t *testing.T, ents ...entry) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range ents {
+		h := &tar.Header{Name: e.name, Typeflag: e.typ, Linkname: e.link, Mode: 0o644, Size: int64(len(e.body)), ModTime: time.Unix(1700000000, 0)}
+		if e.typ != tar.TypeReg {
+			h.Size = 0
+		}
+		require.NoError(t, tw.WriteHeader(h))
+		if e.typ == tar.TypeReg {
+			_, err := tw.Write([]byte(e.body))
+			require.NoError(t, err)
+		}
+	}
+	require.NoError(t, tw.Close())
+	return buf.Bytes()
+}
+
+func TestImportRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ents []entry
+		want error
+	}{
+		{"dotdot", []entry{{name: "a/../../etc/passwd", typ: tar.TypeReg, body: "x"}}, ErrUnsafe},
+		{"absolute", []entry{{name: "/etc/passwd", typ: tar.TypeReg, body: "x"}}, ErrUnsafe},
+		{"symlink absolute", []entry{{name: "l", typ: tar.TypeSymlink, link: "/etc"}}, ErrUnsafe},
+		{"symlink outside", []entry{{name: "d/l", typ: tar.TypeSymlink, link: "../../x"}}, ErrUnsafe},
+		{"hardlink outside", []entry{{name: "h", typ: tar.TypeLink, link: "../x"}}, ErrUnsafe},
+		{"hardlink missing", []entry{{name: "h", typ: tar.TypeLink, link: "nope"}}, ErrUnsafe},
+		{"device", []entry{{name: "dev", typ: tar.TypeChar}}, ErrUnsupported},
+		{"fifo", []entry{{name: "p", typ: tar.TypeFifo}}, ErrUnsupported},
+		{"file under file", []entry{{name: "a", typ: tar.TypeReg, body: "x"}, {name: "a/b", typ: tar.TypeReg, body: "y"}}, ErrMalformed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := cas.NewMemory()
+			_, err := Import(context.Background(), st, bytes.NewReader(makeTar(t, tc.ents...)), nil)
+			require.ErrorIs(t, err, tc.want)
+		})
+	}
+}
+
+func TestImportMalformed(t *testing.T) {
+	good := makeTar(t, entry{name: "f", typ: tar.TypeReg, body: string(bytes.Repeat([]byte("z"), 3000))})
+	for name, data := range map[string][]byte{
+		"garbage":   bytes.Repeat([]byte("not a tar "), 100),
+		"truncated": good[:1024],
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Import(context.Background(), cas.NewMemory(), bytes.NewReader(data), nil)
+			require.ErrorIs(t, err, ErrMalformed)
+		})
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	src := t.TempDir()
+	big := bytes.Repeat([]byte("0123456789abcdef"), 300000) // over ChunkSize*MaxInline? several chunks
+	big = append(big, make([]byte, 200000)...)               // a hole at the end
+	require.NoError(t, os.MkdirAll(filepath.Join(src, "codex/sessions/2025"), 0o750))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "codex/sessions/2025/rollout.jsonl"), []byte("{\"a\":1}\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "big.bin"), big, 0o644))
+	require.NoError(t, os.Symlink("codex/sessions", filepath.Join(src, "link")))
+	require.NoError(t, os.Link(filepath.Join(src, "big.bin"), filepath.Join(src, "big2.bin")))
+
+	var tarBuf bytes.Buffer
+	require.NoError(t, TarDir(ctx, src, &tarBuf, nil))
+	st := cas.NewMemory()
+	res, err := Import(ctx, st, &tarBuf, nil)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, res.Files)
+	require.EqualValues(t, 1, res.Symlinks)
+
+	var out bytes.Buffer
+	require.NoError(t, Export(ctx, st, res.Root, &out, nil))
+	dst := filepath.Join(t.TempDir(), "out")
+	require.NoError(t, Extract(ctx, &out, dst, nil))
+	b, err := os.ReadFile(filepath.Join(dst, "big.bin"))
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(big, b))
+	b, err = os.ReadFile(filepath.Join(dst, "codex/sessions/2025/rollout.jsonl"))
+	require.NoError(t, err)
+	require.Equal(t, "{\"a\":1}\n", string(b))
+	fi, err := os.Stat(filepath.Join(dst, "codex/sessions/2025/rollout.jsonl"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	l, err := os.Readlink(filepath.Join(dst, "link"))
+	require.NoError(t, err)
+	require.Equal(t, "codex/sessions", l)
+	a, _ := os.Stat(filepath.Join(dst, "big.bin"))
+	c, _ := os.Stat(filepath.Join(dst, "big2.bin"))
+	require.True(t, os.SameFile(a, c), "hard link kept")
+
+	// A corrupted chunk stops the export.
+	ref := cas.Sum(big[:64<<10])
+	require.NoError(t, st.CorruptForTest(ref))
+	err = Export(ctx, st, res.Root, &bytes.Buffer{}, nil)
+	require.True(t, errors.Is(err, cas.ErrCorrupt), "%v", err)
+}
+
+func TestExtractRefusesSymlinkEscape(t *testing.T) {
+	data := makeTar(t,
+		entry{name: "d/", typ: tar.TypeDir},
+		entry{name: "d/up", typ: tar.TypeSymlink, link: ".."},
+		entry{name: "esc", typ: tar.TypeSymlink, link: "d/up"},
+		entry{name: "esc/x", typ: tar.TypeReg, body: "boom"},
+	)
+	dst := filepath.Join(t.TempDir(), "out")
+	err := Extract(context.Background(), bytes.NewReader(data), dst, nil)
+	require.ErrorIs(t, err, ErrUnsafe)
+}

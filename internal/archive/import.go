@@ -1,0 +1,227 @@
+package archive
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+
+	"homefs/cas"
+	"homefs/manifest"
+)
+
+// Store is what Import needs of a store.
+type Store interface {
+	cas.Putter
+	cas.Batcher
+}
+
+// ImportResult describes an imported tree.
+type ImportResult struct {
+	Root     cas.Ref `json:"root"`
+	Files    int64   `json:"files"`
+	Dirs     int64   `json:"dirs"`
+	Symlinks int64   `json:"symlinks"`
+	Bytes    int64   `json:"bytes"`
+}
+
+// batchPutter lets manifest helpers put into a batch.
+type batchPutter struct{ b cas.Batch }
+
+func (p batchPutter) Put(_ context.Context, data []byte) (cas.Ref, error) { return p.b.Put(data) }
+
+// Import stores the tree held by the tar stream r and returns its root.
+// Nothing is named: on error the chunks already put are unreferenced and
+// the next gc removes them. The batch is committed durably before Import
+// returns, so the root may be named at once.
+func Import(ctx context.Context, st Store, r io.Reader, progress Progress) (*ImportResult, error) {
+	b := st.NewBatch()
+	defer b.Discard()
+	put := batchPutter{b}
+	tr := tar.NewReader(r)
+	files := make(map[string]manifest.Entry)
+	links := make(map[string][]string) // hard-link target → other names
+	res := &ImportResult{}
+	var entries int64
+	buf := make([]byte, manifest.ChunkSize)
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: after %d entries: %v", ErrMalformed, entries, err)
+		}
+		entries++
+		if hdr.Typeflag == tar.TypeXGlobalHeader {
+			continue
+		}
+		p, err := cleanName(hdr.Name)
+		if err != nil {
+			return nil, err
+		}
+		e := manifest.Entry{
+			Mode:    uint32(hdr.Mode) & 0o7777,
+			UID:     clampID(hdr.Uid),
+			GID:     clampID(hdr.Gid),
+			MtimeNs: hdr.ModTime.UnixNano(),
+		}
+		e.CtimeNs = e.MtimeNs
+		if !hdr.ChangeTime.IsZero() {
+			e.CtimeNs = hdr.ChangeTime.UnixNano()
+		}
+		e.Xattrs = xattrs(hdr.PAXRecords)
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			if p == "" {
+				continue // the root's own attributes are not kept
+			}
+			e.Kind = manifest.KindDir
+			res.Dirs++
+		case tar.TypeReg, tar.TypeRegA:
+			if p == "" {
+				return nil, fmt.Errorf("%w: a file named %q", ErrMalformed, hdr.Name)
+			}
+			e.Kind = manifest.KindFile
+			n, err := storeContent(ctx, b, put, tr, buf, &e)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", p, err)
+			}
+			if n != hdr.Size {
+				return nil, fmt.Errorf("%w: %s: %d of %d bytes", ErrMalformed, p, n, hdr.Size)
+			}
+			res.Files++
+			res.Bytes += n
+		case tar.TypeSymlink:
+			if p == "" {
+				return nil, fmt.Errorf("%w: a symlink named %q", ErrMalformed, hdr.Name)
+			}
+			if err := checkSymlink(p, hdr.Linkname); err != nil {
+				return nil, err
+			}
+			e.Kind = manifest.KindSymlink
+			e.Target = hdr.Linkname
+			e.Size = int64(len(hdr.Linkname))
+			res.Symlinks++
+		case tar.TypeLink:
+			target, err := cleanName(hdr.Linkname)
+			if err != nil {
+				return nil, fmt.Errorf("hard link %q: %w", hdr.Name, err)
+			}
+			t, ok := files[target]
+			if !ok || t.Kind != manifest.KindFile || p == "" {
+				return nil, fmt.Errorf("%w: hard link %q → %q: not an earlier file of the archive", ErrUnsafe, hdr.Name, hdr.Linkname)
+			}
+			links[target] = append(links[target], p)
+			files[p] = t
+			res.Files++
+			continue
+		case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+			return nil, fmt.Errorf("%w: %q is a device or fifo", ErrUnsupported, hdr.Name)
+		default:
+			return nil, fmt.Errorf("%w: %q has tar type %q", ErrUnsupported, hdr.Name, hdr.Typeflag)
+		}
+		files[p] = e
+		if progress != nil {
+			progress(entries, res.Bytes)
+		}
+	}
+	// Hard-link groups share one identity, numbered in path order.
+	id := uint64(0)
+	for _, target := range slices.Sorted(maps.Keys(links)) {
+		id++
+		names := append([]string{target}, links[target]...)
+		for _, n := range names {
+			e := files[n]
+			if e.Kind != manifest.KindFile {
+				return nil, fmt.Errorf("%w: hard link group of %q: %q replaced by a %v", ErrMalformed, target, n, e.Kind)
+			}
+			e.LinkID, e.Nlink = id, uint32(len(names))
+			files[n] = e
+		}
+	}
+	root, err := manifest.BuildTree(ctx, put, files)
+	if err != nil {
+		if errors.Is(err, manifest.ErrInvalid) {
+			return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+		}
+		return nil, err
+	}
+	if err := b.Commit(ctx, true); err != nil {
+		return nil, fmt.Errorf("archive: commit: %w", err)
+	}
+	res.Root = root
+	return res, nil
+}
+
+// storeContent reads a file's content from r in chunks and fills e's
+// size and chunk refs.
+func storeContent(ctx context.Context, b cas.Batch, put batchPutter, r io.Reader, buf []byte, e *manifest.Entry) (int64, error) {
+	cl := manifest.NewChunkList()
+	var size int64
+	for i := 0; ; i++ {
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			var ref cas.Ref
+			if !isZero(buf[:n]) {
+				if ref, err = b.Put(buf[:n]); err != nil {
+					return size, fmt.Errorf("archive: put chunk: %w", err)
+				}
+			}
+			cl.Set(i, ref)
+			size += int64(n)
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			return size, fmt.Errorf("%w: %v", ErrMalformed, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return size, err
+		}
+	}
+	chunks, index, depth, err := cl.Store(ctx, put)
+	if err != nil {
+		return size, err
+	}
+	e.Size, e.Chunks, e.Index, e.Depth = size, chunks, index, depth
+	return size, nil
+}
+
+func isZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func clampID(id int) uint32 {
+	if id < 0 || id > 1<<32-1 {
+		return 0
+	}
+	return uint32(id)
+}
+
+const xattrPrefix = "SCHILY.xattr."
+
+func xattrs(recs map[string]string) []manifest.Xattr {
+	var out []manifest.Xattr
+	for k, v := range recs {
+		if name, ok := strings.CutPrefix(k, xattrPrefix); ok {
+			out = append(out, manifest.Xattr{Name: name, Value: []byte(v)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}

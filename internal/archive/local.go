@@ -1,0 +1,260 @@
+package archive
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// TarDir writes the content of dir (not dir itself) to w as a tar stream,
+// in lexical order. Symlinks are stored as links, a file with several
+// names once plus hard links; devices, fifos and sockets are refused.
+func TarDir(ctx context.Context, dir string, w io.Writer, progress Progress) error {
+	tw := tar.NewWriter(w)
+	type inode struct{ dev, ino uint64 }
+	seen := make(map[inode]string)
+	var entries, bytes int64
+	root, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	st, err := os.Stat(root)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s: %w", dir, syscall.ENOTDIR)
+	}
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if p == root {
+			return nil
+		}
+		rel := filepath.ToSlash(p[len(root)+1:])
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		link := ""
+		if info.Mode()&fs.ModeSymlink != 0 {
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		if info.Mode()&(fs.ModeDevice|fs.ModeCharDevice|fs.ModeNamedPipe|fs.ModeSocket) != 0 {
+			return fmt.Errorf("%w: %s is a %v", ErrUnsupported, p, info.Mode().Type())
+		}
+		hdr, err := tar.FileInfoHeader(info, link)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		hdr.Name = rel
+		hdr.Format = tar.FormatPAX
+		hdr.Uname, hdr.Gname = "", ""
+		if sys, ok := info.Sys().(*syscall.Stat_t); ok {
+			hdr.ModTime = time.Unix(sys.Mtim.Unix())
+			hdr.ChangeTime = time.Unix(sys.Ctim.Unix())
+			hdr.AccessTime = time.Time{}
+			if info.Mode().IsRegular() && sys.Nlink > 1 {
+				key := inode{uint64(sys.Dev), sys.Ino}
+				if first, ok := seen[key]; ok {
+					hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
+				} else {
+					seen[key] = rel
+				}
+			}
+		}
+		if info.IsDir() {
+			hdr.Name += "/"
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		entries++
+		if hdr.Typeflag == tar.TypeReg {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			n, err := io.Copy(tw, f)
+			f.Close()
+			bytes += n
+			if err != nil {
+				return fmt.Errorf("%s: %w", p, err)
+			}
+		}
+		if progress != nil {
+			progress(entries, bytes)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// Extract writes the tar stream r into dir, which must be empty or absent.
+// Every entry is checked as Import checks it; no path is created through a
+// symlink, so a link made by the stream cannot redirect a later entry.
+// Owners are restored when running as root.
+func Extract(ctx context.Context, r io.Reader, dir string, progress Progress) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	if len(ents) > 0 {
+		return fmt.Errorf("%s: %w: directory not empty", dir, fs.ErrExist)
+	}
+	root, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	type dirTime struct {
+		path string
+		t    time.Time
+	}
+	var dirTimes []dirTime
+	asRoot := os.Geteuid() == 0
+	tr := tar.NewReader(r)
+	var entries, bytes int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrMalformed, err)
+		}
+		if hdr.Typeflag == tar.TypeXGlobalHeader {
+			continue
+		}
+		rel, err := cleanName(hdr.Name)
+		if err != nil {
+			return err
+		}
+		if rel == "" {
+			continue
+		}
+		target := filepath.Join(root, filepath.FromSlash(rel))
+		if err := noSymlinkParents(root, rel); err != nil {
+			return err
+		}
+		mode := os.FileMode(hdr.Mode & 0o777)
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			if err := os.Mkdir(target, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+				return err
+			}
+			dirTimes = append(dirTimes, dirTime{target, hdr.ModTime})
+		case tar.TypeReg, tar.TypeRegA:
+			f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+			if err != nil {
+				return err
+			}
+			n, err := io.Copy(f, tr)
+			bytes += n
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", rel, err)
+			}
+		case tar.TypeSymlink:
+			if err := checkSymlink(rel, hdr.Linkname); err != nil {
+				return err
+			}
+			if err := os.Symlink(hdr.Linkname, target); err != nil {
+				return err
+			}
+		case tar.TypeLink:
+			first, err := cleanName(hdr.Linkname)
+			if err != nil || first == "" {
+				return fmt.Errorf("%w: hard link %q → %q", ErrUnsafe, hdr.Name, hdr.Linkname)
+			}
+			if err := noSymlinkParents(root, first); err != nil {
+				return err
+			}
+			src := filepath.Join(root, filepath.FromSlash(first))
+			if st, err := os.Lstat(src); err != nil || !st.Mode().IsRegular() {
+				return fmt.Errorf("%w: hard link %q → %q: not an earlier file", ErrUnsafe, hdr.Name, hdr.Linkname)
+			}
+			if err := os.Link(src, target); err != nil {
+				return err
+			}
+			continue
+		default:
+			return fmt.Errorf("%w: %q has tar type %q", ErrUnsupported, hdr.Name, hdr.Typeflag)
+		}
+		if asRoot {
+			_ = os.Lchown(target, hdr.Uid, hdr.Gid)
+		}
+		if hdr.Typeflag != tar.TypeSymlink {
+			if err := os.Chmod(target, mode|os.FileMode(hdr.Mode)&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky)); err != nil {
+				return err
+			}
+			for k, v := range hdr.PAXRecords {
+				if name, ok := strings.CutPrefix(k, xattrPrefix); ok {
+					_ = syscall.Setxattr(target, name, []byte(v), 0)
+				}
+			}
+			if hdr.Typeflag != tar.TypeDir {
+				if err := os.Chtimes(target, hdr.ModTime, hdr.ModTime); err != nil {
+					return err
+				}
+			}
+		}
+		entries++
+		if progress != nil {
+			progress(entries, bytes)
+		}
+	}
+	// Directory times last: creating entries changed them.
+	for i := len(dirTimes) - 1; i >= 0; i-- {
+		_ = os.Chtimes(dirTimes[i].path, dirTimes[i].t, dirTimes[i].t)
+	}
+	return nil
+}
+
+// noSymlinkParents refuses rel if a directory on its way from root is a
+// symlink (or not a directory).
+func noSymlinkParents(root, rel string) error {
+	parts := strings.Split(rel, "/")
+	p := root
+	for _, part := range parts[:len(parts)-1] {
+		p = filepath.Join(p, part)
+		st, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			if err := os.Mkdir(p, 0o755); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !st.IsDir() {
+			return fmt.Errorf("%w: %q goes through %q, which is not a directory", ErrUnsafe, rel, p)
+		}
+	}
+	return nil
+}
