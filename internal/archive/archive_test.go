@@ -81,7 +81,7 @@ func TestRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	src := t.TempDir()
 	big := bytes.Repeat([]byte("0123456789abcdef"), 300000) // over ChunkSize*MaxInline? several chunks
-	big = append(big, make([]byte, 200000)...)               // a hole at the end
+	big = append(big, make([]byte, 200000)...)              // a hole at the end
 	require.NoError(t, os.MkdirAll(filepath.Join(src, "codex/sessions/2025"), 0o750))
 	require.NoError(t, os.WriteFile(filepath.Join(src, "codex/sessions/2025/rollout.jsonl"), []byte("{\"a\":1}\n"), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(src, "big.bin"), big, 0o644))
