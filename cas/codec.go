@@ -48,6 +48,23 @@ var (
 	})
 )
 
+// probeSize is the sample compressed before a large chunk is: random or
+// already-compressed data (the common incompressible case) is then stored
+// raw after compressing 4 KiB instead of all of it.
+const probeSize = 4 << 10
+
+// worthCompressing reports whether a sample of data compresses by at least
+// an eighth.
+func worthCompressing(data []byte) bool {
+	if len(data) < 4*probeSize {
+		return true
+	}
+	sample := data[:probeSize]
+	var buf [probeSize + 64]byte
+	out := encoder().EncodeAll(sample, buf[:0])
+	return len(out) < len(sample)-len(sample)/8
+}
+
 // encodeChunk returns the stored form of data in a new slice.
 func encodeChunk(data []byte) []byte {
 	var hdr [1 + binary.MaxVarintLen64]byte
@@ -55,7 +72,7 @@ func encodeChunk(data []byte) []byte {
 	n := 1 + binary.PutUvarint(hdr[1:], uint64(len(data)))
 	out := make([]byte, n, n+len(data))
 	copy(out, hdr[:n])
-	if len(data) >= minCompress {
+	if len(data) >= minCompress && worthCompressing(data) {
 		out[0] = codecZstd
 		out = encoder().EncodeAll(data, out)
 		if len(out)-n < len(data)-len(data)/8 {
