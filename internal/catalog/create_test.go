@@ -1,0 +1,29 @@
+package catalog
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"homefs/cas"
+	"homefs/manifest"
+)
+
+func TestCreateSessionAtAndIndex(t *testing.T) {
+	ctx := context.Background()
+	st := cas.NewMemory()
+	c := New(st)
+	root, err := manifest.BuildTree(ctx, st, map[string]manifest.Entry{"d": {Kind: manifest.KindDir, Mode: 0o755}})
+	require.NoError(t, err)
+	h, err := c.CreateSessionAt(ctx, "imp", root)
+	require.NoError(t, err)
+	require.Equal(t, root, h.Root)
+	_, err = c.CreateSessionAt(ctx, "imp", root)
+	require.ErrorIs(t, err, ErrExists)
+	_, id, err := c.Capture(ctx, "imp", root, "m", nil)
+	require.NoError(t, err)
+	idx, err := c.SnapshotIndex(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []IndexEntry{{ID: id, Session: "imp"}}, idx)
+}
