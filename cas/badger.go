@@ -57,6 +57,9 @@ type BadgerStore struct {
 
 	syncMu sync.Mutex      // serialises Sync
 	sealed map[string]bool // GUARDED_BY(syncMu); log files fsynced after they stopped growing
+	// syncedDirTime is the directory's mtime when its files were last all
+	// synced. GUARDED_BY(syncMu)
+	syncedDirTime time.Time
 
 	suspect suspects
 }
@@ -355,6 +358,17 @@ func (s *BadgerStore) sync() error {
 	if err := s.db.Sync(); err != nil {
 		return dbErr("sync", err)
 	}
+	// Badger creates a file whenever it rotates a log, which changes the
+	// directory's mtime; while it has not, db.Sync covered every file that
+	// can hold unsynced writes, and the listing below can be skipped.
+	st, err := os.Stat(s.dir)
+	if err != nil {
+		return fmt.Errorf("cas: sync: %w", err)
+	}
+	mtime := st.ModTime()
+	if mtime.Equal(s.syncedDirTime) {
+		return nil
+	}
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
 		return fmt.Errorf("cas: sync: %w", err)
@@ -382,7 +396,16 @@ func (s *BadgerStore) sync() error {
 		}
 		s.sealed[name] = true
 	}
-	return fsyncFile(s.dir)
+	if err := fsyncFile(s.dir); err != nil {
+		return err
+	}
+	// The kernel stamps mtimes from a coarse clock: a file created in the
+	// same tick as the last one would not change the mtime. Trust it only
+	// once it is older than any tick.
+	if time.Since(mtime) > 100*time.Millisecond {
+		s.syncedDirTime = mtime
+	}
+	return nil
 }
 
 // fsyncFile fsyncs path; a file deleted meanwhile (a flushed memtable's
