@@ -126,6 +126,9 @@ type Mount struct {
 	root    *fnode
 	server  *fuse.Server
 	log     *slog.Logger
+	// shortCache is set while another mount shows part of what this one
+	// shows.
+	shortCache atomic.Bool
 }
 
 // Dir is the mountpoint.
@@ -236,6 +239,44 @@ func (e *Engine) checkMountpoint(dir string) (string, error) {
 	return real, nil
 }
 
+// How long the kernel may trust entries and attributes: long while one
+// mount alone shows a part of a session, short while mounts overlap (each
+// then misses the other's changes for at most that long).
+const (
+	longCacheTimeout  = time.Minute
+	shortCacheTimeout = time.Second
+)
+
+func (m *Mount) cacheTimeout() time.Duration {
+	if m.shortCache.Load() {
+		return shortCacheTimeout
+	}
+	return longCacheTimeout
+}
+
+// startShortCache switches m to short timeouts because another mount now
+// shows part of what it shows, and makes the kernel forget what m told it
+// under the long ones.
+func (m *Mount) startShortCache() {
+	if m.shortCache.Swap(true) {
+		return
+	}
+	var forget func(in *fs.Inode)
+	forget = func(in *fs.Inode) {
+		in.NotifyContent(0, 0)
+		for name, c := range in.Children() {
+			forget(c)
+			in.NotifyEntry(name)
+		}
+	}
+	forget(&m.root.Inode)
+}
+
+// overlaps reports whether one of two session subtrees contains the other.
+func overlaps(a, b string) bool {
+	return a == "" || b == "" || a == b || strings.HasPrefix(a, b+"/") || strings.HasPrefix(b, a+"/")
+}
+
 // within reports whether p is base or below it.
 func within(p, base string) bool {
 	rel, err := filepath.Rel(base, p)
@@ -265,10 +306,27 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 		e.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s", ErrBusy, real)
 	}
+	var overlapping []*Mount
+	for _, other := range e.mounts {
+		if other.sess == s && overlaps(other.subtree, subtree) {
+			overlapping = append(overlapping, other)
+		}
+	}
+	if len(overlapping) > 0 {
+		m.shortCache.Store(true)
+	}
 	e.mounts[real] = m
 	e.mu.Unlock()
+	for _, other := range overlapping {
+		other.startShortCache()
+	}
 
-	timeout := time.Second
+	// While a mount is the only one showing its part of the session, every
+	// change to it goes through it, or is pushed to the kernel by restore
+	// and graft; so the kernel may cache entries, attributes and absent
+	// names for long, which spares a round trip per stat. Overlapping
+	// mounts of one session cache for a second only (see cacheTimeout).
+	timeout := longCacheTimeout
 	mopts := []string{"default_permissions"}
 	if opts.ReadOnly {
 		mopts = append(mopts, "ro")
@@ -283,9 +341,12 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 			Options:     mopts,
 			Debug:       opts.Debug,
 		},
-		EntryTimeout:   &timeout,
-		AttrTimeout:    &timeout,
-		RootStableAttr: &fs.StableAttr{Ino: rootNode.ino},
+		EntryTimeout:    &timeout,
+		AttrTimeout:     &timeout,
+		NegativeTimeout: &timeout,
+		// Modes are exact: without this, go-fuse shows mode 0 as 0644.
+		NullPermissions: true,
+		RootStableAttr:  &fs.StableAttr{Ino: rootNode.ino},
 	})
 	if err != nil {
 		e.mu.Lock()
@@ -308,9 +369,23 @@ func (m *Mount) Unmount() error {
 		return fmt.Errorf("unmount %s: %w", m.dir, err)
 	}
 	m.server.Wait()
-	m.engine.mu.Lock()
-	delete(m.engine.mounts, m.dir)
-	m.engine.mu.Unlock()
+	e := m.engine
+	e.mu.Lock()
+	delete(e.mounts, m.dir)
+	// Mounts left without an overlapping one go back to long timeouts: what
+	// the kernel cached under short ones expires within a second.
+	for _, a := range e.mounts {
+		alone := true
+		for _, b := range e.mounts {
+			if a != b && a.sess == b.sess && overlaps(a.subtree, b.subtree) {
+				alone = false
+			}
+		}
+		if alone {
+			a.shortCache.Store(false)
+		}
+	}
+	e.mu.Unlock()
 	return nil
 }
 
@@ -508,8 +583,15 @@ func (e *Engine) Restore(ctx context.Context, session, spec string) error {
 	s.freeze.Unlock()
 
 	// Tell the kernel outside the locks: it may call back into the mount.
-	for _, m := range mounts {
-		for name := range m.root.Children() {
+	for i, m := range mounts {
+		// Old names (cached positive) and new ones (maybe cached absent).
+		names := m.root.Children()
+		fresh.treeMu.Lock()
+		for name := range roots[i].children {
+			names[name] = nil
+		}
+		fresh.treeMu.Unlock()
+		for name := range names {
 			m.root.NotifyEntry(name)
 		}
 		m.root.NotifyContent(0, 0)

@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -111,12 +112,20 @@ func (f *fnode) child(ctx context.Context, n *node, out *fuse.EntryOut) (*fs.Ino
 		return nil, f.m.toErrno("getattr", f, err)
 	}
 	fillAttr(a, &out.Attr)
+	t := f.m.cacheTimeout()
+	out.SetEntryTimeout(t)
+	out.SetAttrTimeout(t)
 	return f.NewInode(ctx, f.m.wrap(n), fs.StableAttr{Mode: typeBits(n.kind), Ino: n.ino}), 0
 }
 
 func (f *fnode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	c, err := f.sess().lookup(ctx, f.n.Load(), name)
 	if err != nil {
+		if errors.Is(err, syscall.ENOENT) && f.m.shortCache.Load() {
+			// A non-zero timeout here keeps go-fuse from caching the
+			// absent name: another mount may create it.
+			out.SetEntryTimeout(shortCacheTimeout)
+		}
 		return nil, f.m.toErrno("lookup", f, err)
 	}
 	return f.child(ctx, c, out)
@@ -128,6 +137,7 @@ func (f *fnode) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut)
 		return f.m.toErrno("getattr", f, err)
 	}
 	fillAttr(a, &out.Attr)
+	out.SetTimeout(f.m.cacheTimeout())
 	return 0
 }
 

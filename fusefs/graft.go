@@ -185,15 +185,18 @@ func (e *Engine) invalidate(s *Session, parts []string) {
 			}
 			rel = rel[len(sub):]
 		}
+		// Invalidate the first name the kernel may hold: the entry itself,
+		// or the first directory on its path that it knows nothing below.
 		var dir *fs.Inode = &m.root.Inode
-		for _, p := range rel[:len(rel)-1] {
-			if dir = dir.GetChild(p); dir == nil {
+		i := 0
+		for ; i < len(rel)-1; i++ {
+			c := dir.GetChild(rel[i])
+			if c == nil {
 				break
 			}
+			dir = c
 		}
-		if dir != nil {
-			dir.NotifyEntry(rel[len(rel)-1])
-		}
+		dir.NotifyEntry(rel[i])
 	}
 }
 
