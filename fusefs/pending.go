@@ -62,7 +62,11 @@ func (p *pendingChunks) get(ref cas.Ref) ([]byte, bool) {
 }
 
 // pendingBatch is a batch whose puts stay readable through pending until it
-// commits or is discarded.
+// commits. A chunk's ref is published in its file as soon as it is put, so
+// the batch is never thrown away: Discard without a successful Commit
+// commits what was put (an error half-way through a spill or a flush must
+// not lose bytes acknowledged earlier); only if that fails too are the
+// bytes gone, and reads of them fail with EIO.
 type pendingBatch struct {
 	cas.Batch
 	pending *pendingChunks
@@ -85,8 +89,11 @@ func (b *pendingBatch) Put(data []byte) (cas.Ref, error) {
 	return ref, nil
 }
 
+// Commit ignores ctx's cancellation, for the same reason: an interrupted
+// request (FUSE_INTERRUPT when the writer is signalled) must not throw
+// away published chunks.
 func (b *pendingBatch) Commit(ctx context.Context, durable bool) error {
-	err := b.Batch.Commit(ctx, durable)
+	err := b.Batch.Commit(context.WithoutCancel(ctx), durable)
 	if err == nil {
 		b.pending.drop(b.refs)
 		b.refs = nil
@@ -95,6 +102,9 @@ func (b *pendingBatch) Commit(ctx context.Context, durable bool) error {
 }
 
 func (b *pendingBatch) Discard() {
+	if len(b.refs) > 0 {
+		_ = b.Batch.Commit(context.Background(), false)
+	}
 	b.Batch.Discard()
 	b.pending.drop(b.refs)
 	b.refs = nil
