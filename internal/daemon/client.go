@@ -1,0 +1,275 @@
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"syscall"
+
+	"homefs/internal/fsck"
+)
+
+// Client talks to a daemon over its socket.
+type Client struct {
+	socket string
+	http   *http.Client
+}
+
+// NewClient returns a client for the daemon listening on socket.
+func NewClient(socket string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+		DisableCompression: true,
+	}
+	return &Client{socket: socket, http: &http.Client{Transport: tr}}
+}
+
+// Socket is the socket the client dials.
+func (c *Client) Socket() string { return c.socket }
+
+// dialError explains a failure to reach the daemon.
+func (c *Client) dialError(err error) error {
+	switch {
+	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ECONNREFUSED):
+		return &Error{Code: CodeNotRunning, Message: fmt.Sprintf(
+			"homefs daemon is not running (no socket at %s): start it with `homefs serve`", c.socket)}
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
+		return &Error{Code: CodePermission, Message: fmt.Sprintf(
+			"permission denied on %s: only the user who runs the homefs daemon may use it", c.socket)}
+	}
+	return &Error{Code: CodeNotRunning, Message: fmt.Sprintf("cannot reach the homefs daemon at %s: %v", c.socket, err)}
+}
+
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, body io.Reader, contentType string) (*http.Response, error) {
+	u := "http://homefs" + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return nil, c.dialError(err)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("homefs daemon at %s: %w", c.socket, err)
+	}
+	if resp.StatusCode >= 400 {
+		defer resp.Body.Close()
+		return nil, readError(resp)
+	}
+	return resp, nil
+}
+
+func readError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var e Error
+	if json.Unmarshal(b, &e) == nil && e.Code != "" {
+		return &e
+	}
+	return &Error{Code: CodeInternal, Message: fmt.Sprintf("daemon answered %s: %s", resp.Status, bytes.TrimSpace(b))}
+}
+
+// call sends in as JSON (when non-nil) and decodes the answer into out.
+func (c *Client) call(ctx context.Context, method, path string, query url.Values, in, out any) error {
+	var body io.Reader
+	ct := ""
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body, ct = bytes.NewReader(b), "application/json"
+	}
+	resp, err := c.do(ctx, method, path, query, body, ct)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("homefs daemon: bad answer to %s: %w", path, err)
+	}
+	return nil
+}
+
+// streamCall runs a streamed operation, passing progress lines to
+// progress and decoding the result into out.
+func (c *Client) streamCall(ctx context.Context, path string, progress func(Progress), out any) error {
+	resp, err := c.do(ctx, http.MethodPost, path, nil, nil, "")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	for sc.Scan() {
+		var line struct {
+			Progress *Progress       `json:"progress"`
+			Result   json.RawMessage `json:"result"`
+			Error    *Error          `json:"error"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			return fmt.Errorf("homefs daemon: bad stream line: %w", err)
+		}
+		switch {
+		case line.Error != nil:
+			return line.Error
+		case line.Progress != nil:
+			if progress != nil {
+				progress(*line.Progress)
+			}
+		case line.Result != nil:
+			return json.Unmarshal(line.Result, out)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("homefs daemon: %s: %w", path, err)
+	}
+	return &Error{Code: CodeInternal, Message: "homefs daemon: stream ended without a result (did the daemon stop?)"}
+}
+
+// Status asks the daemon how it is.
+func (c *Client) Status(ctx context.Context) (*Status, error) {
+	var v Status
+	return &v, c.call(ctx, http.MethodGet, pathStatus, nil, nil, &v)
+}
+
+// Sessions lists the sessions.
+func (c *Client) Sessions(ctx context.Context) ([]SessionInfo, error) {
+	var v []SessionInfo
+	return v, c.call(ctx, http.MethodGet, pathSessions, nil, nil, &v)
+}
+
+// CreateSession creates a session.
+func (c *Client) CreateSession(ctx context.Context, req CreateSessionRequest) (*SessionInfo, error) {
+	var v SessionInfo
+	return &v, c.call(ctx, http.MethodPost, pathSessions, nil, req, &v)
+}
+
+// RemoveSession deletes a session.
+func (c *Client) RemoveSession(ctx context.Context, name string) error {
+	return c.call(ctx, http.MethodDelete, pathSessions+"/"+url.PathEscape(name), nil, nil, nil)
+}
+
+// Mount mounts a session or snapshot.
+func (c *Client) Mount(ctx context.Context, req MountRequest) (*MountInfo, error) {
+	var v MountInfo
+	return &v, c.call(ctx, http.MethodPost, pathMounts, nil, req, &v)
+}
+
+// Mounts lists the mounts.
+func (c *Client) Mounts(ctx context.Context) ([]MountInfo, error) {
+	var v []MountInfo
+	return v, c.call(ctx, http.MethodGet, pathMounts, nil, nil, &v)
+}
+
+// Unmount detaches a mount.
+func (c *Client) Unmount(ctx context.Context, dir string) (*MountInfo, error) {
+	var v MountInfo
+	return &v, c.call(ctx, http.MethodPost, pathUnmount, nil, UnmountRequest{Dir: dir}, &v)
+}
+
+// Capture snapshots a session.
+func (c *Client) Capture(ctx context.Context, session string, req CaptureRequest) (*SnapshotInfo, error) {
+	var v SnapshotInfo
+	return &v, c.call(ctx, http.MethodPost, pathSessions+"/"+url.PathEscape(session)+"/capture", nil, req, &v)
+}
+
+// Log returns a session's history.
+func (c *Client) Log(ctx context.Context, session string) ([]SnapshotInfo, error) {
+	var v []SnapshotInfo
+	return v, c.call(ctx, http.MethodGet, pathSessions+"/"+url.PathEscape(session)+"/log", nil, nil, &v)
+}
+
+// Fork forks a session or snapshot.
+func (c *Client) Fork(ctx context.Context, req ForkRequest) (*SessionInfo, error) {
+	var v SessionInfo
+	return &v, c.call(ctx, http.MethodPost, pathFork, nil, req, &v)
+}
+
+// Restore points a session at a snapshot.
+func (c *Client) Restore(ctx context.Context, session, snapshot string) error {
+	return c.call(ctx, http.MethodPost, pathSessions+"/"+url.PathEscape(session)+"/restore", nil, RestoreRequest{Snapshot: snapshot}, nil)
+}
+
+// Diff compares two sessions or snapshots.
+func (c *Client) Diff(ctx context.Context, a, b string) (*DiffResult, error) {
+	var v DiffResult
+	return &v, c.call(ctx, http.MethodGet, pathDiff, url.Values{"a": {a}, "b": {b}}, nil, &v)
+}
+
+// Export streams a snapshot as tar into w. An error after the stream began
+// arrives in the trailer; w then holds a truncated archive.
+func (c *Client) Export(ctx context.Context, snapshot string, w io.Writer) error {
+	resp, err := c.do(ctx, http.MethodGet, pathExport, url.Values{"snapshot": {snapshot}}, nil, "")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return fmt.Errorf("export %s: %w", snapshot, err)
+	}
+	if t := resp.Trailer.Get(errorTrailer); t != "" {
+		var e Error
+		if json.Unmarshal([]byte(t), &e) == nil && e.Code != "" {
+			return &e
+		}
+		return &Error{Code: CodeInternal, Message: t}
+	}
+	return nil
+}
+
+// Import creates session from the tar stream r.
+func (c *Client) Import(ctx context.Context, session string, r io.Reader) (*ImportResult, error) {
+	resp, err := c.do(ctx, http.MethodPost, pathImport, url.Values{"session": {session}}, r, "application/x-tar")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var v ImportResult
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return nil, fmt.Errorf("homefs daemon: bad answer to import: %w", err)
+	}
+	return &v, nil
+}
+
+// GC collects garbage.
+func (c *Client) GC(ctx context.Context, progress func(Progress)) (*GCResult, error) {
+	var v GCResult
+	return &v, c.streamCall(ctx, pathGC, progress, &v)
+}
+
+// Fsck verifies the store.
+func (c *Client) Fsck(ctx context.Context, progress func(Progress)) (*fsck.Report, error) {
+	var v fsck.Report
+	return &v, c.streamCall(ctx, pathFsck, progress, &v)
+}
+
+// Stats measures the store.
+func (c *Client) Stats(ctx context.Context) (*fsck.Stats, error) {
+	var v fsck.Stats
+	return &v, c.call(ctx, http.MethodGet, pathStats, nil, nil, &v)
+}

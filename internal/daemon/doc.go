@@ -1,0 +1,18 @@
+// Package daemon is homefs's server and its client.
+//
+// The server (Serve) owns one root directory: the Badger store in
+// <root>/store (one process per root: a second server fails with
+// cas.ErrLocked), the record of its mounts in <root>/mounts.json, and by
+// default its Unix socket <root>/homefs.sock (mode 0600; the peer's uid is
+// also checked with SO_PEERCRED). The protocol is HTTP+JSON over that
+// socket, one endpoint per operation under /v1/. Errors travel as
+// {"code", "message"}, the code chosen by errors.Is on the sentinels of
+// the packages below (never by text). Long work (gc, fsck) streams
+// newline-delimited JSON: progress lines, then a result or an error line.
+//
+// Service holds the operations themselves, free of HTTP; the logic lives
+// in the packages it belongs to (fusefs, catalog, archive, fsck).
+//
+// After a crash, Serve finds FUSE mounts named "homefs:…" that the last
+// run recorded in mounts.json (or that are dead) and detaches them.
+package daemon

@@ -1,0 +1,102 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"syscall"
+
+	"homefs/cas"
+	"homefs/fusefs"
+	"homefs/internal/archive"
+	"homefs/internal/catalog"
+	"homefs/manifest"
+)
+
+// Code classifies an error for the client and the CLI's exit status.
+type Code string
+
+const (
+	CodeUsage       Code = "usage"       // bad arguments: names, paths, specs, archives
+	CodeNotFound    Code = "not_found"   // no such session, snapshot, mount or directory
+	CodeConflict    Code = "conflict"    // exists already, busy, in use, changed meanwhile
+	CodeCorrupt     Code = "corrupt"     // damaged or missing stored data
+	CodeUnavailable Code = "unavailable" // the daemon is shutting down or the store is closed
+	CodeInternal    Code = "internal"    // anything else
+	CodePermission  Code = "permission"  // the caller may not use this daemon
+	CodeNotRunning  Code = "not_running" // (client side) no daemon answers on the socket
+)
+
+// Error is an error as it crosses the socket.
+type Error struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Is lets errors.Is(err, &Error{Code: c}) match by code.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Message == "" && t.Code == e.Code
+}
+
+// classify maps an error to its code by the package sentinels.
+func classify(err error) Code {
+	var de *Error
+	switch {
+	case errors.As(err, &de):
+		return de.Code
+	case errors.Is(err, catalog.ErrNoSession), errors.Is(err, catalog.ErrNoSnapshot),
+		errors.Is(err, fusefs.ErrNotMounted), errors.Is(err, fusefs.ErrNotDirectory),
+		errors.Is(err, fs.ErrNotExist):
+		return CodeNotFound
+	case errors.Is(err, catalog.ErrExists), errors.Is(err, catalog.ErrSameSession),
+		errors.Is(err, catalog.ErrConflict), errors.Is(err, cas.ErrConflict),
+		errors.Is(err, fusefs.ErrBusy), errors.Is(err, fusefs.ErrSessionInUse),
+		errors.Is(err, syscall.EBUSY), errors.Is(err, fs.ErrExist):
+		return CodeConflict
+	case errors.Is(err, cas.ErrCorrupt), errors.Is(err, cas.ErrNotFound):
+		// A ref the catalog names but the store lacks is damage too.
+		return CodeCorrupt
+	case errors.Is(err, catalog.ErrAmbiguous), errors.Is(err, manifest.ErrInvalid),
+		errors.Is(err, fusefs.ErrInsideStore), errors.Is(err, syscall.ENOTDIR),
+		errors.Is(err, archive.ErrUnsafe), errors.Is(err, archive.ErrMalformed),
+		errors.Is(err, archive.ErrUnsupported), errors.Is(err, errUsage):
+		return CodeUsage
+	case errors.Is(err, cas.ErrClosed), errors.Is(err, context.Canceled):
+		return CodeUnavailable
+	}
+	return CodeInternal
+}
+
+// errUsage marks argument errors found by the service itself.
+var errUsage = errors.New("usage")
+
+// toError turns any error into the wire form.
+func toError(err error) *Error {
+	var de *Error
+	if errors.As(err, &de) {
+		return de
+	}
+	return &Error{Code: classify(err), Message: err.Error()}
+}
+
+// httpStatus is the HTTP status of a code.
+func httpStatus(c Code) int {
+	switch c {
+	case CodeUsage:
+		return 400
+	case CodePermission:
+		return 403
+	case CodeNotFound:
+		return 404
+	case CodeConflict:
+		return 409
+	case CodeCorrupt:
+		return 422
+	case CodeUnavailable:
+		return 503
+	}
+	return 500
+}

@@ -1,0 +1,256 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+)
+
+// Endpoints, all under /v1/.
+const (
+	pathStatus   = "/v1/status"
+	pathSessions = "/v1/sessions"
+	pathMounts   = "/v1/mounts"
+	pathUnmount  = "/v1/unmount"
+	pathFork     = "/v1/fork"
+	pathDiff     = "/v1/diff"
+	pathExport   = "/v1/export"
+	pathImport   = "/v1/import"
+	pathGC       = "/v1/gc"
+	pathFsck     = "/v1/fsck"
+	pathStats    = "/v1/stats"
+
+	// errorTrailer carries an error that happens after a stream began.
+	errorTrailer = "Homefs-Error"
+)
+
+// handler routes requests to the service.
+func (s *Service) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+pathStatus, func(w http.ResponseWriter, r *http.Request) {
+		reply(w, s.Status(r.Context()), nil)
+	})
+	mux.HandleFunc("GET "+pathSessions, func(w http.ResponseWriter, r *http.Request) {
+		v, err := s.Sessions(r.Context())
+		reply(w, v, err)
+	})
+	mux.HandleFunc("POST "+pathSessions, func(w http.ResponseWriter, r *http.Request) {
+		var req CreateSessionRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		v, err := s.CreateSession(r.Context(), req)
+		reply(w, v, err)
+	})
+	mux.HandleFunc("DELETE "+pathSessions+"/{name}", func(w http.ResponseWriter, r *http.Request) {
+		err := s.RemoveSession(r.Context(), r.PathValue("name"))
+		reply(w, struct{}{}, err)
+	})
+	mux.HandleFunc("POST "+pathSessions+"/{name}/capture", func(w http.ResponseWriter, r *http.Request) {
+		var req CaptureRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		v, err := s.Capture(r.Context(), r.PathValue("name"), req)
+		reply(w, v, err)
+	})
+	mux.HandleFunc("GET "+pathSessions+"/{name}/log", func(w http.ResponseWriter, r *http.Request) {
+		v, err := s.Log(r.Context(), r.PathValue("name"))
+		reply(w, v, err)
+	})
+	mux.HandleFunc("POST "+pathSessions+"/{name}/restore", func(w http.ResponseWriter, r *http.Request) {
+		var req RestoreRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		err := s.Restore(r.Context(), r.PathValue("name"), req)
+		reply(w, struct{}{}, err)
+	})
+	mux.HandleFunc("GET "+pathMounts, func(w http.ResponseWriter, r *http.Request) {
+		reply(w, s.Mounts(r.Context()), nil)
+	})
+	mux.HandleFunc("POST "+pathMounts, func(w http.ResponseWriter, r *http.Request) {
+		var req MountRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		v, err := s.Mount(r.Context(), req)
+		reply(w, v, err)
+	})
+	mux.HandleFunc("POST "+pathUnmount, func(w http.ResponseWriter, r *http.Request) {
+		var req UnmountRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		v, err := s.Unmount(r.Context(), req.Dir)
+		reply(w, v, err)
+	})
+	mux.HandleFunc("POST "+pathFork, func(w http.ResponseWriter, r *http.Request) {
+		var req ForkRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		v, err := s.Fork(r.Context(), req)
+		reply(w, v, err)
+	})
+	mux.HandleFunc("GET "+pathDiff, func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		v, err := s.Diff(r.Context(), q.Get("a"), q.Get("b"))
+		reply(w, v, err)
+	})
+	mux.HandleFunc("GET "+pathExport, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", errorTrailer)
+		w.Header().Set("Content-Type", "application/x-tar")
+		sw := &startWriter{w: w}
+		err := s.Export(r.Context(), r.URL.Query().Get("snapshot"), sw)
+		if err == nil {
+			return
+		}
+		if !sw.started {
+			// Nothing sent yet: a plain error response.
+			w.Header().Del("Trailer")
+			reply(w, nil, err)
+			return
+		}
+		b, _ := json.Marshal(toError(err))
+		w.Header().Set(errorTrailer, string(b))
+	})
+	mux.HandleFunc("POST "+pathImport, func(w http.ResponseWriter, r *http.Request) {
+		v, err := s.Import(r.Context(), r.URL.Query().Get("session"), r.Body)
+		reply(w, v, err)
+	})
+	mux.HandleFunc("POST "+pathGC, func(w http.ResponseWriter, r *http.Request) {
+		stream(w, func(progress func(Progress)) (any, error) { return s.GC(r.Context(), progress) })
+	})
+	mux.HandleFunc("POST "+pathFsck, func(w http.ResponseWriter, r *http.Request) {
+		stream(w, func(progress func(Progress)) (any, error) { return s.Fsck(r.Context(), progress) })
+	})
+	mux.HandleFunc("GET "+pathStats, func(w http.ResponseWriter, r *http.Request) {
+		v, err := s.Stats(r.Context())
+		reply(w, v, err)
+	})
+	return s.logRequests(mux)
+}
+
+// logRequests logs each request with its outcome at debug level, and
+// failures at info.
+func (s *Service) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w, status: 200}
+		next.ServeHTTP(sw, r)
+		if sw.status >= 400 {
+			s.log.Info("request failed", "method", r.Method, "path", r.URL.Path, "status", sw.status)
+		} else {
+			s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", sw.status)
+		}
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// startWriter notes whether any byte was written.
+type startWriter struct {
+	w       io.Writer
+	started bool
+}
+
+func (w *startWriter) Write(p []byte) (int, error) {
+	w.started = true
+	return w.w.Write(p)
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeError(w, &Error{Code: CodeUsage, Message: fmt.Sprintf("bad request body: %v", err)})
+		return false
+	}
+	return true
+}
+
+func reply(w http.ResponseWriter, v any, err error) {
+	if err != nil {
+		writeError(w, toError(err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, e *Error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(httpStatus(e.Code))
+	_ = json.NewEncoder(w).Encode(e)
+}
+
+// stream runs fn, sending its progress as NDJSON lines, then its result
+// or error as the last line.
+func stream(w http.ResponseWriter, fn func(progress func(Progress)) (any, error)) {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	var mu sync.Mutex
+	enc := json.NewEncoder(w)
+	flush := func() {
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
+	progress := func(p Progress) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = enc.Encode(streamLine{Progress: &p})
+		flush()
+	}
+	v, err := fn(progress)
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil {
+		_ = enc.Encode(streamLine{Error: toError(err)})
+	} else {
+		_ = enc.Encode(streamLine{Result: v})
+	}
+	flush()
+}
+
+// errPeer is returned to a caller whose uid is not the daemon's.
+func errPeer(uid, owner int) *Error {
+	return &Error{Code: CodePermission, Message: fmt.Sprintf(
+		"permission denied: uid %d may not use this homefs daemon, which belongs to uid %d", uid, owner)}
+}
+
+var errNoCred = errors.New("no peer credentials")
+
+type peerKey struct{}
+
+// checkPeer refuses requests from other uids than owner.
+func checkPeer(owner int, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		uid, ok := r.Context().Value(peerKey{}).(int)
+		if !ok {
+			writeError(w, &Error{Code: CodePermission, Message: errNoCred.Error()})
+			return
+		}
+		if uid != owner {
+			writeError(w, errPeer(uid, owner))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,203 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"homefs/cas"
+)
+
+// DefaultRoot is where the daemon keeps its state when neither --root nor
+// HOMEFS_ROOT says otherwise.
+const DefaultRoot = "/var/lib/homefs"
+
+// SocketName is the socket's name inside the root, unless configured.
+const SocketName = "homefs.sock"
+
+// DefaultSocket returns the socket path for a root.
+func DefaultSocket(root string) string { return filepath.Join(root, SocketName) }
+
+// Config configures Serve.
+type Config struct {
+	Root   string // the state directory; created 0700 if missing
+	Socket string // "" means DefaultSocket(Root)
+	Logger *slog.Logger
+	// Badger tunes the store.
+	Badger cas.BadgerOptions
+	// Ready, when set, is called once the socket accepts requests.
+	Ready func()
+}
+
+// ErrAlreadyRunning: another daemon holds the root or the socket.
+var ErrAlreadyRunning = errors.New("another homefs daemon is running")
+
+// Serve runs the daemon until ctx ends, then unmounts every mount,
+// flushes every session, closes the store and removes the socket.
+func Serve(ctx context.Context, cfg Config) error {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	root, err := filepath.Abs(cfg.Root)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return fmt.Errorf("create root %s: %w", root, err)
+	}
+	sock := cfg.Socket
+	if sock == "" {
+		sock = DefaultSocket(root)
+	}
+	if sock, err = filepath.Abs(sock); err != nil {
+		return err
+	}
+	storeDir := filepath.Join(root, "store")
+	bopts := cfg.Badger
+	if bopts.Logger == nil {
+		bopts.Logger = log.With("component", "badger")
+	}
+	store, err := cas.OpenBadger(storeDir, bopts)
+	if errors.Is(err, cas.ErrLocked) {
+		return fmt.Errorf("%w on %s: its store is locked (stop it first, or choose another --root): %w", ErrAlreadyRunning, root, err)
+	}
+	if err != nil {
+		return fmt.Errorf("open store %s: %w", storeDir, err)
+	}
+	defer func() {
+		if err := store.Close(); err != nil {
+			log.Error("close store", "err", err)
+		}
+	}()
+	cleaned, err := cleanStaleMounts(root, log)
+	if err != nil {
+		log.Warn("stale mount check failed", "err", err)
+	} else if len(cleaned) > 0 {
+		log.Info("cleaned mounts left by an earlier run", "count", len(cleaned))
+	}
+
+	svc := NewService(root, store, log)
+	svc.socket = sock
+	if err := writeMounts(root, nil); err != nil {
+		return fmt.Errorf("record mounts: %w", err)
+	}
+
+	ln, err := listen(sock)
+	if err != nil {
+		return err
+	}
+	owner := os.Getuid()
+	srv := &http.Server{
+		Handler:           checkPeer(owner, svc.handler()),
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ConnContext: func(c context.Context, conn net.Conn) context.Context {
+			if uid, err := peerUID(conn); err == nil {
+				return context.WithValue(c, peerKey{}, uid)
+			}
+			return c
+		},
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("homefs daemon ready", "root", root, "socket", sock, "pid", os.Getpid())
+	if cfg.Ready != nil {
+		cfg.Ready()
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "cause", context.Cause(ctx))
+	case serveErr = <-errc:
+		log.Error("server stopped", "err", serveErr)
+	}
+	// New requests are refused at once; running ones see ctx canceled.
+	shutCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutCtx)
+	_ = os.Remove(sock)
+	closeErr := svc.Close(shutCtx)
+	if closeErr != nil {
+		log.Error("unmount and flush", "err", closeErr)
+	}
+	if err := store.Sync(shutCtx); err != nil {
+		closeErr = errors.Join(closeErr, err)
+	}
+	log.Info("homefs daemon stopped")
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	return closeErr
+}
+
+// listen creates the socket with mode 0600, replacing a stale socket file
+// only once a connection attempt shows that nobody listens on it.
+func listen(sock string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(sock), 0o700); err != nil {
+		return nil, err
+	}
+	if st, err := os.Lstat(sock); err == nil {
+		if st.Mode().Type() != fs.ModeSocket {
+			return nil, fmt.Errorf("%s exists and is not a socket: remove it or choose another --socket", sock)
+		}
+		conn, err := net.DialTimeout("unix", sock, time.Second)
+		if err == nil {
+			conn.Close()
+			return nil, fmt.Errorf("%w: something listens on %s", ErrAlreadyRunning, sock)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("socket %s: %w", sock, err)
+		}
+		if err := os.Remove(sock); err != nil {
+			return nil, fmt.Errorf("remove stale socket %s: %w", sock, err)
+		}
+	}
+	// The umask keeps the socket private from the moment it exists.
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", sock)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", sock, err)
+	}
+	if err := os.Chmod(sock, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	return ln, nil
+}
+
+// peerUID returns the uid of the process at the other end of a Unix
+// socket connection (SO_PEERCRED).
+func peerUID(conn net.Conn) (int, error) {
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		return 0, errNoCred
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *syscall.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if credErr != nil {
+		return 0, credErr
+	}
+	return int(cred.Uid), nil
+}

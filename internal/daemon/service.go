@@ -1,0 +1,444 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"homefs/cas"
+	"homefs/fusefs"
+	"homefs/internal/archive"
+	"homefs/internal/catalog"
+	"homefs/internal/fsck"
+	"homefs/manifest"
+)
+
+// Service is every operation the daemon serves, over one store. It is safe
+// for concurrent use.
+type Service struct {
+	root    string
+	rec     *fusefs.Recorder
+	cat     *catalog.Catalog
+	eng     *fusefs.Engine
+	log     *slog.Logger
+	started time.Time
+	socket  string
+
+	mu     sync.Mutex
+	mounts map[string]MountInfo // by mountpoint; GUARDED_BY(mu)
+}
+
+// NewService serves store, whose directory lies in root. The catalog and
+// the engine share one recording store, so that gc sees every put.
+func NewService(root string, store cas.Store, log *slog.Logger) *Service {
+	rec := fusefs.Record(store)
+	cat := catalog.New(rec)
+	eng := fusefs.New(rec, cat, fusefs.Options{StoreDir: root, Logger: log})
+	return &Service{root: root, rec: rec, cat: cat, eng: eng, log: log, started: time.Now(), mounts: make(map[string]MountInfo)}
+}
+
+func usagef(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
+}
+
+// Status reports on the daemon.
+func (s *Service) Status(ctx context.Context) *Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &Status{PID: os.Getpid(), UID: os.Getuid(), Root: s.root, Socket: s.socket, Started: s.started, Mounts: len(s.mounts)}
+}
+
+// Sessions lists every session with its mounts.
+func (s *Service) Sessions(ctx context.Context) ([]SessionInfo, error) {
+	heads, err := s.cat.Sessions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	byName := make(map[string][]string)
+	for _, m := range s.mounts {
+		if m.Snapshot == "" {
+			byName[m.Session] = append(byName[m.Session], m.Dir)
+		}
+	}
+	s.mu.Unlock()
+	out := make([]SessionInfo, 0, len(heads))
+	for _, h := range heads {
+		out = append(out, SessionInfo{
+			Name: h.Session, Root: h.Root, Snapshot: h.Snapshot, Origin: h.Origin,
+			Created: time.Unix(0, h.CreatedNs), Updated: time.Unix(0, h.UpdatedNs),
+			Mounts: byName[h.Session],
+		})
+	}
+	return out, nil
+}
+
+// CreateSession creates a session, empty or from a snapshot spec.
+func (s *Service) CreateSession(ctx context.Context, req CreateSessionRequest) (*SessionInfo, error) {
+	var h *catalog.Head
+	err := s.eng.Guard(func() error {
+		from := req.From
+		if from != "" {
+			_, id, err := s.cat.Resolve(ctx, from)
+			if err != nil {
+				return err
+			}
+			from = id
+		}
+		var err error
+		h, err = s.cat.CreateSession(ctx, req.Name, from)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("session created", "session", h.Session, "from", req.From)
+	return &SessionInfo{Name: h.Session, Root: h.Root, Origin: h.Origin, Created: time.Unix(0, h.CreatedNs), Updated: time.Unix(0, h.UpdatedNs)}, nil
+}
+
+// RemoveSession deletes a session that is not mounted.
+func (s *Service) RemoveSession(ctx context.Context, name string) error {
+	if err := s.eng.RemoveSession(ctx, name); err != nil {
+		return err
+	}
+	s.log.Info("session removed", "session", name)
+	return nil
+}
+
+// Mount mounts a session (or one of its snapshots) at a directory.
+func (s *Service) Mount(ctx context.Context, req MountRequest) (*MountInfo, error) {
+	if req.Dir == "" || !filepath.IsAbs(req.Dir) {
+		return nil, usagef("mountpoint %q: want an absolute path", req.Dir)
+	}
+	if sess, sub, ok := strings.Cut(req.Session, "/"); ok {
+		req.Session, req.Subtree = sess, strings.Trim(filepath.ToSlash(filepath.Join(sub, req.Subtree)), "/")
+	}
+	if err := manifest.ValidateSessionName(req.Session); err != nil {
+		return nil, err
+	}
+	dir, err := filepath.EvalSymlinks(req.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("mountpoint %s: %w", req.Dir, err)
+	}
+	if busy, err := isMountpoint(dir); err != nil {
+		return nil, err
+	} else if busy {
+		return nil, fmt.Errorf("%w: %s is already a mountpoint (unmount it first)", fusefs.ErrBusy, dir)
+	}
+	opts := fusefs.MountOptions{ReadOnly: req.ReadOnly}
+	var m *fusefs.Mount
+	info := MountInfo{Session: req.Session, Subtree: req.Subtree, ReadOnly: req.ReadOnly, Since: time.Now()}
+	if req.Snapshot != "" {
+		snap, id, err := s.cat.Resolve(ctx, req.Session+"@"+req.Snapshot)
+		if err != nil {
+			return nil, err
+		}
+		_ = snap
+		m, err = s.eng.MountSnapshot(ctx, "@"+id, req.Subtree, dir, opts)
+		if err != nil {
+			return nil, err
+		}
+		info.Snapshot, info.ReadOnly = id, true
+	} else {
+		m, err = s.eng.Mount(ctx, req.Session, req.Subtree, dir, opts)
+		if err != nil {
+			return nil, err
+		}
+	}
+	info.Dir = m.Dir()
+	s.mu.Lock()
+	s.mounts[info.Dir] = info
+	err = s.saveMountsLocked()
+	s.mu.Unlock()
+	if err != nil {
+		s.log.Error("could not record mounts", "err", err)
+	}
+	s.log.Info("mounted", "session", info.Session, "subtree", info.Subtree, "snapshot", info.Snapshot, "dir", info.Dir, "read_only", info.ReadOnly)
+	return &info, nil
+}
+
+func (s *Service) saveMountsLocked() error {
+	list := make([]MountInfo, 0, len(s.mounts))
+	for _, m := range s.mounts {
+		list = append(list, m)
+	}
+	return writeMounts(s.root, list)
+}
+
+// Mounts lists the mounts.
+func (s *Service) Mounts(ctx context.Context) []MountInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]MountInfo, 0, len(s.mounts))
+	for _, m := range s.mounts {
+		out = append(out, m)
+	}
+	return out
+}
+
+// Unmount detaches a mount and flushes its session durably.
+func (s *Service) Unmount(ctx context.Context, dir string) (*MountInfo, error) {
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	s.mu.Lock()
+	info, ok := s.mounts[dir]
+	s.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: %s is not a homefs mount of this daemon", fusefs.ErrNotMounted, dir)
+	}
+	if err := s.eng.Unmount(dir); err != nil {
+		return nil, fmt.Errorf("%w (close the files open under it, or leave it with cd)", err)
+	}
+	s.mu.Lock()
+	delete(s.mounts, dir)
+	err := s.saveMountsLocked()
+	s.mu.Unlock()
+	if err != nil {
+		s.log.Error("could not record mounts", "err", err)
+	}
+	if info.Snapshot == "" && !info.ReadOnly {
+		if err := s.eng.Sync(ctx, info.Session); err != nil && !errors.Is(err, catalog.ErrNoSession) {
+			return nil, fmt.Errorf("flush %s after unmount: %w", info.Session, err)
+		}
+	}
+	s.log.Info("unmounted", "dir", dir, "session", info.Session)
+	return &info, nil
+}
+
+// Capture snapshots a session.
+func (s *Service) Capture(ctx context.Context, session string, req CaptureRequest) (*SnapshotInfo, error) {
+	for p, h := range req.Handles {
+		if p == "" || h.ID == "" {
+			return nil, usagef("handle %q=%q: want PROVIDER=ID[@THROUGH]", p, h.ID)
+		}
+	}
+	var snap *manifest.Snapshot
+	var id string
+	err := s.eng.Guard(func() error {
+		var err error
+		snap, id, err = s.eng.Capture(ctx, session, req.Message, req.Handles)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("captured", "session", session, "snapshot", id)
+	return snapshotInfo(id, snap, false), nil
+}
+
+func snapshotInfo(id string, snap *manifest.Snapshot, forkPoint bool) *SnapshotInfo {
+	return &SnapshotInfo{
+		ID: id, Session: snap.Session, Parent: snap.Parent, Origin: snap.Origin,
+		Created: time.Unix(0, snap.CreatedNs), Message: snap.Message, Handles: snap.Handles,
+		Root: snap.Root, ForkPoint: forkPoint,
+	}
+}
+
+// Log returns a session's history, newest first, across forks.
+func (s *Service) Log(ctx context.Context, session string) ([]SnapshotInfo, error) {
+	entries, err := s.cat.Log(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SnapshotInfo, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, *snapshotInfo(e.ID, e.Snapshot, e.ForkPoint))
+	}
+	return out, nil
+}
+
+// Fork creates Target from SOURCE[@SNAPSHOT]; a bare session is captured
+// first.
+func (s *Service) Fork(ctx context.Context, req ForkRequest) (*SessionInfo, error) {
+	if err := manifest.ValidateSessionName(req.Target); err != nil {
+		return nil, err
+	}
+	var h *catalog.Head
+	err := s.eng.Guard(func() error {
+		var err error
+		h, err = s.eng.Fork(ctx, req.Source, req.Target)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("forked", "source", req.Source, "target", req.Target)
+	return &SessionInfo{Name: h.Session, Root: h.Root, Origin: h.Origin, Created: time.Unix(0, h.CreatedNs), Updated: time.Unix(0, h.UpdatedNs)}, nil
+}
+
+// Restore points a session at a snapshot.
+func (s *Service) Restore(ctx context.Context, session string, req RestoreRequest) error {
+	if _, err := s.cat.Head(ctx, session); err != nil {
+		return err
+	}
+	err := s.eng.Guard(func() error { return s.eng.Restore(ctx, session, req.Snapshot) })
+	if err != nil {
+		return err
+	}
+	s.log.Info("restored", "session", session, "snapshot", req.Snapshot)
+	return nil
+}
+
+// rootOf resolves a diff operand: a session (its current tree, flushed)
+// or a snapshot spec.
+func (s *Service) rootOf(ctx context.Context, spec string) (cas.Ref, string, error) {
+	if !strings.Contains(spec, "@") && manifest.ValidateSessionName(spec) == nil {
+		if _, err := s.cat.Head(ctx, spec); err == nil {
+			root, err := s.eng.Root(ctx, spec)
+			return root, "session " + spec, err
+		}
+	}
+	snap, id, err := s.cat.Resolve(ctx, spec)
+	if err != nil {
+		return cas.Ref{}, "", err
+	}
+	return snap.Root, "snapshot " + id[:12] + " of " + snap.Session, nil
+}
+
+// Diff lists the paths that differ between a and b (sessions or
+// snapshots). Directories present on both sides are left out: their
+// content is listed instead.
+func (s *Service) Diff(ctx context.Context, a, b string) (*DiffResult, error) {
+	ra, da, err := s.rootOf(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	rb, db, err := s.rootOf(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	res := &DiffResult{A: da, B: db, Entries: []DiffEntry{}}
+	err = manifest.Diff(ctx, s.rec, ra, rb, func(p string, old, new *manifest.Entry) error {
+		d := DiffEntry{Path: p}
+		switch {
+		case old == nil:
+			d.Change, d.Kind, d.NewSize = Added, new.Kind.String(), new.Size
+		case new == nil:
+			d.Change, d.Kind, d.OldSize = Removed, old.Kind.String(), old.Size
+		default:
+			if old.Kind == manifest.KindDir && new.Kind == manifest.KindDir {
+				return nil
+			}
+			d.Change, d.Kind, d.OldSize, d.NewSize = Changed, new.Kind.String(), old.Size, new.Size
+		}
+		res.Entries = append(res.Entries, d)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// Export writes a snapshot as a tar stream.
+func (s *Service) Export(ctx context.Context, spec string, w io.Writer) error {
+	snap, id, err := s.cat.Resolve(ctx, spec)
+	if err != nil {
+		return err
+	}
+	if err := archive.Export(ctx, s.rec, snap.Root, w, nil); err != nil {
+		return fmt.Errorf("export %s: %w", id[:12], err)
+	}
+	return nil
+}
+
+// Import creates session from a tar stream, atomically: the session exists
+// only once every file is stored.
+func (s *Service) Import(ctx context.Context, session string, r io.Reader) (*ImportResult, error) {
+	if err := manifest.ValidateSessionName(session); err != nil {
+		return nil, err
+	}
+	if _, err := s.cat.Head(ctx, session); err == nil {
+		return nil, fmt.Errorf("import into %s: %w", session, catalog.ErrExists)
+	} else if !errors.Is(err, catalog.ErrNoSession) {
+		return nil, err
+	}
+	var res *archive.ImportResult
+	err := s.eng.Guard(func() error {
+		var err error
+		if res, err = archive.Import(ctx, s.rec, r, nil); err != nil {
+			return err
+		}
+		_, err = s.cat.CreateSessionAt(ctx, session, res.Root)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("import into %s: %w", session, err)
+	}
+	s.log.Info("imported", "session", session, "files", res.Files, "bytes", res.Bytes)
+	return &ImportResult{Session: session, Root: res.Root, Files: res.Files, Dirs: res.Dirs, Symlinks: res.Symlinks, Bytes: res.Bytes}, nil
+}
+
+// GCResult is what gc freed.
+type GCResult struct {
+	fusefs.GCResult
+	// ValueLogFiles is how many of the store's log files were rewritten to
+	// give the freed space back to the disk.
+	ValueLogFiles int `json:"value_log_files"`
+}
+
+type reclaimer interface {
+	Reclaim(ctx context.Context, discardRatio float64) (int, error)
+}
+
+// GC collects unreachable chunks while sessions stay mounted.
+func (s *Service) GC(ctx context.Context, progress func(Progress)) (*GCResult, error) {
+	res, err := s.eng.GC(ctx, func(p fusefs.GCProgress) {
+		if progress != nil {
+			progress(Progress{Phase: string(p.Phase), Done: p.Done, Total: p.Total})
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := &GCResult{GCResult: *res}
+	if r, ok := s.rec.Unwrap().(reclaimer); ok && res.Freed > 0 {
+		n, err := r.Reclaim(ctx, 0.5)
+		if err != nil {
+			s.log.Warn("reclaim after gc", "err", err)
+		}
+		out.ValueLogFiles = n
+	}
+	return out, nil
+}
+
+// Fsck verifies every reachable object, live sessions flushed first.
+func (s *Service) Fsck(ctx context.Context, progress func(Progress)) (*fsck.Report, error) {
+	if err := s.eng.SyncAll(ctx); err != nil {
+		return nil, err
+	}
+	return fsck.Check(ctx, s.rec, s.cat, func(objects, bytes int64) {
+		if progress != nil {
+			progress(Progress{Phase: "check", Done: objects, Bytes: bytes})
+		}
+	})
+}
+
+// Stats measures the store, live sessions flushed first.
+func (s *Service) Stats(ctx context.Context) (*fsck.Stats, error) {
+	if err := s.eng.SyncAll(ctx); err != nil {
+		return nil, err
+	}
+	return fsck.Measure(ctx, s.rec, s.cat)
+}
+
+// Close unmounts everything and flushes every session durably; the store
+// stays open (its owner closes it).
+func (s *Service) Close(ctx context.Context) error {
+	err := s.eng.Close(ctx)
+	s.mu.Lock()
+	s.mounts = make(map[string]MountInfo)
+	if werr := s.saveMountsLocked(); werr != nil {
+		err = errors.Join(err, werr)
+	}
+	s.mu.Unlock()
+	return err
+}
