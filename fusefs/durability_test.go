@@ -32,9 +32,9 @@ func durableFiles() map[string][]byte {
 }
 
 // helperDurable: STOREDIR MOUNTPOINT opens a Badger store, mounts session
-// "d", writes durableFiles with fsync (and a directory fsync), prints
-// "synced", writes an unsynced file and prints "unsynced", then keeps
-// writing and flushing until it is killed.
+// "d", prints "mounted" and serves until it is killed. The test writes
+// through the mount from its own process: a daemon must never use its own
+// mount (a kill -9 would then hang on the request it can no longer answer).
 func helperDurable(args []string) error {
 	if len(args) != 2 {
 		return fmt.Errorf("durable STOREDIR MOUNTPOINT")
@@ -49,82 +49,41 @@ func helperDurable(args []string) error {
 	if _, err := cat.CreateSession(ctx, "d", ""); err != nil {
 		return err
 	}
-	m, err := e.Mount(ctx, "d", "", args[1], MountOptions{})
+	if _, err := e.Mount(ctx, "d", "", args[1], MountOptions{}); err != nil {
+		return err
+	}
+	fmt.Println("mounted")
+	time.Sleep(time.Hour)
+	return nil
+}
+
+func writeSync(d, name string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(filepath.Join(d, name)), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(d, name))
 	if err != nil {
 		return err
 	}
-	d := m.Dir()
-	writeSync := func(name string, data []byte) error {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(d, name)), 0o755); err != nil {
-			return err
-		}
-		f, err := os.Create(filepath.Join(d, name))
-		if err != nil {
-			return err
-		}
-		if _, err := f.Write(data); err != nil {
-			return err
-		}
-		if err := f.Sync(); err != nil {
-			return err
-		}
-		return f.Close()
-	}
-	syncDir := func(dir string) error {
-		f, err := os.Open(dir)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		return f.Sync()
-	}
-	if err := os.WriteFile(filepath.Join(d, "config.json"), []byte("old"), 0o644); err != nil {
+	defer f.Close()
+	if _, err := f.Write(data); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(d, "removed"), []byte("x"), 0o644); err != nil {
-		return err
-	}
-	for name, data := range durableFiles() {
-		if name == "config.json" {
-			continue
-		}
-		if err := writeSync(name, data); err != nil {
-			return err
-		}
-	}
-	// The durable replace: temp file, fsync, rename, fsync the directory.
-	if err := writeSync("config.json.tmp", durableFiles()["config.json"]); err != nil {
-		return err
-	}
-	if err := unix.Renameat2(unix.AT_FDCWD, filepath.Join(d, "config.json.tmp"), unix.AT_FDCWD, filepath.Join(d, "config.json"), 0); err != nil {
-		return err
-	}
-	if err := os.Remove(filepath.Join(d, "removed")); err != nil {
-		return err
-	}
-	if err := syncDir(d); err != nil {
-		return err
-	}
-	fmt.Println("synced")
-	if err := os.WriteFile(filepath.Join(d, "unsynced"), []byte("maybe"), 0o644); err != nil {
-		return err
-	}
-	fmt.Println("unsynced")
-	for i := 0; ; i++ {
-		if err := os.WriteFile(filepath.Join(d, "churn"), randBytes(uint64(i), 1<<20), 0o644); err != nil {
-			return err
-		}
-		if i%3 == 0 {
-			if err := e.Sync(ctx, "d"); err != nil {
-				return err
-			}
-		}
-		if i == 2 {
-			fmt.Println("churning")
-		}
-	}
+	return f.Sync()
 }
 
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// TestDurability kills the daemon (kill -9) after fsync and checks that a
+// new daemon over the same store shows every byte fsynced, and that
+// what was not fsynced is whole or absent.
 func TestDurability(t *testing.T) {
 	t.Parallel()
 	storeDir, mnt := t.TempDir(), t.TempDir()
@@ -134,22 +93,62 @@ func TestDurability(t *testing.T) {
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	killed := false
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	var conn uint32 // the FUSE connection, to abort it if the kill hangs
 	t.Cleanup(func() {
-		if !killed {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+		_ = cmd.Process.Kill()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			if conn != 0 {
+				_ = os.WriteFile(fmt.Sprintf("/sys/fs/fuse/connections/%d/abort", conn), []byte("1"), 0o200)
+			}
+			<-exited
 		}
 		_ = unix.Unmount(mnt, unix.MNT_DETACH)
 	})
-	r := bufio.NewReader(out)
-	waitLine(t, r, "synced")
-	waitLine(t, r, "unsynced")
-	waitLine(t, r, "churning")
-	time.Sleep(100 * time.Millisecond)
+	waitLine(t, bufio.NewReader(out), "mounted")
+	var st unix.Stat_t
+	require.NoError(t, unix.Stat(mnt, &st))
+	conn = unix.Minor(st.Dev)
+
+	require.NoError(t, os.WriteFile(filepath.Join(mnt, "config.json"), []byte("old"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(mnt, "removed"), []byte("x"), 0o644))
+	for name, data := range durableFiles() {
+		if name != "config.json" {
+			require.NoError(t, writeSync(mnt, name, data))
+		}
+	}
+	// The durable replace: temp file, fsync, rename, fsync the directory.
+	require.NoError(t, writeSync(mnt, "config.json.tmp", durableFiles()["config.json"]))
+	require.NoError(t, os.Rename(filepath.Join(mnt, "config.json.tmp"), filepath.Join(mnt, "config.json")))
+	require.NoError(t, os.Remove(filepath.Join(mnt, "removed")))
+	require.NoError(t, syncDir(mnt))
+	require.NoError(t, os.WriteFile(filepath.Join(mnt, "unsynced"), []byte("maybe"), 0o644))
+
+	// Keep writing and syncing while the daemon dies.
+	churning := make(chan struct{})
+	churned := make(chan struct{})
+	go func() {
+		defer close(churned)
+		for i := 0; ; i++ {
+			if writeSync(mnt, "churn", randBytes(uint64(i), 1<<20)) != nil {
+				return
+			}
+			if i == 2 {
+				close(churning)
+			}
+		}
+	}()
+	<-churning
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-	_ = cmd.Wait()
-	killed = true
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the daemon did not die")
+	}
+	<-churned
 	require.NoError(t, unix.Unmount(mnt, unix.MNT_DETACH))
 
 	store, err := cas.OpenBadger(storeDir, cas.BadgerOptions{})
