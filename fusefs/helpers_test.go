@@ -261,3 +261,57 @@ func waitLine(t *testing.T, r *bufio.Reader, want string) {
 
 // isPrefix reports whether a is a byte prefix of b.
 func isPrefix(a, b []byte) bool { return len(a) <= len(b) && bytes.Equal(a, b[:len(a)]) }
+
+// dumpTree describes every entry below dir (type, mode, owner, size,
+// content or link target), for comparing a live tree with a snapshot.
+func dumpTree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		st := info.Sys().(*syscall.Stat_t)
+		desc := fmt.Sprintf("%o %d:%d mtime=%d.%09d", st.Mode, st.Uid, st.Gid, st.Mtim.Sec, st.Mtim.Nsec)
+		if st.Mode&syscall.S_IFMT != syscall.S_IFLNK {
+			buf := make([]byte, 4096)
+			k, err := unix.Listxattr(p, buf)
+			if err != nil {
+				return err
+			}
+			for _, x := range strings.Split(string(buf[:k]), "\x00") {
+				if x != "" {
+					v := make([]byte, 4096)
+					vk, err := unix.Getxattr(p, x, v)
+					if err != nil {
+						return err
+					}
+					desc += fmt.Sprintf(" %s=%q", x, v[:vk])
+				}
+			}
+		}
+		switch st.Mode & syscall.S_IFMT {
+		case syscall.S_IFREG:
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			desc += fmt.Sprintf(" nlink=%d %x", st.Nlink, cas.Sum(b).Short())
+		case syscall.S_IFLNK:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			desc += " -> " + target
+		case syscall.S_IFDIR:
+			desc += fmt.Sprintf(" nlink=%d", st.Nlink)
+		}
+		if rel != "." {
+			out[rel] = desc
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	return out
+}

@@ -493,7 +493,7 @@ func TestUnlinkOpen(t *testing.T) {
 
 func TestRename(t *testing.T) {
 	t.Parallel()
-	_, m := newMount(t)
+	e, m := newMount(t)
 	root := m.Dir()
 	for _, tc := range []struct {
 		name     string
@@ -569,6 +569,9 @@ func TestRename(t *testing.T) {
 			}
 		})
 	}
+	// A capture holds exactly the tree the renames left.
+	_, snap := captureMount(t, e, "s")
+	require.Equal(t, dumpTree(t, root), dumpTree(t, snap))
 }
 
 func TestSymlink(t *testing.T) {
@@ -648,6 +651,7 @@ func TestHardLinks(t *testing.T) {
 	fm4 := forkMount(t, e, "links-fork3", "links-fork4")
 	require.Equal(t, "four", read(t, filepath.Join(fm4.Dir(), "sub/b")))
 	require.Equal(t, "four", read(t, filepath.Join(fm4.Dir(), "a")))
+	require.Equal(t, dumpTree(t, fm3.Dir()), dumpTree(t, fm4.Dir()))
 }
 
 func TestXattr(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"homefs/cas"
+	"homefs/manifest"
 )
 
 func TestCaptureIsolation(t *testing.T) {
@@ -266,5 +268,67 @@ func TestReadOnlyMounts(t *testing.T) {
 			requireErrno(t, err, syscall.EROFS, name)
 		}
 		require.Equal(t, "x", read(t, filepath.Join(dir, "f")))
+	}
+}
+
+// TestRandomOpsCapture applies a seeded random mix of namespace and
+// content operations and checks after each batch that a capture (and a
+// fork of it) holds exactly the live tree.
+func TestRandomOpsCapture(t *testing.T) {
+	t.Parallel()
+	e, m := newMount(t)
+	d := m.Dir()
+	r := rand.New(rand.NewPCG(99, 99))
+	var dirs = []string{"."}
+	var files []string
+	pick := func(l []string) string { return l[r.IntN(len(l))] }
+	name := func() string { return fmt.Sprintf("n%d", r.IntN(40)) }
+	for step := range 600 {
+		switch op := r.IntN(12); {
+		case op == 0:
+			p := filepath.Join(pick(dirs), name())
+			if os.Mkdir(filepath.Join(d, p), 0o755) == nil {
+				dirs = append(dirs, p)
+			}
+		case op <= 3:
+			p := filepath.Join(pick(dirs), name())
+			if os.WriteFile(filepath.Join(d, p), randBytes(uint64(step), r.IntN(3*manifest.ChunkSize)), 0o644) == nil {
+				files = append(files, p)
+			}
+		case op == 4 && len(files) > 0:
+			p := pick(files)
+			if f, err := os.OpenFile(filepath.Join(d, p), os.O_WRONLY, 0); err == nil {
+				_, _ = f.WriteAt(randBytes(uint64(step), 1000), int64(r.IntN(2*manifest.ChunkSize)))
+				f.Close()
+			}
+		case op == 5 && len(files) > 0:
+			_ = os.Truncate(filepath.Join(d, pick(files)), int64(r.IntN(2*manifest.ChunkSize)))
+		case op == 6 && len(files) > 0:
+			p := filepath.Join(pick(dirs), name())
+			if os.Link(filepath.Join(d, pick(files)), filepath.Join(d, p)) == nil {
+				files = append(files, p)
+			}
+		case op == 7 && len(files) > 0:
+			_ = os.Remove(filepath.Join(d, pick(files)))
+		case op == 8:
+			from := pick(append(files, dirs[1:]...))
+			to := filepath.Join(pick(dirs), name())
+			if os.Rename(filepath.Join(d, from), filepath.Join(d, to)) == nil {
+				files, dirs = append(files, to), append(dirs, to)
+			}
+		case op == 9:
+			_ = os.Symlink(pick(append(files, "dangling")), filepath.Join(d, pick(dirs), name()))
+		case op == 10 && len(files) > 0:
+			_ = unix.Chmod(filepath.Join(d, pick(files)), uint32(0o600+r.IntN(0o100)))
+		case op == 11 && len(files) > 0:
+			_ = unix.Setxattr(filepath.Join(d, pick(files)), "user."+name(), []byte(name()), 0)
+		}
+		if step%100 == 99 {
+			live := dumpTree(t, d)
+			id, snap := captureMount(t, e, "s")
+			require.Equal(t, live, dumpTree(t, snap), "step %d", step)
+			fm := forkMount(t, e, id, fmt.Sprintf("rand-%d", step))
+			require.Equal(t, live, dumpTree(t, fm.Dir()), "fork at step %d", step)
+		}
 	}
 }
