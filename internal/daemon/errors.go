@@ -100,3 +100,6 @@ func httpStatus(c Code) int {
 	}
 	return 500
 }
+
+// Classify returns the code of err, for errors met outside the daemon.
+func Classify(err error) Code { return classify(err) }

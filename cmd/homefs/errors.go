@@ -1,0 +1,66 @@
+package main
+
+import (
+	"errors"
+
+	"homefs/internal/daemon"
+)
+
+// Exit codes (documented in the root --help and docs/CLI.md).
+const (
+	exitOK         = 0
+	exitOther      = 1
+	exitUsage      = 2
+	exitNotFound   = 3
+	exitConflict   = 4
+	exitCorrupt    = 5
+	exitNotRunning = 6
+)
+
+// usageError marks bad command-line arguments.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// errProblems: fsck found damage (already printed).
+var errProblems = &daemon.Error{Code: daemon.CodeCorrupt, Message: "fsck found problems"}
+
+func exitCode(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		return exitUsage
+	}
+	var de *daemon.Error
+	if errors.As(err, &de) {
+		switch de.Code {
+		case daemon.CodeUsage:
+			return exitUsage
+		case daemon.CodeNotFound:
+			return exitNotFound
+		case daemon.CodeConflict:
+			return exitConflict
+		case daemon.CodeCorrupt:
+			return exitCorrupt
+		case daemon.CodeNotRunning:
+			return exitNotRunning
+		}
+		return exitOther
+	}
+	// Errors found locally (before or after talking to the daemon) carry
+	// the same sentinels the daemon classifies.
+	switch daemon.Classify(err) {
+	case daemon.CodeUsage:
+		return exitUsage
+	case daemon.CodeNotFound:
+		return exitNotFound
+	case daemon.CodeConflict:
+		return exitConflict
+	case daemon.CodeCorrupt:
+		return exitCorrupt
+	}
+	return exitOther
+}

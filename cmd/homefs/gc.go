@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"homefs/internal/daemon"
+)
+
+func gcCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "gc",
+		Usage: "remove chunks that no session or snapshot reaches, and report what was freed",
+		Description: `Safe while sessions are mounted and written: every chunk put while gc runs
+is kept, live sessions are flushed first, and captures, forks and imports
+in progress finish before gc marks.
+
+   homefs gc`,
+		Flags: []cli.Flag{jsonFlag},
+		Action: func(c *cli.Context) error {
+			if err := args(c, 0, 0); err != nil {
+				return err
+			}
+			return runGC(c.Context, client(c), os.Stdout, c.Bool("json"))
+		},
+	}
+}
+
+func runGC(ctx context.Context, cl *daemon.Client, out io.Writer, asJSON bool) error {
+	p := newProgress()
+	res, err := cl.GC(ctx, func(pr daemon.Progress) {
+		if pr.Total > 0 {
+			p.update("gc: %s %d/%d", pr.Phase, pr.Done, pr.Total)
+		} else {
+			p.update("gc: %s %d", pr.Phase, pr.Done)
+		}
+	})
+	p.done()
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(out, res)
+	}
+	fmt.Fprintf(out, "scanned %d chunks, %d reachable; freed %d chunks, %s (%s stored) in %s\n",
+		res.Scanned, res.Reachable, res.Freed, humanBytes(res.FreedBytes), humanBytes(res.FreedStored), res.Duration.Round(1e6))
+	return nil
+}

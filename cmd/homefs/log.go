@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"homefs/internal/daemon"
+)
+
+func logCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "log",
+		Usage:     "list a session's snapshots, newest first, with lineage across forks",
+		ArgsUsage: "SESSION",
+		Description: `Follows each snapshot's parent; where the session was forked it continues
+with the origin session's history (marked "fork point").
+
+   homefs log agent-1-retry`,
+		Flags: []cli.Flag{jsonFlag},
+		Action: func(c *cli.Context) error {
+			if err := args(c, 1, 1); err != nil {
+				return err
+			}
+			return runLog(c.Context, client(c), os.Stdout, c.Args().First(), c.Bool("json"))
+		},
+	}
+}
+
+func runLog(ctx context.Context, cl *daemon.Client, out io.Writer, session string, asJSON bool) error {
+	entries, err := cl.Log(ctx, session)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(out, entries)
+	}
+	rows := make([][]string, 0, len(entries))
+	for _, e := range entries {
+		note := e.Message
+		if e.ForkPoint {
+			note = "(fork point) " + note
+		}
+		var hs []string
+		for p, h := range e.Handles {
+			s := p + "=" + h.ID
+			if h.Through != "" {
+				s += "@" + h.Through
+			}
+			hs = append(hs, s)
+		}
+		sort.Strings(hs)
+		handles := "-"
+		if len(hs) > 0 {
+			handles = strings.Join(hs, ",")
+		}
+		rows = append(rows, []string{shortID(e.ID), e.Session, ago(e.Created), handles, note})
+	}
+	return table(out, []string{"SNAPSHOT", "SESSION", "CREATED", "HANDLES", "MESSAGE"}, rows)
+}

@@ -1,0 +1,102 @@
+// Command homefs serves coding-agent sessions as copy-on-write mounts over
+// a content-addressed store, and drives the daemon that does so.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"homefs/internal/daemon"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := newApp().RunContext(ctx, os.Args)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "homefs:", err)
+	}
+	os.Exit(exitCode(err))
+}
+
+// Flags every command shares.
+var (
+	rootFlag = &cli.StringFlag{
+		Name:    "root",
+		Usage:   "daemon state directory (store, socket, mounts.json)",
+		EnvVars: []string{"HOMEFS_ROOT"},
+		Value:   daemon.DefaultRoot,
+	}
+	socketFlag = &cli.StringFlag{
+		Name:    "socket",
+		Usage:   "daemon socket (default: <root>/" + daemon.SocketName + ")",
+		EnvVars: []string{"HOMEFS_SOCKET"},
+	}
+	jsonFlag = &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
+)
+
+func newApp() *cli.App {
+	return &cli.App{
+		Name:  "homefs",
+		Usage: "copy-on-write homes for coding-agent sessions",
+		Description: `homefs keeps agent homes (CODEX_HOME, CLAUDE_CONFIG_DIR, …) as sessions in a
+content-addressed store and mounts them with FUSE. One daemon ("homefs serve")
+owns the store; every other command talks to it over its Unix socket.
+
+EXIT CODES:
+   0  success
+   1  other error
+   2  usage error (bad arguments, names, paths or archives)
+   3  not found (no such session, snapshot or mount)
+   4  conflict (exists already, busy, in use)
+   5  corruption (damaged or missing stored data; fsck found problems)
+   6  the daemon is not running`,
+		Flags:                []cli.Flag{rootFlag, socketFlag},
+		EnableBashCompletion: true,
+		ExitErrHandler:       func(*cli.Context, error) {}, // main prints and exits
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			return usageError{err}
+		},
+		Commands: []*cli.Command{
+			serveCommand(),
+			sessionCommand(),
+			mountCommand(),
+			unmountCommand(),
+			captureCommand(),
+			logCommand(),
+			forkCommand(),
+			restoreCommand(),
+			diffCommand(),
+			exportCommand(),
+			importCommand(),
+			gcCommand(),
+			fsckCommand(),
+			statsCommand(),
+		},
+	}
+}
+
+// socketPath is the socket from --socket, or inside --root.
+func socketPath(c *cli.Context) string {
+	if s := c.String("socket"); s != "" {
+		return s
+	}
+	return daemon.DefaultSocket(c.String("root"))
+}
+
+func client(c *cli.Context) *daemon.Client { return daemon.NewClient(socketPath(c)) }
+
+// args checks the number of positional arguments.
+func args(c *cli.Context, min, max int) error {
+	n := c.NArg()
+	if n < min || n > max {
+		return usageError{fmt.Errorf("%s: want %s, got %d argument(s) (see homefs %s --help)",
+			c.Command.Name, c.Command.ArgsUsage, n, c.Command.FullName())}
+	}
+	return nil
+}

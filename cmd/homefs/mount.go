@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/urfave/cli/v2"
+
+	"homefs/internal/daemon"
+)
+
+type mountOptions struct {
+	session  string // SESSION[/SUBTREE]
+	dir      string
+	readOnly bool
+	snapshot string
+	json     bool
+}
+
+func mountCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "mount",
+		Usage:     "mount a session (or a subtree, or a snapshot) at a directory",
+		ArgsUsage: "SESSION[/SUBTREE] DIR",
+		Description: `The daemon serves the mount; it lasts until "homefs unmount DIR" or until the
+daemon stops. Writes are copy-on-write: nothing is copied until it changes.
+With --snapshot the mount shows that snapshot of the session, read-only.
+DIR must be an existing directory, not already a mountpoint, and not inside
+the daemon's root.
+
+   homefs mount agent-1 /home/agent/.codex
+   homefs mount agent-1/workspace /srv/ws --read-only
+   homefs mount agent-1 /mnt/old --snapshot 3f2a9c1e`,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "read-only", Aliases: []string{"ro"}, Usage: "refuse writes"},
+			&cli.StringFlag{Name: "snapshot", Usage: "mount this snapshot of the session (read-only)"},
+			jsonFlag,
+		},
+		Action: func(c *cli.Context) error {
+			if err := args(c, 2, 2); err != nil {
+				return err
+			}
+			return runMount(c.Context, client(c), os.Stdout, mountOptions{
+				session: c.Args().Get(0), dir: c.Args().Get(1),
+				readOnly: c.Bool("read-only"), snapshot: c.String("snapshot"), json: c.Bool("json"),
+			})
+		},
+	}
+}
+
+func runMount(ctx context.Context, cl *daemon.Client, out io.Writer, o mountOptions) error {
+	dir, err := filepath.Abs(o.dir)
+	if err != nil {
+		return err
+	}
+	m, err := cl.Mount(ctx, daemon.MountRequest{Session: o.session, Dir: dir, ReadOnly: o.readOnly, Snapshot: o.snapshot})
+	if err != nil {
+		return err
+	}
+	if o.json {
+		return printJSON(out, m)
+	}
+	what := m.Session
+	if m.Subtree != "" {
+		what += "/" + m.Subtree
+	}
+	if m.Snapshot != "" {
+		what += "@" + shortID(m.Snapshot)
+	}
+	mode := "read-write"
+	if m.ReadOnly {
+		mode = "read-only"
+	}
+	fmt.Fprintf(out, "mounted %s at %s (%s)\n", what, m.Dir, mode)
+	return nil
+}
