@@ -15,10 +15,28 @@ type chunkCache struct {
 	store cas.Getter
 	max   int // entries
 
-	mu    sync.Mutex
-	order *list.List // of cas.Ref, most recent first; GUARDED_BY(mu)
-	items map[cas.Ref]cacheItem
+	mu      sync.Mutex
+	order   *list.List // of cas.Ref, most recent first; GUARDED_BY(mu)
+	items   map[cas.Ref]cacheItem
+	loading map[cas.Ref]*load // GUARDED_BY(mu); fetches in flight
+
+	// ahead bounds the read-ahead fetches in flight.
+	ahead chan struct{}
 }
+
+// load is one fetch in flight; waiters block on done.
+type load struct {
+	done chan struct{}
+	data []byte
+	err  error
+}
+
+// readAheadChunks is how many chunks past a sequential read are fetched in
+// the background, and maxAhead how many such fetches run at once.
+const (
+	readAheadChunks = 8
+	maxAhead        = 4
+)
 
 type cacheItem struct {
 	data []byte
@@ -26,10 +44,41 @@ type cacheItem struct {
 }
 
 func newChunkCache(store cas.Getter, maxEntries int) *chunkCache {
-	return &chunkCache{store: store, max: maxEntries, order: list.New(), items: make(map[cas.Ref]cacheItem)}
+	return &chunkCache{
+		store:   store,
+		max:     maxEntries,
+		order:   list.New(),
+		items:   make(map[cas.Ref]cacheItem),
+		loading: make(map[cas.Ref]*load),
+		ahead:   make(chan struct{}, maxAhead),
+	}
 }
 
-// get returns the plain bytes of ref; callers must not modify them.
+// prefetch fetches refs into the cache in the background, as far as the
+// read-ahead budget allows; errors are left for the real read to report.
+func (c *chunkCache) prefetch(refs []cas.Ref) {
+	for _, ref := range refs {
+		c.mu.Lock()
+		_, cached := c.items[ref]
+		_, inflight := c.loading[ref]
+		c.mu.Unlock()
+		if cached || inflight {
+			continue
+		}
+		select {
+		case c.ahead <- struct{}{}:
+		default:
+			return
+		}
+		go func() {
+			defer func() { <-c.ahead }()
+			_, _ = c.get(context.Background(), ref)
+		}()
+	}
+}
+
+// get returns the plain bytes of ref; callers must not modify them. A
+// fetch already in flight for ref (a read-ahead) is joined, not repeated.
 func (c *chunkCache) get(ctx context.Context, ref cas.Ref) ([]byte, error) {
 	c.mu.Lock()
 	if it, ok := c.items[ref]; ok {
@@ -37,19 +86,33 @@ func (c *chunkCache) get(ctx context.Context, ref cas.Ref) ([]byte, error) {
 		c.mu.Unlock()
 		return it.data, nil
 	}
-	c.mu.Unlock()
-	data, err := c.store.Get(ctx, ref)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.items[ref]; !ok {
-		c.items[ref] = cacheItem{data: data, elem: c.order.PushFront(ref)}
-		for c.order.Len() > c.max {
-			old := c.order.Remove(c.order.Back()).(cas.Ref)
-			delete(c.items, old)
+	if l, ok := c.loading[ref]; ok {
+		c.mu.Unlock()
+		select {
+		case <-l.done:
+			return l.data, l.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
 	}
-	return data, nil
+	l := &load{done: make(chan struct{})}
+	c.loading[ref] = l
+	c.mu.Unlock()
+
+	l.data, l.err = c.store.Get(ctx, ref)
+
+	c.mu.Lock()
+	delete(c.loading, ref)
+	if l.err == nil {
+		if _, ok := c.items[ref]; !ok {
+			c.items[ref] = cacheItem{data: l.data, elem: c.order.PushFront(ref)}
+			for c.order.Len() > c.max {
+				old := c.order.Remove(c.order.Back()).(cas.Ref)
+				delete(c.items, old)
+			}
+		}
+	}
+	c.mu.Unlock()
+	close(l.done)
+	return l.data, l.err
 }

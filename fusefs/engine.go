@@ -333,13 +333,14 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 	}
 	server, err := fs.Mount(real, m.root, &fs.Options{
 		MountOptions: fuse.MountOptions{
-			DirectMount: true,
-			AllowOther:  opts.AllowOther,
-			FsName:      "homefs:" + s.name,
-			Name:        "homefs",
-			MaxWrite:    1 << 20,
-			Options:     mopts,
-			Debug:       opts.Debug,
+			DirectMount:  true,
+			AllowOther:   opts.AllowOther,
+			FsName:       "homefs:" + s.name,
+			Name:         "homefs",
+			MaxWrite:     1 << 20,
+			MaxReadAhead: 1 << 20,
+			Options:      mopts,
+			Debug:        opts.Debug,
 		},
 		EntryTimeout:    &timeout,
 		AttrTimeout:     &timeout,

@@ -57,6 +57,9 @@ type fileData struct {
 	// buffer may be shorter than the chunk: the rest is zero.
 	dirty      map[int][]byte
 	dirtyBytes int64
+	// readNext is the chunk after the last read: a read starting there is
+	// sequential and triggers read-ahead.
+	readNext int
 }
 
 // addDirty accounts for delta bytes of write buffers, in the file and in
@@ -144,7 +147,33 @@ func (n *node) readAt(ctx context.Context, dest []byte, off int64) (int, error) 
 		clear(out[copied:])
 		pos += int64(span)
 	}
+	first, last := int(off/manifest.ChunkSize), int((end-1)/manifest.ChunkSize)
+	if first == d.readNext || first == d.readNext-1 {
+		n.readAhead(last + 1)
+	}
+	d.readNext = last + 1
 	return total, nil
+}
+
+// readAhead starts fetching the stored chunks after from. Called with n.mu
+// held.
+func (n *node) readAhead(from int) {
+	d := n.data
+	if d.chunks == nil {
+		return
+	}
+	var refs []cas.Ref
+	for i := from; i < from+readAheadChunks && i < d.chunks.Len(); i++ {
+		if _, dirty := d.dirty[i]; dirty {
+			continue
+		}
+		if ref := d.chunks.At(i); !ref.IsZero() {
+			refs = append(refs, ref)
+		}
+	}
+	if len(refs) > 0 {
+		n.sess.chunks.prefetch(refs)
+	}
 }
 
 // writableChunk returns the dirty buffer of chunk i with length at least
