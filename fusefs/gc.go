@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"homefs/cas"
@@ -46,6 +47,7 @@ type Recorder struct {
 
 	mu        sync.Mutex
 	recording bool                 // GUARDED_BY(mu)
+	active    atomic.Bool          // mirrors recording, read without mu
 	seen      map[cas.Ref]struct{} // refs put while recording; GUARDED_BY(mu)
 	group     *opGroup             // operations begun in the current epoch; GUARDED_BY(mu)
 
@@ -67,7 +69,16 @@ func Record(store cas.Store) *Recorder {
 	return &Recorder{Store: store, group: &opGroup{done: make(chan struct{})}}
 }
 
-func (r *Recorder) note(ref cas.Ref) {
+// noteData records the ref of data when a collection is recording. Off a
+// collection it costs one atomic load: the hash is computed only while
+// recording. A put that saw recording off and stores while it starts is
+// safe: it runs under a session's freeze lock (or under Guard), and a
+// collection waits for both before it marks.
+func (r *Recorder) noteData(data []byte) {
+	if !r.active.Load() {
+		return
+	}
+	ref := cas.Sum(data)
 	r.mu.Lock()
 	if r.recording {
 		r.seen[ref] = struct{}{}
@@ -78,7 +89,7 @@ func (r *Recorder) note(ref cas.Ref) {
 // Put records the ref (when recording) before storing, so that a sweep
 // that deletes the chunk either sees it recorded or runs before the put.
 func (r *Recorder) Put(ctx context.Context, data []byte) (cas.Ref, error) {
-	r.note(cas.Sum(data))
+	r.noteData(data)
 	return r.Store.Put(ctx, data)
 }
 
@@ -103,7 +114,7 @@ type recordingBatch struct {
 }
 
 func (b *recordingBatch) Put(data []byte) (cas.Ref, error) {
-	b.r.note(cas.Sum(data))
+	b.r.noteData(data)
 	return b.Batch.Put(data)
 }
 
@@ -132,6 +143,7 @@ func (r *Recorder) enter() func() {
 func (r *Recorder) startRecording(ctx context.Context) error {
 	r.mu.Lock()
 	r.recording = true
+	r.active.Store(true)
 	r.seen = make(map[cas.Ref]struct{})
 	old := r.group
 	r.group = &opGroup{done: make(chan struct{})}
@@ -151,6 +163,7 @@ func (r *Recorder) startRecording(ctx context.Context) error {
 func (r *Recorder) stopRecording() {
 	r.mu.Lock()
 	r.recording = false
+	r.active.Store(false)
 	r.seen = nil
 	r.mu.Unlock()
 }

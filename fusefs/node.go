@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"syscall"
 
@@ -340,23 +341,49 @@ func (n *node) spill(ctx context.Context, b cas.Batch, keep int) error {
 	if err := n.loadChunks(ctx); err != nil {
 		return err
 	}
+	type job struct {
+		i   int
+		buf []byte
+		ref cas.Ref
+		err error
+	}
+	var jobs []*job
 	for i, buf := range d.dirty {
 		if i == keep {
 			continue
 		}
-		l := chunkLen(d.size, i)
-		if l == 0 {
+		if chunkLen(d.size, i) == 0 {
 			n.addDirty(-int64(cap(buf)))
 			delete(d.dirty, i)
 			continue
 		}
-		ref, err := putChunk(b, buf, l)
-		if err != nil {
-			return err
+		jobs = append(jobs, &job{i: i, buf: buf})
+	}
+	// Hashing and compressing dominate a spill; the batch takes puts from
+	// several goroutines, so use every core.
+	work := make(chan *job)
+	var wg sync.WaitGroup
+	for w := 0; w < min(len(jobs), runtime.GOMAXPROCS(0)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range work {
+				j.ref, j.err = putChunk(b, j.buf, chunkLen(d.size, j.i))
+			}
+		}()
+	}
+	for _, j := range jobs {
+		work <- j
+	}
+	close(work)
+	wg.Wait()
+	for _, j := range jobs {
+		if j.err != nil {
+			return j.err
 		}
-		d.chunks.Set(i, ref)
-		n.addDirty(-int64(cap(buf)))
-		delete(d.dirty, i)
+		d.chunks.Set(j.i, j.ref)
+		n.addDirty(-int64(cap(j.buf)))
+		delete(d.dirty, j.i)
 	}
 	return nil
 }

@@ -70,7 +70,8 @@ func (p *pendingChunks) get(ref cas.Ref) ([]byte, bool) {
 type pendingBatch struct {
 	cas.Batch
 	pending *pendingChunks
-	refs    []cas.Ref
+	mu      sync.Mutex // puts come from several goroutines
+	refs    []cas.Ref  // GUARDED_BY(mu)
 }
 
 // newBatch starts a batch for content of s; use it instead of
@@ -85,7 +86,9 @@ func (b *pendingBatch) Put(data []byte) (cas.Ref, error) {
 		return ref, err
 	}
 	b.pending.add(ref, data)
+	b.mu.Lock()
 	b.refs = append(b.refs, ref)
+	b.mu.Unlock()
 	return ref, nil
 }
 
