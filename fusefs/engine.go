@@ -556,6 +556,10 @@ func (e *Engine) Restore(ctx context.Context, session, spec string) error {
 	for i, m := range mounts {
 		fresh.treeMu.Lock()
 		roots[i], err = fresh.resolveDir(ctx, fresh.root, m.subtree)
+		if err == nil {
+			// Load the names now: the kernel must hear of each below.
+			err = fresh.load(ctx, roots[i])
+		}
 		fresh.treeMu.Unlock()
 		if err != nil {
 			return fmt.Errorf("restore %s to %s: mounted subtree %q: %w", session, id, m.subtree, err)
@@ -589,11 +593,11 @@ func (e *Engine) Restore(ctx context.Context, session, spec string) error {
 	for i, m := range mounts {
 		// Old names (cached positive) and new ones (maybe cached absent).
 		names := m.root.Children()
-		fresh.treeMu.Lock()
+		s.treeMu.Lock() // the fresh nodes are s's now
 		for name := range roots[i].children {
 			names[name] = nil
 		}
-		fresh.treeMu.Unlock()
+		s.treeMu.Unlock()
 		for name := range names {
 			m.root.NotifyEntry(name)
 		}

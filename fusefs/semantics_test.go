@@ -87,6 +87,13 @@ func TestRestore(t *testing.T) {
 
 	write(t, filepath.Join(d, "dir/f"), "v2-longer")
 	write(t, filepath.Join(d, "added"), "x")
+	// Names the restore brings back, looked up (and maybe cached as
+	// absent) just before it.
+	require.NoError(t, os.Rename(filepath.Join(d, "top"), filepath.Join(d, "top2")))
+	require.NoError(t, os.Rename(filepath.Join(d, "dir/f"), filepath.Join(d, "dir/f2")))
+	require.NoError(t, os.Rename(filepath.Join(d, "dir/f2"), filepath.Join(d, "dir/f")))
+	_, err = os.Stat(filepath.Join(d, "top"))
+	requireErrno(t, err, syscall.ENOENT)
 	open, err := os.OpenFile(filepath.Join(d, "dir/f"), os.O_RDWR, 0)
 	require.NoError(t, err)
 	defer open.Close()
@@ -103,6 +110,8 @@ func TestRestore(t *testing.T) {
 	require.Equal(t, "v1", read(t, filepath.Join(d, "dir/f")))
 	require.Equal(t, "t1", read(t, filepath.Join(d, "top")))
 	_, err = os.Stat(filepath.Join(d, "added"))
+	requireErrno(t, err, syscall.ENOENT)
+	_, err = os.Stat(filepath.Join(d, "top2"))
 	requireErrno(t, err, syscall.ENOENT)
 	// Writes through the old descriptor do not reach the restored tree,
 	// nor a capture of it.
