@@ -101,9 +101,33 @@ func TestPermissions(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Equal(t, uint32(syscall.S_IFREG|0o640), stat(t, filepath.Join(d, "shared/f022")).Mode)
 
+	// A setgid directory hands its group down (BSD semantics, as ext4).
+	require.NoError(t, os.Mkdir(filepath.Join(d, "team"), 0o755))
+	require.NoError(t, os.Chown(filepath.Join(d, "team"), 0, 1234))
+	require.NoError(t, unix.Chmod(filepath.Join(d, "team"), 0o2777))
+	out, err = asNobody(t, d, "umask 022 && touch team/f && mkdir team/sub")
+	require.NoError(t, err, out)
+	st := stat(t, filepath.Join(d, "team/f"))
+	require.Equal(t, uint32(1234), st.Gid)
+	require.Equal(t, uint32(nobody), st.Uid)
+	st = stat(t, filepath.Join(d, "team/sub"))
+	require.Equal(t, uint32(1234), st.Gid)
+	require.Equal(t, uint32(syscall.S_IFDIR|0o2755), st.Mode, "a subdirectory inherits setgid")
+
+	// Writing to a setuid file as another user clears the bit, and so
+	// does a chown, as on ext4.
+	require.NoError(t, os.WriteFile(filepath.Join(d, "suid"), []byte("#!/bin/sh\n"), 0o644))
+	require.NoError(t, unix.Chmod(filepath.Join(d, "suid"), 0o4777))
+	out, err = asNobody(t, d, "echo x >> suid")
+	require.NoError(t, err, out)
+	require.Equal(t, uint32(syscall.S_IFREG|0o777), stat(t, filepath.Join(d, "suid")).Mode, "write by another user clears setuid")
+	require.NoError(t, unix.Chmod(filepath.Join(d, "suid"), 0o4755))
+	require.NoError(t, os.Chown(filepath.Join(d, "suid"), 1, 1))
+	require.Equal(t, uint32(syscall.S_IFREG|0o755), stat(t, filepath.Join(d, "suid")).Mode, "chown clears setuid")
+
 	// Ownership survives a capture and fork.
 	fm := forkMount(t, e, "s", "perm-fork")
-	st := stat(t, filepath.Join(fm.Dir(), "shared/f022"))
+	st = stat(t, filepath.Join(fm.Dir(), "shared/f022"))
 	require.Equal(t, uint32(nobody), st.Uid)
 	require.Equal(t, uint32(syscall.S_IFREG|0o640), st.Mode)
 	require.Equal(t, uint32(syscall.S_IFDIR|0o1777), stat(t, filepath.Join(fm.Dir(), "shared")).Mode)
