@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -894,4 +895,43 @@ func TestInodeNumbers(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m2.Unmount() })
 	require.Equal(t, ino, stat(t, filepath.Join(m2.Dir(), "g")).Ino)
+}
+
+// TestInotify: changes made through the mount reach inotify watchers
+// (Codex watches its skills directory).
+func TestInotify(t *testing.T) {
+	t.Parallel()
+	_, m := newMount(t)
+	d := filepath.Join(m.Dir(), "skills")
+	require.NoError(t, os.Mkdir(d, 0o755))
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	_, err = unix.InotifyAddWatch(fd, d, unix.IN_CREATE|unix.IN_MODIFY|unix.IN_DELETE|unix.IN_MOVED_TO)
+	require.NoError(t, err)
+	write(t, filepath.Join(d, "a"), "x")
+	require.NoError(t, os.Rename(filepath.Join(d, "a"), filepath.Join(d, "b")))
+	require.NoError(t, os.Remove(filepath.Join(d, "b")))
+	var got []string
+	buf := make([]byte, 4096)
+	for deadline := time.Now().Add(5 * time.Second); len(got) < 4 && time.Now().Before(deadline); {
+		k, err := unix.Read(fd, buf)
+		if err == unix.EAGAIN {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		require.NoError(t, err)
+		for off := 0; off < k; {
+			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
+			got = append(got, fmt.Sprintf("%x:%s", ev.Mask, name))
+			off += unix.SizeofInotifyEvent + int(ev.Len)
+		}
+	}
+	require.Equal(t, []string{
+		fmt.Sprintf("%x:a", unix.IN_CREATE),
+		fmt.Sprintf("%x:a", unix.IN_MODIFY),
+		fmt.Sprintf("%x:b", unix.IN_MOVED_TO),
+		fmt.Sprintf("%x:b", unix.IN_DELETE),
+	}, got)
 }
