@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -340,4 +341,89 @@ func TestRandomOpsCapture(t *testing.T) {
 			require.Equal(t, live, dumpTree(t, fm.Dir()), "fork at step %d", step)
 		}
 	}
+}
+
+// TestStress runs writers, readers, renamers, listers, syncs, captures
+// and garbage collections on one session at once, for the race detector and for errors
+// other than the expected ENOENT of names that moved.
+func TestStress(t *testing.T) {
+	t.Parallel()
+	e, m := newMount(t)
+	ctx := context.Background()
+	d := m.Dir()
+	require.NoError(t, os.Mkdir(filepath.Join(d, "dir"), 0o755))
+	big := randBytes(51, 6<<20)
+	require.NoError(t, os.WriteFile(filepath.Join(d, "big"), big, 0o644))
+	stop := make(chan struct{})
+	errs := make(chan error, 16)
+	var wg sync.WaitGroup
+	run := func(name string, fn func(i int) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := fn(i); err != nil && !errors.Is(err, syscall.ENOENT) {
+					errs <- fmt.Errorf("%s: %w", name, err)
+					return
+				}
+			}
+		}()
+	}
+	run("writer", func(i int) error {
+		f, err := os.OpenFile(filepath.Join(d, "big"), os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		// Rewrite the same bytes at scattered offsets: content stays big.
+		off := (i * 777_777) % (len(big) - 300_000)
+		_, err = f.WriteAt(big[off:off+300_000], int64(off))
+		return err
+	})
+	run("reader", func(i int) error {
+		got, err := os.ReadFile(filepath.Join(d, "big"))
+		if err == nil && !bytes.Equal(got, big) {
+			return fmt.Errorf("read %d bytes that differ from what was written", len(got))
+		}
+		return err
+	})
+	run("renamer", func(i int) error {
+		p := filepath.Join(d, "dir", fmt.Sprintf("f%d", i%20))
+		if err := os.WriteFile(p, []byte(p), 0o644); err != nil {
+			return err
+		}
+		return os.Rename(p, filepath.Join(d, "dir", fmt.Sprintf("g%d", i%7)))
+	})
+	run("lister", func(i int) error {
+		_, err := os.ReadDir(filepath.Join(d, "dir"))
+		return err
+	})
+	run("sync", func(i int) error {
+		time.Sleep(20 * time.Millisecond)
+		switch i % 3 {
+		case 0:
+			return e.Sync(ctx, "s")
+		case 1:
+			_, _, err := e.Capture(ctx, "s", "stress", nil)
+			return err
+		default:
+			_, err := e.GC(ctx, nil)
+			return err
+		}
+	})
+	time.Sleep(1500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	live := dumpTree(t, d)
+	_, snap := captureMount(t, e, "s")
+	require.Equal(t, live, dumpTree(t, snap))
 }
