@@ -129,6 +129,7 @@ type Mount struct {
 	// shortCache is set while another mount shows part of what this one
 	// shows.
 	shortCache atomic.Bool
+	rootIno    uint64 // the mountpoint's inode number, for its whole life
 }
 
 // Dir is the mountpoint.
@@ -300,6 +301,7 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 	}
 	m := &Mount{engine: e, sess: s, subtree: subtree, dir: real, log: e.log}
 	m.root = m.wrap(rootNode)
+	m.rootIno = rootNode.ino
 
 	e.mu.Lock()
 	if _, busy := e.mounts[real]; busy {

@@ -137,6 +137,11 @@ func (f *fnode) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut)
 		return f.m.toErrno("getattr", f, err)
 	}
 	fillAttr(a, &out.Attr)
+	if f == f.m.root {
+		// The mountpoint keeps its inode number across a restore, which
+		// gives the mount a new root node.
+		out.Ino = f.m.rootIno
+	}
 	out.SetTimeout(f.m.cacheTimeout())
 	return 0
 }
@@ -394,7 +399,11 @@ func (f *fnode) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Err
 
 func (f *fnode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	var st syscall.Statfs_t
-	if err := syscall.Statfs(f.m.engine.storeDir, &st); err != nil {
+	dir := f.m.engine.storeDir
+	if dir == "" {
+		dir = "/"
+	}
+	if err := syscall.Statfs(dir, &st); err != nil {
 		return f.m.toErrno("statfs", f, err)
 	}
 	out.Blocks = st.Blocks
