@@ -16,7 +16,8 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := newApp().RunContext(ctx, os.Args)
+	app := newApp()
+	err := app.RunContext(ctx, permute(app, os.Args))
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "homefs:", err)

@@ -20,7 +20,9 @@ func printJSON(w io.Writer, v any) error {
 // table writes rows aligned in columns.
 func table(w io.Writer, header []string, rows [][]string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	if header != nil {
+		fmt.Fprintln(tw, strings.Join(header, "\t"))
+	}
 	for _, r := range rows {
 		fmt.Fprintln(tw, strings.Join(r, "\t"))
 	}

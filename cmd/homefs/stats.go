@@ -38,7 +38,7 @@ func runStats(ctx context.Context, cl *daemon.Client, out io.Writer, asJSON bool
 	if asJSON {
 		return printJSON(out, s)
 	}
-	return table(out, []string{"", ""}, [][]string{
+	return table(out, nil, [][]string{
 		{"sessions", fmt.Sprint(s.Sessions)},
 		{"snapshots", fmt.Sprint(s.Snapshots)},
 		{"chunks", fmt.Sprint(s.Chunks)},

@@ -14,5 +14,5 @@
 // in the packages it belongs to (fusefs, catalog, archive, fsck).
 //
 // After a crash, Serve finds FUSE mounts named "homefs:…" that the last
-// run recorded in mounts.json (or that are dead) and detaches them.
+// run recorded in mounts.json and detaches them (MNT_DETACH).
 package daemon

@@ -161,14 +161,19 @@ func isMountpoint(dir string) (bool, error) {
 	return false, nil
 }
 
-// cleanStaleMounts detaches homefs mounts left by an earlier run of this
-// daemon (listed in mounts.json), and dead homefs mounts of any run (their
-// server is gone: the kernel answers ENOTCONN). It returns the dirs
-// detached.
+// cleanStaleMounts detaches the homefs mounts that an earlier run of this
+// daemon recorded in mounts.json and that are still in the mount table
+// (after a crash their server is gone and every access fails with
+// ENOTCONN). Mounts of other daemons are left alone, and no mount is
+// touched by stat: a mount whose server hangs would hang the start.
+// It returns the dirs detached.
 func cleanStaleMounts(root string, log *slog.Logger) ([]string, error) {
 	recorded, err := readMounts(root)
 	if err != nil {
 		log.Warn("ignoring unreadable mount record", "err", err)
+	}
+	if len(recorded) == 0 {
+		return nil, nil
 	}
 	ours := make(map[string]bool, len(recorded))
 	for _, m := range recorded {
@@ -182,22 +187,14 @@ func cleanStaleMounts(root string, log *slog.Logger) ([]string, error) {
 	// Deepest first, so that nested mounts come off before their parents.
 	sort.Slice(kms, func(i, j int) bool { return len(kms[i].Dir) > len(kms[j].Dir) })
 	for _, km := range kms {
-		if !isHomefsMount(km) {
-			continue
-		}
-		dead := false
-		var st syscall.Stat_t
-		if err := syscall.Stat(km.Dir, &st); errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED) {
-			dead = true
-		}
-		if !ours[km.Dir] && !dead {
+		if !isHomefsMount(km) || !ours[km.Dir] {
 			continue
 		}
 		if err := syscall.Unmount(km.Dir, syscall.MNT_DETACH); err != nil {
 			log.Warn("could not detach stale mount", "dir", km.Dir, "source", km.Source, "err", err)
 			continue
 		}
-		log.Info("detached stale mount", "dir", km.Dir, "source", km.Source, "dead", dead)
+		log.Info("detached stale mount", "dir", km.Dir, "source", km.Source)
 		cleaned = append(cleaned, km.Dir)
 	}
 	return cleaned, nil
