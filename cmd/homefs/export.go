@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -58,13 +59,16 @@ func runExport(ctx context.Context, cl *daemon.Client, stdout io.Writer, o expor
 	if xerr != nil {
 		cancel()
 		pr.CloseWithError(xerr)
+	} else {
+		// The end-of-archive padding after the last entry.
+		_, _ = io.Copy(io.Discard, pr)
 	}
 	eerr := <-errc
-	if eerr != nil {
-		return eerr // the daemon's error says more than the pipe's
-	}
-	if xerr != nil {
+	switch {
+	case xerr != nil && (eerr == nil || errors.Is(eerr, context.Canceled) || errors.Is(eerr, io.ErrClosedPipe)):
 		return fmt.Errorf("export to %s: %w", o.dest, xerr)
+	case eerr != nil:
+		return eerr // the daemon's error says more than the pipe's
 	}
 	return nil
 }

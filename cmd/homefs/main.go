@@ -42,7 +42,7 @@ var (
 )
 
 func newApp() *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:  "homefs",
 		Usage: "copy-on-write homes for coding-agent sessions",
 		Description: `homefs keeps agent homes (CODEX_HOME, CLAUDE_CONFIG_DIR, …) as sessions in a
@@ -80,6 +80,15 @@ EXIT CODES:
 			statsCommand(),
 		},
 	}
+	var setUsage func([]*cli.Command)
+	setUsage = func(cmds []*cli.Command) {
+		for _, c := range cmds {
+			c.OnUsageError = app.OnUsageError
+			setUsage(c.Subcommands)
+		}
+	}
+	setUsage(app.Commands)
+	return app
 }
 
 // socketPath is the socket from --socket, or inside --root.

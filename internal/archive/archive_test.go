@@ -69,6 +69,8 @@ func TestImportMalformed(t *testing.T) {
 	for name, data := range map[string][]byte{
 		"garbage":   bytes.Repeat([]byte("not a tar "), 100),
 		"truncated": good[:1024],
+		"no end":    good[:512+3072],
+		"empty":     {},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Import(context.Background(), cas.NewMemory(), bytes.NewReader(data), nil)

@@ -43,7 +43,8 @@ func Import(ctx context.Context, st Store, r io.Reader, progress Progress) (*Imp
 	b := st.NewBatch()
 	defer b.Discard()
 	put := batchPutter{b}
-	tr := tar.NewReader(r)
+	tail := &tailReader{r: r}
+	tr := tar.NewReader(tail)
 	files := make(map[string]manifest.Entry)
 	links := make(map[string][]string) // hard-link target → other names
 	res := &ImportResult{}
@@ -55,6 +56,9 @@ func Import(ctx context.Context, st Store, r io.Reader, progress Progress) (*Imp
 		}
 		hdr, err := tr.Next()
 		if err == io.EOF {
+			if !tail.endMarker() {
+				return nil, fmt.Errorf("%w: after %d entries: the stream ends without the end-of-archive marker (truncated?)", ErrMalformed, entries)
+			}
 			break
 		}
 		if err != nil {
@@ -224,4 +228,29 @@ func xattrs(recs map[string]string) []manifest.Xattr {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// tailReader remembers the last tar block read, so that an archive cut at
+// a block boundary (which archive/tar reports as a clean end) is told
+// from one that ends with its zero-block end marker.
+type tailReader struct {
+	r    io.Reader
+	last [512]byte
+	n    int64
+}
+
+func (t *tailReader) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if n >= len(t.last) {
+		copy(t.last[:], p[n-len(t.last):n])
+	} else if n > 0 {
+		copy(t.last[:], t.last[n:])
+		copy(t.last[len(t.last)-n:], p[:n])
+	}
+	t.n += int64(n)
+	return n, err
+}
+
+func (t *tailReader) endMarker() bool {
+	return t.n >= int64(len(t.last)) && isZero(t.last[:])
 }

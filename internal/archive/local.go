@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TarDir writes the content of dir (not dir itself) to w as a tar stream,
@@ -208,7 +210,10 @@ func Extract(ctx context.Context, r io.Reader, dir string, progress Progress) er
 		if asRoot {
 			_ = os.Lchown(target, hdr.Uid, hdr.Gid)
 		}
-		if hdr.Typeflag != tar.TypeSymlink {
+		if hdr.Typeflag == tar.TypeSymlink {
+			ts := []unix.Timespec{unix.NsecToTimespec(hdr.ModTime.UnixNano()), unix.NsecToTimespec(hdr.ModTime.UnixNano())}
+			_ = unix.UtimesNanoAt(unix.AT_FDCWD, target, ts, unix.AT_SYMLINK_NOFOLLOW)
+		} else {
 			if err := os.Chmod(target, mode|os.FileMode(hdr.Mode)&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky)); err != nil {
 				return err
 			}

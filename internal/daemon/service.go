@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -195,7 +196,12 @@ func (s *Service) Unmount(ctx context.Context, dir string) (*MountInfo, error) {
 		return nil, fmt.Errorf("%w: %s is not a homefs mount of this daemon", fusefs.ErrNotMounted, dir)
 	}
 	if err := s.eng.Unmount(dir); err != nil {
-		return nil, fmt.Errorf("%w (close the files open under it, or leave it with cd)", err)
+		if still, _ := isMountpoint(dir); still {
+			// The kernel refused (EBUSY): keep the cause out of the
+			// classification, it may be any error of the unmount helper.
+			return nil, fmt.Errorf("%w: %s: close the files open under it and leave it (cd), then retry (%v)", fusefs.ErrBusy, dir, err)
+		}
+		return nil, err
 	}
 	s.mu.Lock()
 	delete(s.mounts, dir)
@@ -325,6 +331,13 @@ func (s *Service) Diff(ctx context.Context, a, b string) (*DiffResult, error) {
 			d.Change, d.Kind, d.OldSize = Removed, old.Kind.String(), old.Size
 		default:
 			if old.Kind == manifest.KindDir && new.Kind == manifest.KindDir {
+				return nil
+			}
+			// A change of ctime alone is not one a user made (an import or
+			// an extraction cannot keep ctime).
+			o := *old
+			o.CtimeNs = new.CtimeNs
+			if reflect.DeepEqual(&o, new) {
 				return nil
 			}
 			d.Change, d.Kind, d.OldSize, d.NewSize = Changed, new.Kind.String(), old.Size, new.Size

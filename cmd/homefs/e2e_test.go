@@ -1,0 +1,610 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"homefs/cas"
+	"homefs/internal/daemon"
+)
+
+// The end-to-end tests build the binary once and drive it as a user does:
+// a daemon per test on its own root, commands with their exit codes.
+
+var homefsBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "homefs-e2e-bin")
+	if err != nil {
+		panic(err)
+	}
+	homefsBin = filepath.Join(dir, "homefs")
+	out, err := exec.Command("go", "build", "-race", "-o", homefsBin, ".").CombinedOutput()
+	if err != nil {
+		// Without the race detector (not every toolchain has it).
+		out, err = exec.Command("go", "build", "-o", homefsBin, ".").CombinedOutput()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build homefs: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	// Readable by the unprivileged user of the non-owner test.
+	_ = os.Chmod(dir, 0o755)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func needFUSE(t *testing.T) {
+	t.Helper()
+	if os.Getuid() != 0 {
+		t.Skip("end-to-end tests mount with FUSE: run as root")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("no /dev/fuse")
+	}
+}
+
+type env struct {
+	t    *testing.T
+	root string
+	dir  string // scratch space beside the root
+	proc *exec.Cmd
+	logs *syncBuffer
+	done chan error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	needFUSE(t)
+	dir := t.TempDir()
+	e := &env{t: t, root: filepath.Join(dir, "root"), dir: dir}
+	t.Cleanup(func() {
+		if e.proc != nil {
+			e.stop()
+		}
+		// Anything a failed test left mounted.
+		ms, _ := os.ReadFile("/proc/self/mountinfo")
+		for _, line := range strings.Split(string(ms), "\n") {
+			f := strings.Fields(line)
+			if len(f) > 4 && strings.HasPrefix(f[4], dir) {
+				_ = syscall.Unmount(f[4], syscall.MNT_DETACH)
+			}
+		}
+		if t.Failed() && e.logs != nil {
+			t.Logf("daemon log:\n%s", e.logs.String())
+		}
+	})
+	return e
+}
+
+func (e *env) socket() string { return filepath.Join(e.root, daemon.SocketName) }
+
+// start runs the daemon and waits until it answers.
+func (e *env) start() {
+	e.t.Helper()
+	e.logs = &syncBuffer{}
+	cmd := exec.Command(homefsBin, "serve", "--log-level", "debug")
+	cmd.Env = append(os.Environ(), "HOMEFS_ROOT="+e.root, "GORACE=atexit_sleep_ms=0")
+	cmd.Stdout, cmd.Stderr = e.logs, e.logs
+	require.NoError(e.t, cmd.Start())
+	e.proc = cmd
+	e.done = make(chan error, 1)
+	go func() { e.done <- cmd.Wait() }()
+	c := daemon.NewClient(e.socket())
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := c.Status(context.Background()); err == nil {
+			return
+		}
+		select {
+		case err := <-e.done:
+			e.t.Fatalf("daemon exited at start: %v\n%s", err, e.logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("daemon did not answer in time:\n%s", e.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (e *env) stop() {
+	e.t.Helper()
+	require.NoError(e.t, e.proc.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-e.done:
+		require.NoError(e.t, err, "daemon exit:\n%s", e.logs.String())
+	case <-time.After(60 * time.Second):
+		_ = e.proc.Process.Kill()
+		e.t.Fatalf("daemon did not stop:\n%s", e.logs.String())
+	}
+	e.proc = nil
+}
+
+// crash kills the daemon with SIGKILL.
+func (e *env) crash() {
+	e.t.Helper()
+	require.NoError(e.t, e.proc.Process.Kill())
+	<-e.done
+	e.proc = nil
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// run runs a homefs command against this env's daemon.
+func (e *env) run(args ...string) result {
+	e.t.Helper()
+	return e.runAs(nil, nil, args...)
+}
+
+func (e *env) runStdin(stdin []byte, args ...string) result {
+	e.t.Helper()
+	return e.runAs(nil, stdin, args...)
+}
+
+func (e *env) runAs(cred *syscall.Credential, stdin []byte, args ...string) result {
+	e.t.Helper()
+	cmd := exec.Command(homefsBin, args...)
+	cmd.Env = append(os.Environ(), "HOMEFS_ROOT="+e.root, "GORACE=atexit_sleep_ms=0")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(e.t, err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+// ok runs a command that must succeed and returns its stdout.
+func (e *env) ok(args ...string) string {
+	e.t.Helper()
+	r := e.run(args...)
+	require.Equal(e.t, 0, r.code, "homefs %v: %s%s", args, r.stderr, r.stdout)
+	return r.stdout
+}
+
+// fails runs a command that must exit with code and mention want.
+func (e *env) fails(code int, want string, args ...string) result {
+	e.t.Helper()
+	r := e.run(args...)
+	require.Equal(e.t, code, r.code, "homefs %v: stdout %q stderr %q", args, r.stdout, r.stderr)
+	require.Contains(e.t, r.stderr, want, "homefs %v", args)
+	return r
+}
+
+func (e *env) mkdir(name string) string {
+	p := filepath.Join(e.dir, name)
+	require.NoError(e.t, os.MkdirAll(p, 0o755))
+	return p
+}
+
+func writeFile(t *testing.T, p, content string) {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+	require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
+}
+
+func readFile(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func isMounted(t *testing.T, dir string) bool {
+	t.Helper()
+	ms, err := os.ReadFile("/proc/self/mountinfo")
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(ms), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
+			return true
+		}
+	}
+	return false
+}
+
+const rollout = "codex-home/sessions/2025/06/01/rollout-2025-06-01T10-00-00-0197a1b2.jsonl"
+
+func TestNotRunning(t *testing.T) {
+	e := newEnv(t)
+	e.fails(exitNotRunning, "homefs daemon is not running (no socket at "+e.socket()+"): start it with `homefs serve`", "session", "list")
+	e.fails(exitUsage, "want NAME", "session", "create")
+}
+
+func TestSessionsMountsCaptureForkDiff(t *testing.T) {
+	e := newEnv(t)
+	e.start()
+	src, fork := e.mkdir("src"), e.mkdir("fork")
+
+	e.ok("session", "create", "agent-1")
+	e.fails(exitConflict, "exists", "session", "create", "agent-1")
+	e.fails(exitUsage, "session name", "session", "create", "bad/name")
+	e.fails(exitUsage, "flag provided but not defined", "session", "create", "x", "--bogus")
+	e.ok("mount", "agent-1", src)
+	writeFile(t, filepath.Join(src, rollout), "{\"type\":\"session_meta\"}\n")
+	writeFile(t, filepath.Join(src, "workspace/README.md"), "# demo\n")
+
+	// Mountpoint errors: busy, inside the root, missing; unknown session.
+	e.fails(exitConflict, "busy", "mount", "agent-1", src)
+	e.fails(exitUsage, "overlaps", "mount", "agent-1", e.root)
+	e.fails(exitNotFound, "no such file", "mount", "agent-1", filepath.Join(e.dir, "missing"))
+	e.fails(exitNotFound, "no such session", "mount", "nobody", e.mkdir("other"))
+	e.fails(exitConflict, "mounted", "session", "rm", "agent-1")
+
+	snap := strings.TrimSpace(e.ok("capture", "agent-1", "-m", "turn 1", "--handle", "codex=0197a1b2@1"))
+	require.Len(t, snap, 64)
+	e.fails(exitUsage, "PROVIDER=ID", "capture", "agent-1", "--handle", "nonsense")
+	e.fails(exitNotFound, "no such session", "capture", "nobody")
+
+	e.ok("fork", "agent-1@"+snap[:12], "agent-1-retry")
+	e.fails(exitConflict, "exists", "fork", "agent-1", "agent-1-retry")
+	e.fails(exitNotFound, "no such snapshot", "fork", "agent-1@deadbeefdead", "x")
+	e.fails(exitNotFound, "nobody", "fork", "nobody", "x")
+	e.ok("mount", "agent-1-retry", fork)
+	f, err := os.OpenFile(filepath.Join(fork, rollout), os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString("{\"type\":\"response_item\"}\n")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	writeFile(t, filepath.Join(fork, "workspace/NOTES.md"), "notes\n")
+	require.NoError(t, os.Remove(filepath.Join(fork, "workspace/README.md")))
+
+	var d daemon.DiffResult
+	require.NoError(t, json.Unmarshal([]byte(e.ok("diff", "agent-1", "agent-1-retry", "--json")), &d))
+	changes := map[string]string{}
+	for _, x := range d.Entries {
+		changes[x.Path] = x.Change
+	}
+	require.Equal(t, map[string]string{
+		rollout:               daemon.Changed,
+		"workspace/NOTES.md":  daemon.Added,
+		"workspace/README.md": daemon.Removed,
+	}, changes)
+	require.Contains(t, e.ok("diff", "@"+snap, "agent-1"), "no differences")
+	e.fails(exitNotFound, "no such snapshot", "diff", "agent-1", "@ffffffffffff")
+
+	snap2 := strings.TrimSpace(e.ok("capture", "agent-1-retry", "-m", "retry"))
+	var log []daemon.SnapshotInfo
+	require.NoError(t, json.Unmarshal([]byte(e.ok("log", "agent-1-retry", "--json")), &log))
+	require.Len(t, log, 2)
+	require.Equal(t, snap2, log[0].ID)
+	require.Equal(t, snap, log[1].ID)
+	require.True(t, log[1].ForkPoint)
+	require.Contains(t, e.ok("log", "agent-1-retry"), "fork point")
+	e.fails(exitNotFound, "no such session", "log", "nobody")
+
+	var sessions []daemon.SessionInfo
+	require.NoError(t, json.Unmarshal([]byte(e.ok("session", "list", "--json")), &sessions))
+	require.Len(t, sessions, 2)
+	require.Equal(t, []string{src}, sessions[0].Mounts)
+
+	// Restore the fork to the fork point while mounted.
+	e.ok("restore", "agent-1-retry", snap)
+	require.Equal(t, "{\"type\":\"session_meta\"}\n", readFile(t, filepath.Join(fork, rollout)))
+	e.fails(exitNotFound, "no such snapshot", "restore", "agent-1-retry", "0000000000")
+	e.fails(exitNotFound, "no such session", "restore", "nobody", snap)
+
+	// A read-only snapshot mount.
+	ro := e.mkdir("ro")
+	e.ok("mount", "agent-1-retry", ro, "--snapshot", snap2[:12])
+	require.Equal(t, "notes\n", readFile(t, filepath.Join(ro, "workspace/NOTES.md")))
+	require.Error(t, os.WriteFile(filepath.Join(ro, "x"), []byte("x"), 0o644))
+	e.ok("unmount", ro)
+	e.fails(exitNotFound, "not a homefs mount", "unmount", ro)
+
+	// Unmount is refused while a file is open, then works.
+	h, err := os.Open(filepath.Join(fork, rollout))
+	require.NoError(t, err)
+	e.fails(exitConflict, "busy", "unmount", fork)
+	require.NoError(t, h.Close())
+	e.ok("unmount", fork)
+	require.False(t, isMounted(t, fork))
+	e.ok("session", "rm", "agent-1-retry")
+	e.fails(exitNotFound, "no such session", "session", "rm", "agent-1-retry")
+
+	// A second daemon on the same root fails clearly.
+	r := e.run("serve")
+	require.NotEqual(t, 0, r.code)
+	require.Contains(t, r.stderr, "another homefs daemon is running")
+
+	var st struct {
+		Sessions  int `json:"sessions"`
+		Snapshots int `json:"snapshots"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(e.ok("stats", "--json")), &st))
+	require.Equal(t, 1, st.Sessions)
+	require.Equal(t, 2, st.Snapshots)
+	require.Contains(t, e.ok("stats"), "dedup ratio")
+	require.Contains(t, e.ok("fsck"), "0 problems")
+	require.Contains(t, e.ok("gc"), "freed")
+
+	e.stop()
+	require.False(t, isMounted(t, src), "the daemon unmounts at SIGTERM")
+	// Everything written is there after a restart.
+	e.start()
+	e.ok("mount", "agent-1", src)
+	require.Equal(t, "# demo\n", readFile(t, filepath.Join(src, "workspace/README.md")))
+}
+
+func TestExportImport(t *testing.T) {
+	e := newEnv(t)
+	e.start()
+	src := e.mkdir("src")
+	e.ok("session", "create", "s")
+	e.ok("mount", "s", src)
+	big := strings.Repeat("0123456789", 30000)
+	writeFile(t, filepath.Join(src, rollout), "{\"a\":1}\n")
+	writeFile(t, filepath.Join(src, "big.txt"), big)
+	require.NoError(t, os.Symlink("big.txt", filepath.Join(src, "link")))
+	snap := strings.TrimSpace(e.ok("capture", "s"))
+
+	out := filepath.Join(e.dir, "out")
+	e.ok("export", snap, out)
+	require.Equal(t, big, readFile(t, filepath.Join(out, "big.txt")))
+	l, err := os.Readlink(filepath.Join(out, "link"))
+	require.NoError(t, err)
+	require.Equal(t, "big.txt", l)
+	e.fails(exitConflict, "not empty", "export", snap, out)
+	e.fails(exitNotFound, "no such snapshot", "export", "abcdefabcdef", filepath.Join(e.dir, "x"))
+
+	tarOut := e.ok("export", snap, "-")
+	names := tarNames(t, []byte(tarOut))
+	require.Contains(t, names, "big.txt")
+	require.Contains(t, names, rollout)
+
+	// Import the exported directory and the tar stream; same content.
+	e.ok("import", out, "from-dir")
+	e.runStdinOK([]byte(tarOut), "import", "-", "from-tar")
+	tarFile := filepath.Join(e.dir, "s.tar")
+	require.NoError(t, os.WriteFile(tarFile, []byte(tarOut), 0o644))
+	e.ok("import", tarFile, "from-file")
+	require.Contains(t, e.ok("diff", "s", "from-dir"), "no differences")
+	require.Contains(t, e.ok("diff", "s", "from-tar"), "no differences")
+	e.fails(exitConflict, "exists", "import", tarFile, "from-file")
+	e.fails(exitNotFound, "no such file", "import", filepath.Join(e.dir, "nope.tar"), "x")
+
+	// Bad archives: refused, and nothing created.
+	for name, data := range map[string][]byte{
+		"malformed":        bytes.Repeat([]byte("garbage!"), 200),
+		"truncated":        []byte(tarOut)[:700],
+		"dotdot":           mkTar(t, tarEntry{name: "a/../../escape", body: "x"}),
+		"absolute":         mkTar(t, tarEntry{name: "/etc/evil", body: "x"}),
+		"symlink-outside":  mkTar(t, tarEntry{name: "l", link: "../../etc", typ: tar.TypeSymlink}),
+		"symlink-absolute": mkTar(t, tarEntry{name: "l", link: "/etc/passwd", typ: tar.TypeSymlink}),
+		"hardlink-outside": mkTar(t, tarEntry{name: "h", link: "../x", typ: tar.TypeLink}),
+		"device":           mkTar(t, tarEntry{name: "null", typ: tar.TypeChar}),
+	} {
+		r := e.runStdin(data, "import", "-", "bad-"+name)
+		require.Equal(t, exitUsage, r.code, "%s: %s", name, r.stderr)
+		require.Contains(t, r.stderr, "archive", name)
+		e.fails(exitNotFound, "no such session", "log", "bad-"+name)
+	}
+}
+
+func (e *env) runStdinOK(stdin []byte, args ...string) string {
+	e.t.Helper()
+	r := e.runStdin(stdin, args...)
+	require.Equal(e.t, 0, r.code, "homefs %v: %s", args, r.stderr)
+	return r.stdout
+}
+
+type tarEntry struct {
+	name, link, body string
+	typ              byte
+}
+
+func mkTar(t *testing.T, ents ...tarEntry) []byte {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, x := range ents {
+		typ := x.typ
+		if typ == 0 {
+			typ = tar.TypeReg
+		}
+		h := &tar.Header{Name: x.name, Linkname: x.link, Typeflag: typ, Mode: 0o644}
+		if typ == tar.TypeReg {
+			h.Size = int64(len(x.body))
+		}
+		require.NoError(t, tw.WriteHeader(h))
+		if typ == tar.TypeReg {
+			_, err := tw.Write([]byte(x.body))
+			require.NoError(t, err)
+		}
+	}
+	require.NoError(t, tw.Close())
+	return buf.Bytes()
+}
+
+func tarNames(t *testing.T, data []byte) []string {
+	tr := tar.NewReader(bytes.NewReader(data))
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		names = append(names, strings.TrimSuffix(h.Name, "/"))
+	}
+	return names
+}
+
+func TestCrashRecovery(t *testing.T) {
+	e := newEnv(t)
+	e.start()
+	mnt := e.mkdir("mnt")
+	e.ok("session", "create", "s")
+	e.ok("mount", "s", mnt)
+	writeFile(t, filepath.Join(mnt, "captured.txt"), "safe\n")
+	e.ok("capture", "s", "-m", "before the crash")
+
+	e.crash()
+	require.True(t, isMounted(t, mnt), "a crash leaves the mount behind")
+
+	e.start()
+	require.False(t, isMounted(t, mnt), "restart detaches the stale mount")
+	require.Contains(t, e.logs.String(), "detached stale mount")
+	require.Contains(t, e.ok("session", "list"), "s")
+	e.ok("mount", "s", mnt)
+	require.Equal(t, "safe\n", readFile(t, filepath.Join(mnt, "captured.txt")))
+	require.Contains(t, e.ok("fsck"), "0 problems")
+}
+
+func TestNonOwner(t *testing.T) {
+	e := newEnv(t)
+	e.start()
+	// Let uid 65534 reach the socket's directory.
+	for p := e.root; p != "/" && p != os.TempDir(); p = filepath.Dir(p) {
+		require.NoError(t, os.Chmod(p, 0o755))
+	}
+	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
+	r := e.runAs(nobody, nil, "session", "list")
+	require.Equal(t, exitOther, r.code, r.stderr)
+	require.Contains(t, r.stderr, "permission denied on "+e.socket())
+
+	// Even with the socket opened up, the daemon checks the peer's uid.
+	require.NoError(t, os.Chmod(e.socket(), 0o666))
+	r = e.runAs(nobody, nil, "session", "list")
+	require.Equal(t, exitOther, r.code, r.stderr)
+	require.Contains(t, r.stderr, "uid 65534 may not use this homefs daemon")
+}
+
+func TestGCRacingWriters(t *testing.T) {
+	e := newEnv(t)
+	e.start()
+	mnt := e.mkdir("mnt")
+	e.ok("session", "create", "s")
+	e.ok("mount", "s", mnt)
+
+	want := make(map[string]string)
+	var mu sync.Mutex
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 3; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				name := fmt.Sprintf("w%d/f%d", w, i%5)
+				content := strings.Repeat(fmt.Sprintf("%d-%d;", w, i), 2000+i%7*3000)
+				p := filepath.Join(mnt, name)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				want[name] = content
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := 0; i < 4; i++ {
+		e.ok("gc")
+		if i == 1 {
+			e.ok("capture", "s")
+		}
+	}
+	close(stop)
+	wg.Wait()
+	e.ok("gc")
+	require.Contains(t, e.ok("fsck"), "0 problems")
+	for name, content := range want {
+		require.Equal(t, content, readFile(t, filepath.Join(mnt, name)), name)
+	}
+	// And from the store itself, after a restart.
+	e.ok("unmount", mnt)
+	e.stop()
+	e.start()
+	snap := strings.TrimSpace(e.ok("capture", "s"))
+	out := filepath.Join(e.dir, "out")
+	e.ok("export", snap, out)
+	for name, content := range want {
+		require.Equal(t, content, readFile(t, filepath.Join(out, name)), name)
+	}
+}
+
+func TestFsckFindsCorruptChunk(t *testing.T) {
+	e := newEnv(t)
+	e.start()
+	mnt := e.mkdir("mnt")
+	e.ok("session", "create", "s")
+	e.ok("mount", "s", mnt)
+	content := strings.Repeat("precious bytes ", 100)
+	writeFile(t, filepath.Join(mnt, "dir/victim.txt"), content)
+	writeFile(t, filepath.Join(mnt, "fine.txt"), "fine")
+	e.ok("capture", "s")
+	e.stop()
+
+	// Damage the chunk on disk while the daemon is stopped.
+	st, err := cas.OpenBadger(filepath.Join(e.root, "store"), cas.BadgerOptions{})
+	require.NoError(t, err)
+	require.NoError(t, st.CorruptForTest(cas.Sum([]byte(content))))
+	require.NoError(t, st.Close())
+
+	e.start()
+	r := e.fails(exitCorrupt, "fsck found problems", "fsck")
+	require.Contains(t, r.stdout, "session s: dir/victim.txt: chunk")
+	require.Contains(t, r.stdout, "snapshot")
+	var rep struct {
+		Problems []struct{ Owner, Path string }
+	}
+	r = e.run("fsck", "--json")
+	require.Equal(t, exitCorrupt, r.code)
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep))
+	require.Len(t, rep.Problems, 2)
+	e.fails(exitCorrupt, "corrupt", "export", "s", filepath.Join(e.dir, "out"))
+}
