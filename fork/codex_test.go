@@ -97,12 +97,7 @@ func hashTree(t *testing.T, dir string) map[string][32]byte {
 // resumes it. A's bytes must not change, and the bind must store no
 // rollout byte.
 func TestCodexBindResume(t *testing.T) {
-	if _, err := exec.LookPath("codex"); err != nil {
-		t.Skip("codex CLI not installed (npm install -g @openai/codex@0.169.0)")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("no /dev/fuse")
-	}
+	requireCodex(t)
 	ctx := context.Background()
 	mock, err := mockresponses.Start()
 	if err != nil {
@@ -247,12 +242,7 @@ func statePaths(t *testing.T, home, mount string) bool {
 // rollout, through A's mount: the hazard that dropping derived state
 // removes.
 func TestCodexStaleStateControl(t *testing.T) {
-	if _, err := exec.LookPath("codex"); err != nil {
-		t.Skip("codex CLI not installed (npm install -g @openai/codex@0.169.0)")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("no /dev/fuse")
-	}
+	requireCodex(t)
 	ctx := context.Background()
 	mock, err := mockresponses.Start()
 	if err != nil {
@@ -301,4 +291,24 @@ func TestCodexStaleStateControl(t *testing.T) {
 			t.Errorf("A's %s changed while C resumed after DropDerived", p)
 		}
 	}
+}
+
+// requireCodex skips a test that needs the real Codex CLI and a FUSE
+// device when they are absent, except in CI (CI=true), where .ci/run
+// installs Codex and the test must run.
+func requireCodex(t *testing.T) {
+	t.Helper()
+	missing := ""
+	if _, err := exec.LookPath("codex"); err != nil {
+		missing = "codex CLI not installed (npm install -g @openai/codex@0.169.0)"
+	} else if _, err := os.Stat("/dev/fuse"); err != nil {
+		missing = "no /dev/fuse"
+	}
+	if missing == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s: CI must run the real Codex test", missing)
+	}
+	t.Skip(missing)
 }
