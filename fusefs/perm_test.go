@@ -28,9 +28,7 @@ func TestPermissions(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to switch users")
 	}
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Skip("setpriv not installed")
-	}
+	needTool(t, "setpriv")
 	e := NewTestEngine(t, nil)
 	m := MountForTest(t, e, "s", "", MountOptions{AllowOther: true})
 	d := m.Dir()
