@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"homefs/cas"
+	"homefs/manifest"
 )
 
 // CreateSessionAt creates session name whose working tree is root, a tree
@@ -12,6 +13,13 @@ import (
 // fails with ErrExists if the name is taken; the commit is durable and
 // preceded by a store Sync, so the session never names missing objects.
 func (c *Catalog) CreateSessionAt(ctx context.Context, name string, root cas.Ref) (*Head, error) {
+	return c.CreateSessionAtHandles(ctx, name, root, nil)
+}
+
+// CreateSessionAtHandles is CreateSessionAt whose head also records
+// provider handles (an imported native snapshot names its provider
+// sessions), in the same commit.
+func (c *Catalog) CreateSessionAtHandles(ctx context.Context, name string, root cas.Ref, handles map[string]manifest.Handle) (*Head, error) {
 	if err := validSession(name); err != nil {
 		return nil, err
 	}
@@ -19,7 +27,7 @@ func (c *Catalog) CreateSessionAt(ctx context.Context, name string, root cas.Ref
 		return nil, fmt.Errorf("catalog: create %s: zero root", name)
 	}
 	now := c.nowNs()
-	h := &Head{Session: name, Root: root, CreatedNs: now, UpdatedNs: now, Gen: 1}
+	h := &Head{Session: name, Root: root, Handles: mergeHandles(nil, handles), CreatedNs: now, UpdatedNs: now, Gen: 1}
 	if err := c.insertHead(ctx, h); err != nil {
 		return nil, fmt.Errorf("catalog: create %s: %w", name, err)
 	}

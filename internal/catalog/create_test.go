@@ -27,3 +27,21 @@ func TestCreateSessionAtAndIndex(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []IndexEntry{{ID: id, Session: "imp"}}, idx)
 }
+
+func TestCreateSessionAtHandles(t *testing.T) {
+	ctx := context.Background()
+	st := cas.NewMemory()
+	c := New(st)
+	root, err := manifest.PutTree(ctx, st, &manifest.Tree{})
+	require.NoError(t, err)
+	handles := map[string]manifest.Handle{"codex": {ID: "0199", Through: "3"}}
+	h, err := c.CreateSessionAtHandles(ctx, "native", root, handles)
+	require.NoError(t, err)
+	require.Equal(t, handles, h.Handles)
+	got, err := c.Head(ctx, "native")
+	require.NoError(t, err)
+	require.Equal(t, handles, got.Handles)
+	snap, _, err := c.Capture(ctx, "native", root, "", nil)
+	require.NoError(t, err)
+	require.Equal(t, handles, snap.Handles, "the first capture records the imported handles")
+}
