@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -110,6 +111,13 @@ func (t *ReadThrough) AddRemote(r *Remote) {
 		}
 	}
 	t.remotes = append(t.remotes, r)
+}
+
+// RemoveRemote stops asking r on a local miss.
+func (t *ReadThrough) RemoveRemote(r *Remote) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.remotes = slices.DeleteFunc(slices.Clone(t.remotes), func(have *Remote) bool { return have == r })
 }
 
 // Stats returns the fetch counters.

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"homefs/cas"
 )
 
 func TestParseURL(t *testing.T) {
@@ -107,5 +109,41 @@ func TestCredentials(t *testing.T) {
 	}
 	if creds, _ := r.client.Options().Credentials.Retrieve(t.Context()); creds.AccessKeyID != "ENVID" {
 		t.Fatalf("environment does not win over the file: %s", creds.AccessKeyID)
+	}
+}
+
+// TestServiceRemove: a removed remote leaves the registry and the
+// ReadThrough's list; adding it again works.
+func TestServiceRemove(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "id")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	ctx := t.Context()
+	rt := NewReadThrough(cas.NewMemory(), ReadThroughOptions{})
+	defer rt.Close()
+	s, err := NewService(t.TempDir(), rt, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Name: "origin", URL: "s3://b/p", Endpoint: "http://127.0.0.1:1"}
+	if err := s.Add(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Remote(ctx, "origin"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rt.remotes); n != 1 {
+		t.Fatalf("%d remotes in the ReadThrough, want 1", n)
+	}
+	if err := s.Remove("origin"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rt.remotes); n != 0 || len(s.Registry().List()) != 0 {
+		t.Fatalf("after Remove: %d read-through remotes, registry %v", n, s.Registry().List())
+	}
+	if err := s.Remove("origin"); !errors.Is(err, ErrNoRemote) {
+		t.Fatalf("second Remove: %v", err)
+	}
+	if err := s.Add(ctx, cfg); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -45,6 +45,25 @@ func (s *Service) Add(ctx context.Context, cfg Config) error {
 	return s.reg.Add(cfg)
 }
 
+// Remove forgets the remote name: it leaves the registry, and reads stop
+// asking it. Nothing on the remote is touched; chunks of snapshots pulled
+// lazily from it that are not local become unreadable until it is added
+// again.
+func (s *Service) Remove(name string) error {
+	if err := s.reg.Remove(name); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.open[name]; ok {
+		delete(s.open, name)
+		if s.rt != nil {
+			s.rt.RemoveRemote(r)
+		}
+	}
+	return nil
+}
+
 // Remote returns the open client of the remote name ("" for the only
 // one), opening it on first use and adding it to the ReadThrough.
 func (s *Service) Remote(ctx context.Context, name string) (*Remote, error) {
