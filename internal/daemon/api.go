@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"homefs/cas"
+	"homefs/fork"
 	"homefs/manifest"
 )
 
@@ -41,6 +42,10 @@ type MountRequest struct {
 	Dir      string `json:"dir"`
 	ReadOnly bool   `json:"read_only,omitempty"`
 	Snapshot string `json:"snapshot,omitempty"`
+	// Remote, when set, pulls the snapshot (Snapshot, else Session: an id
+	// or a session's remote head) from that remote first, tree only, and
+	// mounts it read-only; file chunks come on first read.
+	Remote string `json:"remote,omitempty"`
 }
 
 // MountInfo is one mount the daemon serves (and records in mounts.json).
@@ -50,6 +55,7 @@ type MountInfo struct {
 	Subtree  string    `json:"subtree,omitempty"`
 	Snapshot string    `json:"snapshot,omitempty"`
 	ReadOnly bool      `json:"read_only,omitempty"`
+	Remote   string    `json:"remote,omitempty"`
 	Since    time.Time `json:"since"`
 }
 
@@ -127,6 +133,8 @@ type Progress struct {
 	Done  int64  `json:"done"`
 	Total int64  `json:"total,omitempty"`
 	Bytes int64  `json:"bytes,omitempty"`
+	// BytesTotal is the bytes known so far to be transferred (push, pull).
+	BytesTotal int64 `json:"bytes_total,omitempty"`
 }
 
 // streamLine is one line of a streamed response.
@@ -134,4 +142,92 @@ type streamLine struct {
 	Progress *Progress `json:"progress,omitempty"`
 	Result   any       `json:"result,omitempty"`
 	Error    *Error    `json:"error,omitempty"`
+}
+
+// BindRequest binds provider session ID of Provider from session Source
+// into session Target (see fork.Bind).
+type BindRequest struct {
+	Provider string `json:"provider"`
+	ID       string `json:"id"`
+	Source   string `json:"source"`
+	Target   string `json:"target"`
+}
+
+// BindResult is what a bind did: the rollouts of the chain, ancestors
+// first, each with its action, the target's new handle and the derived
+// state removed.
+type BindResult struct {
+	Source string `json:"source"`
+	Target string `json:"target"`
+	fork.BindResult
+}
+
+// ImportNativeRequest creates Session from a native snapshot: the JSON in
+// File, blobs under BlobDir/blobs/. Both paths are absolute.
+type ImportNativeRequest struct {
+	File    string `json:"file"`
+	BlobDir string `json:"blob_dir"`
+	Session string `json:"session"`
+}
+
+// ImportNativeResult is what a native import created.
+type ImportNativeResult struct {
+	Session string                     `json:"session"`
+	Root    cas.Ref                    `json:"root"`
+	Files   int                        `json:"files"`
+	Handles map[string]manifest.Handle `json:"handles,omitempty"`
+}
+
+// ExportNativeRequest writes Snapshot in the native format into Dir (an
+// absolute path; missing or empty).
+type ExportNativeRequest struct {
+	Snapshot string `json:"snapshot"`
+	Dir      string `json:"dir"`
+}
+
+// ExportNativeResult says what a native export wrote and left out.
+type ExportNativeResult struct {
+	Snapshot string   `json:"snapshot"`
+	Dir      string   `json:"dir"`
+	Manifest string   `json:"manifest"` // Dir/snapshot.json
+	LeftOut  []string `json:"left_out"`
+}
+
+// PushRequest pushes a session's latest snapshot, or a snapshot, to a
+// remote ("" for the only one).
+type PushRequest struct {
+	Spec   string `json:"spec"`
+	Remote string `json:"remote,omitempty"`
+}
+
+// PushResult is what a push did.
+type PushResult struct {
+	Remote        string `json:"remote"`
+	Snapshot      string `json:"snapshot"`
+	Session       string `json:"session"`
+	Records       int    `json:"records"` // snapshot records uploaded
+	Checked       int    `json:"checked"` // objects asked about
+	Uploaded      int    `json:"uploaded"`
+	UploadedBytes int64  `json:"uploaded_bytes"` // stored (compressed) size
+	HeadMoved     bool   `json:"head_moved"`
+}
+
+// PullRequest brings a snapshot (an id, a prefix, or a session's remote
+// head) from a remote; All fetches every file chunk too.
+type PullRequest struct {
+	Spec   string `json:"spec"`
+	Remote string `json:"remote,omitempty"`
+	All    bool   `json:"all,omitempty"`
+}
+
+// PullResult is what a pull did.
+type PullResult struct {
+	Remote       string `json:"remote"`
+	Snapshot     string `json:"snapshot"`
+	Session      string `json:"session"`
+	Records      int    `json:"records"` // snapshots registered locally
+	Nodes        int    `json:"nodes"`
+	Fetched      int    `json:"fetched"`
+	FetchedBytes int64  `json:"fetched_bytes"`
+	All          bool   `json:"all"`
 }

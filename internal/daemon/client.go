@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"homefs/internal/fsck"
+	"homefs/internal/remote"
 )
 
 // Client talks to a daemon over its socket.
@@ -117,8 +118,17 @@ func (c *Client) call(ctx context.Context, method, path string, query url.Values
 
 // streamCall runs a streamed operation, passing progress lines to
 // progress and decoding the result into out.
-func (c *Client) streamCall(ctx context.Context, path string, progress func(Progress), out any) error {
-	resp, err := c.do(ctx, http.MethodPost, path, nil, nil, "")
+func (c *Client) streamCall(ctx context.Context, path string, in any, progress func(Progress), out any) error {
+	var body io.Reader
+	ct := ""
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body, ct = bytes.NewReader(b), "application/json"
+	}
+	resp, err := c.do(ctx, http.MethodPost, path, nil, body, ct)
 	if err != nil {
 		return err
 	}
@@ -259,17 +269,64 @@ func (c *Client) Import(ctx context.Context, session string, r io.Reader) (*Impo
 // GC collects garbage.
 func (c *Client) GC(ctx context.Context, progress func(Progress)) (*GCResult, error) {
 	var v GCResult
-	return &v, c.streamCall(ctx, pathGC, progress, &v)
+	return &v, c.streamCall(ctx, pathGC, nil, progress, &v)
 }
 
 // Fsck verifies the store.
 func (c *Client) Fsck(ctx context.Context, progress func(Progress)) (*fsck.Report, error) {
 	var v fsck.Report
-	return &v, c.streamCall(ctx, pathFsck, progress, &v)
+	return &v, c.streamCall(ctx, pathFsck, nil, progress, &v)
 }
 
 // Stats measures the store.
 func (c *Client) Stats(ctx context.Context) (*fsck.Stats, error) {
 	var v fsck.Stats
 	return &v, c.call(ctx, http.MethodGet, pathStats, nil, nil, &v)
+}
+
+// Bind binds a provider session from one session into another.
+func (c *Client) Bind(ctx context.Context, req BindRequest) (*BindResult, error) {
+	var v BindResult
+	return &v, c.call(ctx, http.MethodPost, pathBind, nil, req, &v)
+}
+
+// ImportNative creates a session from a native snapshot.
+func (c *Client) ImportNative(ctx context.Context, req ImportNativeRequest) (*ImportNativeResult, error) {
+	var v ImportNativeResult
+	return &v, c.call(ctx, http.MethodPost, pathImportN, nil, req, &v)
+}
+
+// ExportNative writes a snapshot in the native format.
+func (c *Client) ExportNative(ctx context.Context, req ExportNativeRequest) (*ExportNativeResult, error) {
+	var v ExportNativeResult
+	return &v, c.call(ctx, http.MethodPost, pathExportN, nil, req, &v)
+}
+
+// AddRemote configures a remote.
+func (c *Client) AddRemote(ctx context.Context, cfg remote.Config) (*remote.Config, error) {
+	var v remote.Config
+	return &v, c.call(ctx, http.MethodPost, pathRemotes, nil, cfg, &v)
+}
+
+// Remotes lists the configured remotes.
+func (c *Client) Remotes(ctx context.Context) ([]remote.Config, error) {
+	var v []remote.Config
+	return v, c.call(ctx, http.MethodGet, pathRemotes, nil, nil, &v)
+}
+
+// RemoveRemote forgets a remote.
+func (c *Client) RemoveRemote(ctx context.Context, name string) error {
+	return c.call(ctx, http.MethodDelete, pathRemotes+"/"+url.PathEscape(name), nil, nil, nil)
+}
+
+// Push pushes a session or snapshot to a remote.
+func (c *Client) Push(ctx context.Context, req PushRequest, progress func(Progress)) (*PushResult, error) {
+	var v PushResult
+	return &v, c.streamCall(ctx, pathPush, req, progress, &v)
+}
+
+// Pull brings a snapshot from a remote.
+func (c *Client) Pull(ctx context.Context, req PullRequest, progress func(Progress)) (*PullResult, error) {
+	var v PullResult
+	return &v, c.streamCall(ctx, pathPull, req, progress, &v)
 }

@@ -7,11 +7,19 @@
 // also checked with SO_PEERCRED). The protocol is HTTP+JSON over that
 // socket, one endpoint per operation under /v1/. Errors travel as
 // {"code", "message"}, the code chosen by errors.Is on the sentinels of
-// the packages below (never by text). Long work (gc, fsck) streams
+// the packages below (never by text). Long work (gc, fsck, push, pull) streams
 // newline-delimited JSON: progress lines, then a result or an error line.
 //
 // Service holds the operations themselves, free of HTTP; the logic lives
-// in the packages it belongs to (fusefs, catalog, archive, fsck).
+// in the packages it belongs to (fusefs, catalog, archive, fsck, fork,
+// remote). Its store stack is built once: the Badger store, a
+// remote.ReadThrough over it (the remotes of <root>/remotes.json, added at
+// runtime by "remote add"), and a fusefs.Recorder over that, which the
+// catalog and the engine share. Remote credentials are the daemon's own
+// (its environment or shared credentials file); they are never stored or
+// sent to a client. Work that puts objects before naming them (capture,
+// fork, import, bind, pull) runs under the engine's Guard, so a gc waits
+// for it.
 //
 // After a crash, Serve finds FUSE mounts named "homefs:…" that the last
 // run recorded in mounts.json and detaches them (MNT_DETACH).

@@ -7,9 +7,11 @@ import (
 	"syscall"
 
 	"homefs/cas"
+	"homefs/fork"
 	"homefs/fusefs"
 	"homefs/internal/archive"
 	"homefs/internal/catalog"
+	"homefs/internal/remote"
 	"homefs/manifest"
 )
 
@@ -48,21 +50,29 @@ func classify(err error) Code {
 	case errors.As(err, &de):
 		return de.Code
 	case errors.Is(err, catalog.ErrNoSession), errors.Is(err, catalog.ErrNoSnapshot),
+		errors.Is(err, fork.ErrNotFound), errors.Is(err, remote.ErrNoRemote),
+		errors.Is(err, remote.ErrNoSnapshot),
 		errors.Is(err, fusefs.ErrNotMounted), errors.Is(err, fusefs.ErrNotDirectory),
 		errors.Is(err, fs.ErrNotExist):
 		return CodeNotFound
 	case errors.Is(err, catalog.ErrExists), errors.Is(err, catalog.ErrSameSession),
 		errors.Is(err, catalog.ErrConflict), errors.Is(err, cas.ErrConflict),
 		errors.Is(err, fusefs.ErrBusy), errors.Is(err, fusefs.ErrSessionInUse),
-		errors.Is(err, syscall.EBUSY), errors.Is(err, fs.ErrExist):
+		errors.Is(err, syscall.EBUSY), errors.Is(err, fs.ErrExist),
+		errors.Is(err, fork.ErrDiverged), errors.Is(err, fork.ErrConflict),
+		errors.Is(err, remote.ErrRemoteExists):
 		return CodeConflict
-	case errors.Is(err, cas.ErrCorrupt), errors.Is(err, cas.ErrNotFound):
+	case errors.Is(err, cas.ErrCorrupt), errors.Is(err, cas.ErrNotFound),
+		errors.Is(err, fork.ErrDamaged):
 		// A ref the catalog names but the store lacks is damage too.
 		return CodeCorrupt
 	case errors.Is(err, catalog.ErrAmbiguous), errors.Is(err, manifest.ErrInvalid),
 		errors.Is(err, fusefs.ErrInsideStore), errors.Is(err, syscall.ENOTDIR),
 		errors.Is(err, archive.ErrUnsafe), errors.Is(err, archive.ErrMalformed),
-		errors.Is(err, archive.ErrUnsupported), errors.Is(err, errUsage):
+		errors.Is(err, archive.ErrUnsupported), errors.Is(err, errUsage),
+		errors.Is(err, fork.ErrUnknownProvider), errors.Is(err, fork.ErrInvalid),
+		errors.Is(err, fork.ErrAmbiguous), errors.Is(err, fork.ErrNative),
+		errors.Is(err, fork.ErrTooLarge), errors.Is(err, remote.ErrNoCredentials):
 		return CodeUsage
 	case errors.Is(err, cas.ErrClosed), errors.Is(err, context.Canceled):
 		return CodeUnavailable

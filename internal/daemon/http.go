@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"sync"
+
+	"homefs/internal/remote"
 )
 
 // Endpoints, all under /v1/.
@@ -22,6 +24,12 @@ const (
 	pathGC       = "/v1/gc"
 	pathFsck     = "/v1/fsck"
 	pathStats    = "/v1/stats"
+	pathBind     = "/v1/bind"
+	pathImportN  = "/v1/import-native"
+	pathExportN  = "/v1/export-native"
+	pathRemotes  = "/v1/remotes"
+	pathPush     = "/v1/push"
+	pathPull     = "/v1/pull"
 
 	// errorTrailer carries an error that happens after a stream began.
 	errorTrailer = "Homefs-Error"
@@ -131,6 +139,59 @@ func (s *Service) handler() http.Handler {
 	mux.HandleFunc("GET "+pathStats, func(w http.ResponseWriter, r *http.Request) {
 		v, err := s.Stats(r.Context())
 		reply(w, v, err)
+	})
+	mux.HandleFunc("POST "+pathBind, func(w http.ResponseWriter, r *http.Request) {
+		var req BindRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		v, err := s.Bind(r.Context(), req)
+		reply(w, v, err)
+	})
+	mux.HandleFunc("POST "+pathImportN, func(w http.ResponseWriter, r *http.Request) {
+		var req ImportNativeRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		v, err := s.ImportNative(r.Context(), req)
+		reply(w, v, err)
+	})
+	mux.HandleFunc("POST "+pathExportN, func(w http.ResponseWriter, r *http.Request) {
+		var req ExportNativeRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		v, err := s.ExportNative(r.Context(), req)
+		reply(w, v, err)
+	})
+	mux.HandleFunc("GET "+pathRemotes, func(w http.ResponseWriter, r *http.Request) {
+		reply(w, s.Remotes(r.Context()), nil)
+	})
+	mux.HandleFunc("POST "+pathRemotes, func(w http.ResponseWriter, r *http.Request) {
+		var req remote.Config
+		if !decode(w, r, &req) {
+			return
+		}
+		v, err := s.AddRemote(r.Context(), req)
+		reply(w, v, err)
+	})
+	mux.HandleFunc("DELETE "+pathRemotes+"/{name}", func(w http.ResponseWriter, r *http.Request) {
+		err := s.RemoveRemote(r.Context(), r.PathValue("name"))
+		reply(w, struct{}{}, err)
+	})
+	mux.HandleFunc("POST "+pathPush, func(w http.ResponseWriter, r *http.Request) {
+		var req PushRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		stream(w, func(progress func(Progress)) (any, error) { return s.Push(r.Context(), req, progress) })
+	})
+	mux.HandleFunc("POST "+pathPull, func(w http.ResponseWriter, r *http.Request) {
+		var req PullRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		stream(w, func(progress func(Progress)) (any, error) { return s.Pull(r.Context(), req, progress) })
 	})
 	return s.logRequests(mux)
 }

@@ -73,8 +73,9 @@ func Serve(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", storeDir, err)
 	}
+	closeStore := store.Close
 	defer func() {
-		if err := store.Close(); err != nil {
+		if err := closeStore(); err != nil {
 			log.Error("close store", "err", err)
 		}
 	}()
@@ -85,7 +86,11 @@ func Serve(ctx context.Context, cfg Config) error {
 		log.Info("cleaned mounts left by an earlier run", "count", len(cleaned))
 	}
 
-	svc := NewService(root, store, log)
+	svc, err := NewService(ctx, root, store, log)
+	if err != nil {
+		return err
+	}
+	closeStore = svc.CloseStore
 	svc.socket = sock
 	if err := writeMounts(root, nil); err != nil {
 		return fmt.Errorf("record mounts: %w", err)

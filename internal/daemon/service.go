@@ -18,6 +18,7 @@ import (
 	"homefs/internal/archive"
 	"homefs/internal/catalog"
 	"homefs/internal/fsck"
+	"homefs/internal/remote"
 	"homefs/manifest"
 )
 
@@ -25,6 +26,8 @@ import (
 // for concurrent use.
 type Service struct {
 	root    string
+	rt      *remote.ReadThrough // the local store, with the remotes behind it
+	remotes *remote.Service
 	rec     *fusefs.Recorder
 	cat     *catalog.Catalog
 	eng     *fusefs.Engine
@@ -36,14 +39,31 @@ type Service struct {
 	mounts map[string]MountInfo // by mountpoint; GUARDED_BY(mu)
 }
 
-// NewService serves store, whose directory lies in root. The catalog and
-// the engine share one recording store, so that gc sees every put.
-func NewService(root string, store cas.Store, log *slog.Logger) *Service {
-	rec := fusefs.Record(store)
+// NewService serves store, whose directory lies in root. Reads go through
+// the remotes of <root>/remotes.json (a chunk the local store lacks is
+// fetched, checked and kept), and the catalog and the engine share one
+// recording store, so that gc sees every put. The Service owns store from
+// here on: CloseStore closes it.
+func NewService(ctx context.Context, root string, store cas.Store, log *slog.Logger) (*Service, error) {
+	rt := remote.NewReadThrough(store, remote.ReadThroughOptions{Logger: log.With("component", "remote")})
+	remotes, err := remote.NewService(root, rt, remote.Options{Logger: log.With("component", "remote")})
+	if err != nil {
+		rt.Close()
+		return nil, err
+	}
+	// Snapshots pulled lazily before a restart read from these.
+	if err := remotes.OpenAll(ctx); err != nil {
+		log.Warn("remotes: lazy reads from them will fail until this is fixed", "err", err)
+	}
+	rec := fusefs.Record(rt)
 	cat := catalog.New(rec)
 	eng := fusefs.New(rec, cat, fusefs.Options{StoreDir: root, Logger: log})
-	return &Service{root: root, rec: rec, cat: cat, eng: eng, log: log, started: time.Now(), mounts: make(map[string]MountInfo)}
+	return &Service{root: root, rt: rt, remotes: remotes, rec: rec, cat: cat, eng: eng, log: log, started: time.Now(), mounts: make(map[string]MountInfo)}, nil
 }
+
+// CloseStore stops background fetches and closes the store; call it after
+// Close.
+func (s *Service) CloseStore() error { return s.rt.Close() }
 
 func usagef(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
@@ -136,18 +156,28 @@ func (s *Service) Mount(ctx context.Context, req MountRequest) (*MountInfo, erro
 	opts := fusefs.MountOptions{ReadOnly: req.ReadOnly}
 	var m *fusefs.Mount
 	info := MountInfo{Session: req.Session, Subtree: req.Subtree, ReadOnly: req.ReadOnly, Since: time.Now()}
-	if req.Snapshot != "" {
-		snap, id, err := s.cat.Resolve(ctx, req.Session+"@"+req.Snapshot)
+	switch {
+	case req.Remote != "":
+		id, session, name, err := s.pullForMount(ctx, req)
 		if err != nil {
 			return nil, err
 		}
-		_ = snap
+		m, err = s.eng.MountSnapshot(ctx, "@"+id, req.Subtree, dir, opts)
+		if err != nil {
+			return nil, err
+		}
+		info.Session, info.Snapshot, info.ReadOnly, info.Remote = session, id, true, name
+	case req.Snapshot != "":
+		_, id, err := s.cat.Resolve(ctx, req.Session+"@"+req.Snapshot)
+		if err != nil {
+			return nil, err
+		}
 		m, err = s.eng.MountSnapshot(ctx, "@"+id, req.Subtree, dir, opts)
 		if err != nil {
 			return nil, err
 		}
 		info.Snapshot, info.ReadOnly = id, true
-	} else {
+	default:
 		m, err = s.eng.Mount(ctx, req.Session, req.Subtree, dir, opts)
 		if err != nil {
 			return nil, err
@@ -413,7 +443,7 @@ func (s *Service) GC(ctx context.Context, progress func(Progress)) (*GCResult, e
 		return nil, err
 	}
 	out := &GCResult{GCResult: *res}
-	if r, ok := s.rec.Unwrap().(reclaimer); ok && res.Freed > 0 {
+	if r, ok := s.rt.Unwrap().(reclaimer); ok && res.Freed > 0 {
 		n, err := r.Reclaim(ctx, 0.5)
 		if err != nil {
 			s.log.Warn("reclaim after gc", "err", err)
