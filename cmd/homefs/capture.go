@@ -17,31 +17,49 @@ type captureOptions struct {
 	session string
 	message string
 	handles []string // PROVIDER=ID[@THROUGH]
+	push    bool
+	remote  string // with push; "" for the only remote
 	json    bool
+}
+
+// captureResult is capture --json's output: the snapshot, and with --push
+// what the push did.
+type captureResult struct {
+	*daemon.SnapshotInfo
+	Pushed *daemon.PushResult `json:"pushed,omitempty"`
 }
 
 func captureCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "capture",
 		Usage:     "snapshot a session, atomically across its mounts; prints the snapshot id",
-		ArgsUsage: "SESSION",
+		ArgsUsage: "SESSION [--push [REMOTE]]",
 		Description: `Freezes the session's current state (every write made before the command
 started) as an immutable snapshot and prints its id. --handle records the
 provider session the snapshot belongs to and the turn it is valid through.
+--push then pushes the snapshot to REMOTE (or the only remote) and returns
+once it is durable there (see "homefs push"); progress goes to stderr.
 
-   homefs capture agent-1 -m "after turn 3" --handle codex=0199a3b2-…@turn-3`,
+   homefs capture agent-1 -m "after turn 3" --handle codex=0199a3b2-…@turn-3
+   homefs capture agent-1 --push origin`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "message", Aliases: []string{"m"}, Usage: "describe the snapshot"},
 			&cli.StringSliceFlag{Name: "handle", Usage: "PROVIDER=ID[@THROUGH], repeatable"},
+			&cli.BoolFlag{Name: "push", Usage: "push the snapshot to REMOTE (the argument after SESSION) and wait until it is durable"},
 			jsonFlag,
 		},
 		Action: func(c *cli.Context) error {
-			if err := args(c, 1, 1); err != nil {
+			max := 1
+			if c.Bool("push") {
+				max = 2
+			}
+			if err := args(c, 1, max); err != nil {
 				return err
 			}
 			return runCapture(c.Context, client(c), os.Stdout, captureOptions{
 				session: c.Args().First(), message: c.String("message"),
-				handles: c.StringSlice("handle"), json: c.Bool("json"),
+				handles: c.StringSlice("handle"), push: c.Bool("push"), remote: c.Args().Get(1),
+				json: c.Bool("json"),
 			})
 		},
 	}
@@ -75,9 +93,23 @@ func runCapture(ctx context.Context, cl *daemon.Client, out io.Writer, o capture
 	if err != nil {
 		return err
 	}
+	res := captureResult{SnapshotInfo: snap}
+	if o.push {
+		// The id, not the session: a capture meanwhile must not change
+		// what is pushed.
+		p := newProgress()
+		res.Pushed, err = cl.Push(ctx, daemon.PushRequest{Spec: snap.ID, Remote: o.remote}, transferProgress(p, "push"))
+		p.done()
+		if err != nil {
+			return fmt.Errorf("captured %s, but the push failed (rerun: homefs push %s): %w", snap.ID, snap.ID, err)
+		}
+	}
 	if o.json {
-		return printJSON(out, snap)
+		return printJSON(out, res)
 	}
 	fmt.Fprintln(out, snap.ID)
+	if res.Pushed != nil {
+		printPush(os.Stderr, res.Pushed)
+	}
 	return nil
 }

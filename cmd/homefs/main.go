@@ -78,6 +78,12 @@ EXIT CODES:
 			gcCommand(),
 			fsckCommand(),
 			statsCommand(),
+			bindCommand(),
+			importNativeCommand(),
+			exportNativeCommand(),
+			remoteCommand(),
+			pushCommand(),
+			pullCommand(),
 		},
 	}
 	var setUsage func([]*cli.Command)

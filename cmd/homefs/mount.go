@@ -17,6 +17,7 @@ type mountOptions struct {
 	dir      string
 	readOnly bool
 	snapshot string
+	remote   string
 	json     bool
 }
 
@@ -28,15 +29,22 @@ func mountCommand() *cli.Command {
 		Description: `The daemon serves the mount; it lasts until "homefs unmount DIR" or until the
 daemon stops. Writes are copy-on-write: nothing is copied until it changes.
 With --snapshot the mount shows that snapshot of the session, read-only.
+With --remote the snapshot (--snapshot, else SESSION: a snapshot id or a
+session's head on the remote) is pulled first, tree only, and mounted
+read-only; file chunks are fetched, verified and kept on first read (a
+chunk the remote lost reads as EIO). Fork or "session create --from" it to
+write.
 DIR must be an existing directory, not already a mountpoint, and not inside
 the daemon's root.
 
    homefs mount agent-1 /home/agent/.codex
    homefs mount agent-1/workspace /srv/ws --read-only
-   homefs mount agent-1 /mnt/old --snapshot 3f2a9c1e`,
+   homefs mount agent-1 /mnt/old --snapshot 3f2a9c1e
+   homefs mount --remote origin agent-1 /mnt/from-a`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "read-only", Aliases: []string{"ro"}, Usage: "refuse writes"},
 			&cli.StringFlag{Name: "snapshot", Usage: "mount this snapshot of the session (read-only)"},
+			&cli.StringFlag{Name: "remote", Usage: "pull the snapshot from this remote first and read its chunks lazily (read-only)"},
 			jsonFlag,
 		},
 		Action: func(c *cli.Context) error {
@@ -45,7 +53,7 @@ the daemon's root.
 			}
 			return runMount(c.Context, client(c), os.Stdout, mountOptions{
 				session: c.Args().Get(0), dir: c.Args().Get(1),
-				readOnly: c.Bool("read-only"), snapshot: c.String("snapshot"), json: c.Bool("json"),
+				readOnly: c.Bool("read-only"), snapshot: c.String("snapshot"), remote: c.String("remote"), json: c.Bool("json"),
 			})
 		},
 	}
@@ -56,7 +64,7 @@ func runMount(ctx context.Context, cl *daemon.Client, out io.Writer, o mountOpti
 	if err != nil {
 		return err
 	}
-	m, err := cl.Mount(ctx, daemon.MountRequest{Session: o.session, Dir: dir, ReadOnly: o.readOnly, Snapshot: o.snapshot})
+	m, err := cl.Mount(ctx, daemon.MountRequest{Session: o.session, Dir: dir, ReadOnly: o.readOnly, Snapshot: o.snapshot, Remote: o.remote})
 	if err != nil {
 		return err
 	}
@@ -69,6 +77,9 @@ func runMount(ctx context.Context, cl *daemon.Client, out io.Writer, o mountOpti
 	}
 	if m.Snapshot != "" {
 		what += "@" + shortID(m.Snapshot)
+	}
+	if m.Remote != "" {
+		what += " from remote " + m.Remote
 	}
 	mode := "read-write"
 	if m.ReadOnly {

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"homefs/internal/daemon"
+)
+
+type pushOptions struct {
+	spec   string // SESSION (its last snapshot) or a snapshot
+	remote string // "" for the only one
+	json   bool
+}
+
+func pushCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "push",
+		Usage:     "make a snapshot durable on a remote and move its session's remote head",
+		ArgsUsage: "SESSION|SNAPSHOT [REMOTE]",
+		Description: `Uploads what the remote lacks (chunks, then tree nodes, then the snapshot
+record: once that is written, the snapshot survives the loss of this host),
+then moves the session's head on the remote. A SESSION pushes its last
+snapshot (capture first, or use "capture --push"). If another host pushed
+a snapshot of the session that this one does not descend from, the push
+fails with a conflict (exit 4): pull it and fork, or push under another
+session. An interrupted push completes when rerun. REMOTE may be left out
+when only one is configured.
+
+   homefs push agent-1 origin
+   homefs push agent-1@3f2a9c1e`,
+		Flags: []cli.Flag{jsonFlag},
+		Action: func(c *cli.Context) error {
+			if err := args(c, 1, 2); err != nil {
+				return err
+			}
+			return runPush(c.Context, client(c), os.Stdout, pushOptions{spec: c.Args().Get(0), remote: c.Args().Get(1), json: c.Bool("json")})
+		},
+	}
+}
+
+func runPush(ctx context.Context, cl *daemon.Client, out io.Writer, o pushOptions) error {
+	p := newProgress()
+	res, err := cl.Push(ctx, daemon.PushRequest{Spec: o.spec, Remote: o.remote}, transferProgress(p, "push"))
+	p.done()
+	if err != nil {
+		return err
+	}
+	if o.json {
+		return printJSON(out, res)
+	}
+	printPush(out, res)
+	return nil
+}
+
+func printPush(out io.Writer, res *daemon.PushResult) {
+	head := "head already there"
+	if res.HeadMoved {
+		head = "head moved"
+	}
+	fmt.Fprintf(out, "pushed %s of %s to %s: %d objects uploaded (%s), %d checked, %d records; %s\n",
+		shortID(res.Snapshot), res.Session, res.Remote, res.Uploaded, humanBytes(res.UploadedBytes), res.Checked, res.Records, head)
+}
+
+// transferProgress draws push and pull progress on a terminal.
+func transferProgress(p *progress, verb string) func(daemon.Progress) {
+	return func(pr daemon.Progress) {
+		switch {
+		case pr.BytesTotal > 0:
+			p.update("%s: %s %d/%d objects, %s/%s", verb, pr.Phase, pr.Done, pr.Total, humanBytes(pr.Bytes), humanBytes(pr.BytesTotal))
+		case pr.Total > 0:
+			p.update("%s: %s %d/%d objects", verb, pr.Phase, pr.Done, pr.Total)
+		default:
+			p.update("%s: %s", verb, pr.Phase)
+		}
+	}
+}
