@@ -66,6 +66,9 @@ type env struct {
 	proc *exec.Cmd
 	logs *syncBuffer
 	done chan error
+	// daemonEnv is added to the daemon's environment only (remote
+	// credentials), never to the commands'.
+	daemonEnv []string
 }
 
 type syncBuffer struct {
@@ -117,6 +120,7 @@ func (e *env) start() {
 	e.logs = &syncBuffer{}
 	cmd := exec.Command(homefsBin, "serve", "--log-level", "debug")
 	cmd.Env = append(os.Environ(), "HOMEFS_ROOT="+e.root, "GORACE=atexit_sleep_ms=0")
+	cmd.Env = append(cmd.Env, e.daemonEnv...)
 	cmd.Stdout, cmd.Stderr = e.logs, e.logs
 	require.NoError(e.t, cmd.Start())
 	e.proc = cmd
