@@ -52,9 +52,11 @@ owns the store; every other command talks to it over its Unix socket.
 EXIT CODES:
    0  success
    1  other error
-   2  usage error (bad arguments, names, paths or archives)
-   3  not found (no such session, snapshot or mount)
-   4  conflict (exists already, busy, in use)
+   2  usage error (bad arguments, names, paths, archives, providers,
+      native snapshots, remote URLs; no remote credentials)
+   3  not found (no such session, snapshot, mount, remote or rollout)
+   4  conflict (exists already, busy, in use; a diverging bind target;
+      a push whose remote head another host moved)
    5  corruption (damaged or missing stored data; fsck found problems)
    6  the daemon is not running`,
 		Flags:                []cli.Flag{rootFlag, socketFlag},
