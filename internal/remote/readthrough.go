@@ -141,11 +141,17 @@ func (t *ReadThrough) Get(ctx context.Context, ref cas.Ref) ([]byte, error) {
 	if !errors.Is(err, cas.ErrNotFound) && !errors.Is(err, cas.ErrCorrupt) {
 		return nil, err
 	}
+	localErr := err
 	if errors.Is(err, cas.ErrCorrupt) {
 		t.log.Warn("local chunk damaged, fetching it again from the remote", "ref", ref.Short(), "err", err)
 	}
 	data, err = t.fetch(ctx, ref, false)
 	if err != nil {
+		if errors.Is(localErr, cas.ErrCorrupt) && ctx.Err() == nil {
+			// The local damage is the cause: a remote that lacks the chunk
+			// too must not turn it into a plain "not found".
+			return nil, fmt.Errorf("%w (no good copy on a remote either: %v)", localErr, err)
+		}
 		return nil, err
 	}
 	t.readAhead(ref)

@@ -147,3 +147,22 @@ func TestServiceRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReadThroughLocalDamageStaysCorrupt: a damaged local chunk that no
+// remote can replace is reported as corrupt, not as missing.
+func TestReadThroughLocalDamageStaysCorrupt(t *testing.T) {
+	ctx := t.Context()
+	local := cas.NewMemory()
+	ref, err := local.Put(ctx, []byte("precious"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := local.CorruptForTest(ref); err != nil {
+		t.Fatal(err)
+	}
+	rt := NewReadThrough(local, ReadThroughOptions{})
+	defer rt.Close()
+	if _, err := rt.Get(ctx, ref); !errors.Is(err, cas.ErrCorrupt) {
+		t.Fatalf("Get of a damaged chunk without remotes: %v, want ErrCorrupt", err)
+	}
+}
