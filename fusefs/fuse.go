@@ -188,8 +188,16 @@ func (f *fnode) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn
 // first read and again on every rewind (offset 0), so that rewinddir shows
 // the directory as it is then (POSIX); between rewinds the listing is
 // fixed, so that offsets stay valid while names come and go.
+//
+// While the mount alone shows its part of the session, the kernel may keep
+// the listing (FOPEN_CACHE_DIR): it drops it itself when a name changes
+// through this mount, and restore and graft tell it (NotifyContent).
 func (f *fnode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	return &dirHandle{f: f}, 0, 0
+	var fuseFlags uint32
+	if !f.m.shortCache.Load() {
+		fuseFlags = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
+	}
+	return &dirHandle{f: f}, fuseFlags, 0
 }
 
 // dirHandle is an open directory.

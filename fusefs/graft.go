@@ -197,6 +197,7 @@ func (e *Engine) invalidate(s *Session, parts []string) {
 			dir = c
 		}
 		dir.NotifyEntry(rel[i])
+		dir.NotifyContent(0, 0) // its cached listing
 	}
 }
 
