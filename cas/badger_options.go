@@ -71,7 +71,7 @@ func (o BadgerOptions) withDefaults() BadgerOptions {
 // memoryOverhead is what the store needs beside Badger's tables and caches:
 // the Go runtime, the shared zstd coders (per CPU), table builders during
 // flush and compaction, skiplist arena slack. Measured, see
-// docs/bench-cas.md.
+// docs/BENCHMARKS.md.
 const memoryOverhead = 64 << 20
 
 // MemoryBudget returns the anonymous memory (heap) the store is expected to

@@ -15,7 +15,7 @@ import (
 )
 
 // Benchmarks run fast at -benchtime=1x (CI smoke); figures in
-// docs/bench-cas.md come from -benchtime=200ms or more.
+// docs/BENCHMARKS.md come from -benchtime=200ms or more.
 
 var benchSizes = []int{4 << 10, 64 << 10}
 

@@ -35,7 +35,7 @@ func procStatus(t *testing.T, field string) int64 {
 // TestBadgerMemoryBound writes HOMEFS_CAS_GIB (default 2) GiB of random
 // 64 KiB chunks through Put from two goroutines, then Syncs, and reports
 // peak RSS (VmHWM) and peak anonymous RSS (sampled). Run with
-// HOMEFS_LONG=1; see docs/bench-cas.md.
+// HOMEFS_LONG=1; see docs/BENCHMARKS.md.
 func TestBadgerMemoryBound(t *testing.T) {
 	if os.Getenv("HOMEFS_LONG") != "1" {
 		t.Skip("set HOMEFS_LONG=1 to write gigabytes")
