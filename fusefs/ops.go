@@ -168,9 +168,9 @@ func (s *Session) Link(ctx context.Context, dir *node, name string, target *node
 	return nil
 }
 
-// Unlink removes a non-directory name. An open file stays readable and
-// writable through its handles until they close.
-func (s *Session) Unlink(ctx context.Context, dir *node, name string) error {
+// removeChild runs fn on the node named name in dir, with writers of the
+// tree held off; fn detaches it.
+func (s *Session) removeChild(ctx context.Context, dir *node, name string, fn func(c *node) error) error {
 	done, err := s.begin()
 	if err != nil {
 		return err
@@ -185,56 +185,50 @@ func (s *Session) Unlink(ctx context.Context, dir *node, name string) error {
 	if !ok {
 		return syscall.ENOENT
 	}
-	if c.isDir() {
-		return syscall.EISDIR
-	}
-	if c.nlink > 1 && countNames(c) < int(c.nlink) {
-		// Other names live in directories not loaded yet; load them so the
-		// remaining entries get the new link count.
-		if err := s.loadAll(ctx, s.root); err != nil {
-			return err
+	return fn(c)
+}
+
+// Unlink removes a non-directory name. An open file stays readable and
+// writable through its handles until they close.
+func (s *Session) Unlink(ctx context.Context, dir *node, name string) error {
+	return s.removeChild(ctx, dir, name, func(c *node) error {
+		if c.isDir() {
+			return syscall.EISDIR
 		}
-	}
-	s.detach(dir, name)
-	t := now()
-	c.mu.Lock()
-	c.ctime = t
-	c.mu.Unlock()
-	s.touchDir(dir, t)
-	if c.nlink > 0 {
-		s.markDirty(c)
-	}
-	return nil
+		if c.nlink > 1 && countNames(c) < int(c.nlink) {
+			// Other names live in directories not loaded yet; load them so
+			// the remaining entries get the new link count.
+			if err := s.loadAll(ctx, s.root); err != nil {
+				return err
+			}
+		}
+		s.detach(dir, name)
+		t := now()
+		s.ctimeNow(c, t)
+		s.touchDir(dir, t)
+		if c.nlink > 0 {
+			s.markDirty(c)
+		}
+		return nil
+	})
 }
 
 // Rmdir removes an empty directory.
 func (s *Session) Rmdir(ctx context.Context, dir *node, name string) error {
-	done, err := s.begin()
-	if err != nil {
-		return err
-	}
-	defer done()
-	s.treeMu.Lock()
-	defer s.treeMu.Unlock()
-	if err := s.load(ctx, dir); err != nil {
-		return err
-	}
-	c, ok := dir.children[name]
-	if !ok {
-		return syscall.ENOENT
-	}
-	if !c.isDir() {
-		return syscall.ENOTDIR
-	}
-	if err := s.load(ctx, c); err != nil {
-		return err
-	}
-	if len(c.children) > 0 {
-		return syscall.ENOTEMPTY
-	}
-	s.detach(dir, name)
-	s.touchDir(dir, now())
-	return nil
+	return s.removeChild(ctx, dir, name, func(c *node) error {
+		if !c.isDir() {
+			return syscall.ENOTDIR
+		}
+		if err := s.load(ctx, c); err != nil {
+			return err
+		}
+		if len(c.children) > 0 {
+			return syscall.ENOTEMPTY
+		}
+		s.detach(dir, name)
+		s.touchDir(dir, now())
+		return nil
+	})
 }
 
 // Rename flags, as in renameat2(2).
