@@ -34,25 +34,15 @@ func exitCode(err error) int {
 	if errors.As(err, &ue) {
 		return exitUsage
 	}
+	// An error from the daemon carries its code; one found locally (before
+	// or after talking to the daemon) carries the sentinels the daemon
+	// classifies.
+	code := daemon.Classify(err)
 	var de *daemon.Error
 	if errors.As(err, &de) {
-		switch de.Code {
-		case daemon.CodeUsage:
-			return exitUsage
-		case daemon.CodeNotFound:
-			return exitNotFound
-		case daemon.CodeConflict:
-			return exitConflict
-		case daemon.CodeCorrupt:
-			return exitCorrupt
-		case daemon.CodeNotRunning:
-			return exitNotRunning
-		}
-		return exitOther
+		code = de.Code
 	}
-	// Errors found locally (before or after talking to the daemon) carry
-	// the same sentinels the daemon classifies.
-	switch daemon.Classify(err) {
+	switch code {
 	case daemon.CodeUsage:
 		return exitUsage
 	case daemon.CodeNotFound:
@@ -61,6 +51,8 @@ func exitCode(err error) int {
 		return exitConflict
 	case daemon.CodeCorrupt:
 		return exitCorrupt
+	case daemon.CodeNotRunning:
+		return exitNotRunning
 	}
 	return exitOther
 }
