@@ -428,10 +428,6 @@ type GCResult struct {
 	ValueLogFiles int `json:"value_log_files"`
 }
 
-type reclaimer interface {
-	Reclaim(ctx context.Context, discardRatio float64) (int, error)
-}
-
 // GC collects unreachable chunks while sessions stay mounted.
 func (s *Service) GC(ctx context.Context, progress func(Progress)) (*GCResult, error) {
 	res, err := s.eng.GC(ctx, func(p fusefs.GCProgress) {
@@ -443,7 +439,7 @@ func (s *Service) GC(ctx context.Context, progress func(Progress)) (*GCResult, e
 		return nil, err
 	}
 	out := &GCResult{GCResult: *res}
-	if r, ok := s.rt.Unwrap().(reclaimer); ok && res.Freed > 0 {
+	if r, ok := s.rt.Unwrap().(cas.Reclaimer); ok && res.Freed > 0 {
 		n, err := r.Reclaim(ctx, 0.5)
 		if err != nil {
 			s.log.Warn("reclaim after gc", "err", err)
