@@ -1,0 +1,443 @@
+package remote_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"homefs/cas"
+	"homefs/fork"
+	"homefs/fusefs"
+	"homefs/internal/mockresponses"
+	"homefs/internal/remote"
+	"homefs/internal/remote/s3test"
+	"homefs/manifest"
+)
+
+// TestCodexResumeOnAnotherHost moves a real Codex conversation between two
+// hosts through the remote: a turn on A, capture and push; on B a lazy
+// pull, a writable session from the snapshot whose codex-home and
+// workspace are mounted at other paths than on A, derived state dropped,
+// `codex exec resume`, capture and push; then A pulls B's turn back.
+//
+// Both hosts run on one machine, so A's mountpoints exist while Codex runs
+// on B: had B kept A's state_5.sqlite, Codex would follow the absolute
+// rollout path it records into A's live mount. The test checks that A's
+// bytes never change.
+//
+// B keeps the session name: its snapshot descends from A's (Origin), so
+// the remote head of "agent" moves forward from A's turn to B's, which is
+// what a conversation continued elsewhere should look like to the fleet.
+// Had A captured another turn meanwhile, B's push would be ErrConflict
+// and B would have to push under another name.
+func TestCodexResumeOnAnotherHost(t *testing.T) {
+	requireCodexHosts(t)
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	bucket := srv.Bucket(t)
+	open := func() *remote.Remote {
+		r, err := remote.Open(ctx, remote.Config{Name: "shared", URL: "s3://" + bucket + "/fleet", Endpoint: srv.Endpoint},
+			remote.Options{Credentials: srv.Credentials(), MaxAttempts: 2, MaxBackoff: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	ra, rb := open(), open()
+	a, b := newTestHost(t, ra), newTestHost(t, rb)
+	mock, err := mockresponses.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mock.Close() })
+
+	// Host A: the session's layout, written through a whole-session mount
+	// that is gone before Codex runs; Codex sees only the two subtrees.
+	setup := a.mount(t, "agent")
+	writeFile(t, filepath.Join(setup, "codex-home", "config.toml"), []byte(codexHostsConfig(mock.URL)))
+	writeFile(t, filepath.Join(setup, "workspace", "README.md"), []byte("written on A\n"))
+	if err := a.e.Unmount(setup); err != nil {
+		t.Fatal(err)
+	}
+	homeA, wsA := a.mountSubtree(t, "agent", "codex-home"), a.mountSubtree(t, "agent", "workspace")
+
+	id := runCodexOn(t, homeA, wsA, "first turn on A")
+	s1Snap, s1, err := a.e.Capture(ctx, "agent", "turn on A", map[string]manifest.Handle{"codex": {ID: id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rolloutRel := findRollout(t, homeA, id)
+	rolloutA, err := os.ReadFile(filepath.Join(homeA, rolloutRel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := remote.Push(ctx, a.rec, a.cat, ra, "agent", remote.PushOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	beforeA := map[string]map[string][32]byte{"codex-home": hashFiles(t, homeA), "workspace": hashFiles(t, wsA)}
+	// untouchedA checks A's live files against beforeA.
+	untouchedA := func(when string) {
+		t.Helper()
+		for dir, mnt := range map[string]string{"codex-home": homeA, "workspace": wsA} {
+			after := hashFiles(t, mnt)
+			for p, sum := range beforeA[dir] {
+				if after[p] != sum {
+					t.Errorf("%s: A's %s/%s changed", when, dir, p)
+				}
+			}
+			for p := range after {
+				if _, ok := beforeA[dir][p]; !ok {
+					t.Errorf("%s: A's %s/%s appeared", when, dir, p)
+				}
+			}
+		}
+	}
+	rootA, err := a.e.Root(ctx, "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rootA != s1Snap.Root {
+		t.Fatalf("A's root moved after the capture: %s, captured %s", rootA.Short(), s1Snap.Root.Short())
+	}
+
+	// Host B: nodes only; the rollout's chunks stay on the remote.
+	pr, err := remote.Pull(ctx, b.rec, b.cat, rb, "agent", remote.PullOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr.ID != s1 {
+		t.Fatalf("B pulled %s, A pushed %s", pr.ID[:12], s1[:12])
+	}
+	if err := b.rt.Hint(ctx, pr.Snapshot.Root); err != nil { // as the daemon does after a pull
+		t.Fatal(err)
+	}
+	if n := localChunks(t, b, pr.Snapshot.Root, "codex-home/"+rolloutRel); n != 0 {
+		t.Fatalf("B holds %d of the rollout's chunks right after a lazy pull", n)
+	}
+	fetched := b.rt.Stats().Fetched
+	if _, err := b.cat.CreateSession(ctx, "agent", s1); err != nil {
+		t.Fatal(err)
+	}
+	homeB, wsB := b.mountSubtree(t, "agent", "codex-home"), b.mountSubtree(t, "agent", "workspace")
+	if homeB == homeA || wsB == wsA {
+		t.Fatal("B's mountpoints must differ from A's")
+	}
+	checkFile(t, filepath.Join(wsB, "README.md"), []byte("written on A\n"))
+	if stateNames(homeB, homeA) {
+		t.Logf("B inherited A's state_5.sqlite naming %s", homeA)
+	}
+	removed, err := fork.DropDerived(ctx, fork.WithStore(b.e, b.rec), "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !containsString(removed, "codex-home/state_5.sqlite") {
+		t.Fatalf("DropDerived removed %v, not codex-home/state_5.sqlite", removed)
+	}
+	if stateNames(homeB, homeA) {
+		t.Fatalf("B's home still names %s after DropDerived", homeA)
+	}
+
+	responses := mock.Responses()
+	if got := runCodexOn(t, homeB, wsB, "resume", id, "resumed turn on B"); got != id {
+		t.Fatalf("resume on B reported session %s, want %s", got, id)
+	}
+	untouchedA("after the resume on B (Codex followed a recorded path into A's mount?)")
+	if t.Failed() {
+		t.FailNow()
+	}
+	if n := mock.Responses() - responses; n != 1 {
+		t.Errorf("%d model calls for the resume on B, want 1", n)
+	}
+	reqs := mock.Requests()
+	input, _ := json.Marshal(reqs[len(reqs)-1].Body["input"])
+	// "mock reply 1" exists only in A's rollout: the mock keeps no history.
+	for _, want := range []string{"first turn on A", "mock reply 1", "resumed turn on B"} {
+		if !bytes.Contains(input, []byte(want)) {
+			t.Errorf("the request of the resume on B lacks %q: the history did not come through the pulled rollout", want)
+		}
+	}
+	st := b.rt.Stats()
+	t.Logf("B: %d chunks fetched on demand, %d ahead, during mount and resume", st.Fetched-fetched, st.Prefetched)
+	if st.Fetched == fetched {
+		t.Error("B fetched no chunk from the remote: the rollout was not read lazily through it")
+	}
+	if rel := findRollout(t, homeB, id); rel != rolloutRel {
+		t.Fatalf("B's rollout is %s, A's %s", rel, rolloutRel)
+	}
+	rolloutB, err := os.ReadFile(filepath.Join(homeB, rolloutRel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rolloutB) <= len(rolloutA) || !bytes.HasPrefix(rolloutB, rolloutA) {
+		t.Fatalf("B's rollout (%d bytes) does not extend A's (%d bytes)", len(rolloutB), len(rolloutA))
+	}
+	if !bytes.Contains(rolloutB[len(rolloutA):], []byte("resumed turn on B")) {
+		t.Fatal("B's rollout grew without the resumed turn")
+	}
+
+	_, s2, err := b.e.Capture(ctx, "agent", "turn on B", map[string]manifest.Handle{"codex": {ID: id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushB, err := remote.Push(ctx, b.rec, b.cat, rb, "agent", remote.PushOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !pushB.HeadMoved || pushB.Head.Snapshot != s2 {
+		t.Fatalf("B's push left the head of agent at %+v, want %s", pushB.Head, s2[:12])
+	}
+	t.Logf("B's turn: %d objects, %d bytes uploaded", pushB.Uploaded, pushB.UploadedBytes)
+
+	// Back on A: B's turn, read lazily through a snapshot mount.
+	fetched = a.rt.Stats().Fetched
+	back, err := remote.Pull(ctx, a.rec, a.cat, ra, "agent", remote.PullOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.ID != s2 || back.Snapshot.Origin == nil || back.Snapshot.Origin.Snapshot != s1 {
+		t.Fatalf("A pulled %s (%+v), want B's %s descending from %s", back.ID[:12], back.Snapshot.Origin, s2[:12], s1[:12])
+	}
+	snapHome := a.mountSnapshotSubtree(t, s2, "codex-home")
+	got, err := os.ReadFile(filepath.Join(snapHome, rolloutRel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, rolloutB) {
+		t.Fatalf("A reads %d bytes of B's rollout, B wrote %d", len(got), len(rolloutB))
+	}
+	checkRecords(t, got, len(rolloutA))
+	if a.rt.Stats().Fetched == fetched {
+		t.Error("A fetched none of B's chunks from the remote")
+	}
+
+	// A's live session: same bytes, same root, same head as before B ran.
+	untouchedA("after the pull back")
+	if r, err := a.e.Root(ctx, "agent"); err != nil || r != rootA {
+		t.Errorf("A's root is %s (%v), was %s", r.Short(), err, rootA.Short())
+	}
+	if h, err := a.cat.Head(ctx, "agent"); err != nil || h.Snapshot != s1 {
+		t.Errorf("A's head: %+v, %v; want snapshot %s", h, err, s1[:12])
+	}
+}
+
+// requireCodexHosts skips the test without the real Codex CLI, a FUSE
+// device or root, except in CI (CI=true), where it fails. versitygw is
+// checked by s3test.Start.
+func requireCodexHosts(t *testing.T) {
+	t.Helper()
+	missing := ""
+	if _, err := exec.LookPath("codex"); err != nil {
+		missing = "codex CLI not installed (npm install -g @openai/codex@0.169.0)"
+	} else if _, err := os.Stat("/dev/fuse"); err != nil {
+		missing = "no /dev/fuse"
+	} else if os.Getuid() != 0 {
+		missing = "FUSE mounts need root"
+	}
+	if missing == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s: CI must run the real Codex test", missing)
+	}
+	t.Skip(missing)
+}
+
+// codexHostsConfig points Codex at the mock Responses API (as in
+// fork/codex_test.go).
+func codexHostsConfig(url string) string {
+	return fmt.Sprintf(`model = "mock-model"
+model_provider = "mock"
+approval_policy = "never"
+sandbox_mode = "danger-full-access"
+
+[model_providers.mock]
+name = "mock"
+base_url = %q
+wire_api = "responses"
+env_key = "MOCK_API_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+`, url)
+}
+
+var codexSessionID = regexp.MustCompile(`(?m)^session id: ([0-9a-f-]{36})$`)
+
+// runCodexOn runs `codex exec` with CODEX_HOME at home and the working
+// directory at workspace, and returns the session id it reports.
+func runCodexOn(t *testing.T, home, workspace string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "codex", append([]string{"exec", "--skip-git-repo-check"}, args...)...)
+	cmd.Dir = workspace
+	cmd.Env = append(os.Environ(),
+		"CODEX_HOME="+home,
+		"HOME="+t.TempDir(),
+		"MOCK_API_KEY=test",
+		"NO_COLOR=1",
+	)
+	cmd.Stdin = strings.NewReader("")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("codex %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	m := codexSessionID.FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("codex %s: no session id in\n%s", strings.Join(args, " "), out)
+	}
+	return string(m[1])
+}
+
+func (h *testHost) mountSubtree(t *testing.T, session, subtree string) string {
+	t.Helper()
+	m, err := h.e.Mount(context.Background(), session, subtree, t.TempDir(), fusefs.MountOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Unmount() })
+	return m.Dir()
+}
+
+func (h *testHost) mountSnapshotSubtree(t *testing.T, id, subtree string) string {
+	t.Helper()
+	m, err := h.e.MountSnapshot(context.Background(), id, subtree, t.TempDir(), fusefs.MountOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Unmount() })
+	return m.Dir()
+}
+
+// findRollout returns the path below home of the one rollout of id.
+func findRollout(t *testing.T, home, id string) string {
+	t.Helper()
+	matches, err := filepath.Glob(filepath.Join(home, "sessions", "*", "*", "*", "rollout-*-"+id+".jsonl"))
+	if err != nil || len(matches) != 1 {
+		t.Fatalf("rollouts of %s in %s: %v, %v", id, home, matches, err)
+	}
+	rel, _ := filepath.Rel(home, matches[0])
+	return rel
+}
+
+// localChunks counts the chunks of the file at path in root that h's local
+// store holds (the ReadThrough's remote not asked).
+func localChunks(t *testing.T, h *testHost, root cas.Ref, path string) int {
+	t.Helper()
+	ctx := context.Background()
+	local := h.rt.Unwrap()
+	var refs []cas.Ref
+	err := manifest.Walk(ctx, local, root, func(p string, e *manifest.Entry) error {
+		if p != path {
+			return nil
+		}
+		cl, err := manifest.LoadChunkList(ctx, local, e)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < cl.Len(); i++ {
+			if r := cl.At(i); !r.IsZero() {
+				refs = append(refs, r)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refs) == 0 {
+		t.Fatalf("%s: no chunk in the snapshot", path)
+	}
+	has, err := local.HasMany(ctx, refs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ok := range has {
+		if ok {
+			n++
+		}
+	}
+	return n
+}
+
+// stateNames reports whether a state_5.sqlite* file in home holds the
+// string path.
+func stateNames(home, path string) bool {
+	matches, _ := filepath.Glob(filepath.Join(home, "state_5.sqlite*"))
+	for _, m := range matches {
+		if b, err := os.ReadFile(m); err == nil && bytes.Contains(b, []byte(path)) {
+			return true
+		}
+	}
+	return false
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// hashFiles returns path → sha256 of every regular file below dir.
+func hashFiles(t *testing.T, dir string) map[string][32]byte {
+	t.Helper()
+	sums := map[string][32]byte{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		sums[rel] = sha256.Sum256(b)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sums
+}
+
+// checkRecords checks that rollout is whole JSON lines, A's turn (its
+// first split bytes) then B's, with the records' ordinals rising across
+// the boundary when Codex writes them.
+func checkRecords(t *testing.T, rollout []byte, split int) {
+	t.Helper()
+	if split == 0 || rollout[split-1] != '\n' || !bytes.HasSuffix(rollout, []byte("\n")) {
+		t.Fatalf("the rollout does not split into whole lines at A's %d bytes", split)
+	}
+	prev := -1.0
+	for i, line := range bytes.Split(bytes.TrimSuffix(rollout, []byte("\n")), []byte("\n")) {
+		var rec map[string]any
+		if err := json.Unmarshal(line, &rec); err != nil {
+			t.Fatalf("line %d is not a JSON object: %v", i+1, err)
+		}
+		if o, ok := rec["ordinal"].(float64); ok {
+			if o <= prev {
+				t.Errorf("line %d: ordinal %v after %v", i+1, o, prev)
+			}
+			prev = o
+		}
+	}
+	if !bytes.Contains(rollout[:split], []byte("first turn on A")) || bytes.Contains(rollout[:split], []byte("resumed turn on B")) {
+		t.Error("A's part of the rollout is not A's turn")
+	}
+	if !bytes.Contains(rollout[split:], []byte("resumed turn on B")) {
+		t.Error("B's part of the rollout lacks B's turn")
+	}
+}
