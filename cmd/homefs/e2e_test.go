@@ -612,3 +612,37 @@ func TestFsckFindsCorruptChunk(t *testing.T) {
 	require.Len(t, rep.Problems, 2)
 	e.fails(exitCorrupt, "corrupt", "export", "s", filepath.Join(e.dir, "out"))
 }
+
+// TestForkDropsDerivedState: a session made from another one's tree drops
+// the state Codex derives from absolute paths (state_5.sqlite), so that a
+// harness in it rebuilds its state instead of following the paths back
+// into the source; the source keeps its own, and the rollouts stay.
+func TestForkDropsDerivedState(t *testing.T) {
+	e := newEnv(t)
+	e.start()
+	src := e.mkdir("src")
+	e.ok("session", "create", "a")
+	e.ok("mount", "a", src)
+	writeFile(t, filepath.Join(src, rollout), "{\"type\":\"session_meta\"}\n")
+	writeFile(t, filepath.Join(src, "codex-home/state_5.sqlite"), "db naming "+src+"\n")
+	writeFile(t, filepath.Join(src, "codex-home/state_5.sqlite-wal"), "wal\n")
+	writeFile(t, filepath.Join(src, "codex-home/logs_2.sqlite"), "logs\n")
+
+	var info daemon.SessionInfo
+	require.NoError(t, json.Unmarshal([]byte(e.ok("fork", "a", "b", "--json")), &info))
+	require.Contains(t, info.DroppedDerived, "codex-home/state_5.sqlite")
+	require.Contains(t, info.DroppedDerived, "codex-home/state_5.sqlite-wal")
+
+	fork := e.mkdir("fork")
+	e.ok("mount", "b", fork)
+	_, err := os.Stat(filepath.Join(fork, "codex-home/state_5.sqlite"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+	require.FileExists(t, filepath.Join(fork, rollout))
+	require.FileExists(t, filepath.Join(fork, "codex-home/logs_2.sqlite"))
+	require.FileExists(t, filepath.Join(src, "codex-home/state_5.sqlite"))
+
+	// The same holds for a session created from a snapshot.
+	snap := strings.TrimSpace(e.ok("capture", "a"))
+	require.NoError(t, json.Unmarshal([]byte(e.ok("session", "create", "c", "--from", snap, "--json")), &info))
+	require.Contains(t, info.DroppedDerived, "codex-home/state_5.sqlite")
+}

@@ -27,6 +27,10 @@ type SessionInfo struct {
 	Created  time.Time         `json:"created"`
 	Updated  time.Time         `json:"updated"`
 	Mounts   []string          `json:"mounts,omitempty"`
+	// DroppedDerived lists the providers' derived state (such as Codex's
+	// state_5.sqlite, which records absolute paths) removed from a session
+	// made from another one's tree, so the harness rebuilds it there.
+	DroppedDerived []string `json:"dropped_derived,omitempty"`
 }
 
 // CreateSessionRequest creates a session, empty or from a snapshot.

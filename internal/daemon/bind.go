@@ -172,3 +172,25 @@ func (s *Service) checkOutside(p, what string) error {
 	}
 	return nil
 }
+
+// dropDerived removes the providers' derived state from session, a session
+// just made from another session's tree (fork, create --from, restore of
+// another session's snapshot). Codex's state_5.sqlite records the absolute
+// paths of rollouts: mounted elsewhere, Codex would follow them back into
+// the source's files. Without it Codex rebuilds its state from sessions/.
+// The cost is the paths removed, not the session's size.
+func (s *Service) dropDerived(ctx context.Context, session string) ([]string, error) {
+	var dropped []string
+	err := s.eng.Guard(func() error {
+		var err error
+		dropped, err = fork.DropDerived(ctx, fork.WithStore(s.eng, s.rec), session)
+		return err
+	})
+	if err != nil {
+		return dropped, fmt.Errorf("session %s: %w", session, err)
+	}
+	if len(dropped) > 0 {
+		s.log.Info("dropped derived state", "session", session, "paths", dropped)
+	}
+	return dropped, nil
+}

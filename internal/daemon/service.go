@@ -121,7 +121,13 @@ func (s *Service) CreateSession(ctx context.Context, req CreateSessionRequest) (
 		return nil, err
 	}
 	s.log.Info("session created", "session", h.Session, "from", req.From)
-	return &SessionInfo{Name: h.Session, Root: h.Root, Origin: h.Origin, Created: time.Unix(0, h.CreatedNs), Updated: time.Unix(0, h.UpdatedNs)}, nil
+	info := &SessionInfo{Name: h.Session, Root: h.Root, Origin: h.Origin, Created: time.Unix(0, h.CreatedNs), Updated: time.Unix(0, h.UpdatedNs)}
+	if req.From != "" {
+		if info.DroppedDerived, err = s.dropDerived(ctx, h.Session); err != nil {
+			return nil, err
+		}
+	}
+	return info, nil
 }
 
 // RemoveSession deletes a session that is not mounted.
@@ -307,7 +313,11 @@ func (s *Service) Fork(ctx context.Context, req ForkRequest) (*SessionInfo, erro
 		return nil, err
 	}
 	s.log.Info("forked", "source", req.Source, "target", req.Target)
-	return &SessionInfo{Name: h.Session, Root: h.Root, Origin: h.Origin, Created: time.Unix(0, h.CreatedNs), Updated: time.Unix(0, h.UpdatedNs)}, nil
+	info := &SessionInfo{Name: h.Session, Root: h.Root, Origin: h.Origin, Created: time.Unix(0, h.CreatedNs), Updated: time.Unix(0, h.UpdatedNs)}
+	if info.DroppedDerived, err = s.dropDerived(ctx, h.Session); err != nil {
+		return nil, err
+	}
+	return info, nil
 }
 
 // Restore points a session at a snapshot.
@@ -315,11 +325,21 @@ func (s *Service) Restore(ctx context.Context, session string, req RestoreReques
 	if _, err := s.cat.Head(ctx, session); err != nil {
 		return err
 	}
-	err := s.eng.Guard(func() error { return s.eng.Restore(ctx, session, req.Snapshot) })
+	snap, _, err := s.cat.Resolve(ctx, req.Snapshot)
+	if err != nil {
+		return err
+	}
+	err = s.eng.Guard(func() error { return s.eng.Restore(ctx, session, req.Snapshot) })
 	if err != nil {
 		return err
 	}
 	s.log.Info("restored", "session", session, "snapshot", req.Snapshot)
+	if snap.Session != session {
+		// Another session's tree, like a fork in place.
+		if _, err := s.dropDerived(ctx, session); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
