@@ -3,92 +3,18 @@ package fork_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
-	"fmt"
-	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"testing"
-	"time"
 
 	"homefs/cas"
 	"homefs/fork"
 	"homefs/fusefs"
+	"homefs/internal/codextest"
 	"homefs/internal/mockresponses"
 	"homefs/manifest"
 )
-
-// codexConfig points Codex at the mock Responses API.
-func codexConfig(url string) string {
-	return fmt.Sprintf(`model = "mock-model"
-model_provider = "mock"
-approval_policy = "never"
-sandbox_mode = "danger-full-access"
-
-[model_providers.mock]
-name = "mock"
-base_url = %q
-wire_api = "responses"
-env_key = "MOCK_API_KEY"
-request_max_retries = 0
-stream_max_retries = 0
-`, url)
-}
-
-var sessionIDLine = regexp.MustCompile(`(?m)^session id: ([0-9a-f-]{36})$`)
-
-// runCodex runs the codex CLI with CODEX_HOME and the workspace on a
-// mount, and returns the session id it reports.
-func runCodex(t *testing.T, mount string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "codex", append([]string{"exec", "--skip-git-repo-check"}, args...)...)
-	cmd.Dir = filepath.Join(mount, "workspace")
-	cmd.Env = append(os.Environ(),
-		"CODEX_HOME="+filepath.Join(mount, "codex-home"),
-		"HOME="+t.TempDir(),
-		"MOCK_API_KEY=test",
-		"NO_COLOR=1",
-	)
-	cmd.Stdin = strings.NewReader("")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("codex %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	m := sessionIDLine.FindSubmatch(out)
-	if m == nil {
-		t.Fatalf("codex %s: no session id in\n%s", strings.Join(args, " "), out)
-	}
-	return string(m[1])
-}
-
-// hashTree returns path → sha256 of every file below dir (read through
-// the mount).
-func hashTree(t *testing.T, dir string) map[string][32]byte {
-	t.Helper()
-	sums := map[string][32]byte{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		sums[rel] = sha256.Sum256(b)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sums
-}
 
 // TestCodexBindResume runs the real Codex CLI (offline, against the mock
 // Responses API) on homefs mounts: a turn in session A, a capture, `codex
@@ -97,7 +23,7 @@ func hashTree(t *testing.T, dir string) map[string][32]byte {
 // resumes it. A's bytes must not change, and the bind must store no
 // rollout byte.
 func TestCodexBindResume(t *testing.T) {
-	requireCodex(t)
+	codextest.Require(t)
 	ctx := context.Background()
 	mock, err := mockresponses.Start()
 	if err != nil {
@@ -113,15 +39,15 @@ func TestCodexBindResume(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(a.Dir(), "codex-home", "config.toml"), []byte(codexConfig(mock.URL)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(a.Dir(), "codex-home", "config.toml"), []byte(codextest.Config(mock.URL)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	parent := runCodex(t, a.Dir(), "first turn in A")
+	parent := codextest.Exec(t, filepath.Join(a.Dir(), "codex-home"), filepath.Join(a.Dir(), "workspace"), "first turn in A")
 	_, snap1, err := e.Capture(ctx, "a", "after the first turn", map[string]manifest.Handle{"codex": {ID: parent}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	child := runCodex(t, a.Dir(), "fork", parent, "turn in the fork")
+	child := codextest.Exec(t, filepath.Join(a.Dir(), "codex-home"), filepath.Join(a.Dir(), "workspace"), "fork", parent, "turn in the fork")
 	if child == parent {
 		t.Fatalf("fork kept the id %s", child)
 	}
@@ -129,7 +55,7 @@ func TestCodexBindResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	sessionsA := filepath.Join(a.Dir(), "codex-home", "sessions")
-	beforeA := hashTree(t, sessionsA)
+	beforeA := codextest.HashTree(t, sessionsA)
 	rootA, err := e.Root(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +102,7 @@ func TestCodexBindResume(t *testing.T) {
 	// Resume the child in B. It must read the parent's history (bound by
 	// reference) and write only into B.
 	before := mock.Responses()
-	if got := runCodex(t, b.Dir(), "resume", child, "turn resumed in B"); got != child {
+	if got := codextest.Exec(t, filepath.Join(b.Dir(), "codex-home"), filepath.Join(b.Dir(), "workspace"), "resume", child, "turn resumed in B"); got != child {
 		t.Fatalf("resume reported session %s, want %s", got, child)
 	}
 	reqs := mock.Requests()
@@ -190,7 +116,7 @@ func TestCodexBindResume(t *testing.T) {
 	if mock.Responses() != before+1 {
 		t.Errorf("%d model calls for the resume", mock.Responses()-before)
 	}
-	afterA := hashTree(t, sessionsA)
+	afterA := codextest.HashTree(t, sessionsA)
 	if len(afterA) != len(beforeA) {
 		t.Errorf("A's sessions: %d files before, %d after", len(beforeA), len(afterA))
 	}
@@ -242,7 +168,7 @@ func statePaths(t *testing.T, home, mount string) bool {
 // rollout, through A's mount: the hazard that dropping derived state
 // removes.
 func TestCodexStaleStateControl(t *testing.T) {
-	requireCodex(t)
+	codextest.Require(t)
 	ctx := context.Background()
 	mock, err := mockresponses.Start()
 	if err != nil {
@@ -254,19 +180,19 @@ func TestCodexStaleStateControl(t *testing.T) {
 	a := fusefs.MountForTest(t, e, "a", "", fusefs.MountOptions{})
 	os.Mkdir(filepath.Join(a.Dir(), "codex-home"), 0o755)
 	os.Mkdir(filepath.Join(a.Dir(), "workspace"), 0o755)
-	if err := os.WriteFile(filepath.Join(a.Dir(), "codex-home", "config.toml"), []byte(codexConfig(mock.URL)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(a.Dir(), "codex-home", "config.toml"), []byte(codextest.Config(mock.URL)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	id := runCodex(t, a.Dir(), "first turn in A")
+	id := codextest.Exec(t, filepath.Join(a.Dir(), "codex-home"), filepath.Join(a.Dir(), "workspace"), "first turn in A")
 	if _, err := e.Fork(ctx, "a", "b"); err != nil {
 		t.Fatal(err)
 	}
 	b := fusefs.MountForTest(t, e, "b", "", fusefs.MountOptions{})
 	sessionsA := filepath.Join(a.Dir(), "codex-home", "sessions")
-	beforeA := hashTree(t, sessionsA)
-	runCodex(t, b.Dir(), "resume", id, "turn resumed in B")
+	beforeA := codextest.HashTree(t, sessionsA)
+	codextest.Exec(t, filepath.Join(b.Dir(), "codex-home"), filepath.Join(b.Dir(), "workspace"), "resume", id, "turn resumed in B")
 	changed := false
-	for p, sum := range hashTree(t, sessionsA) {
+	for p, sum := range codextest.HashTree(t, sessionsA) {
 		changed = changed || beforeA[p] != sum
 	}
 	if !changed {
@@ -284,31 +210,11 @@ func TestCodexStaleStateControl(t *testing.T) {
 	if err != nil || len(removed) == 0 {
 		t.Fatalf("DropDerived: %v, %v", removed, err)
 	}
-	beforeA = hashTree(t, sessionsA)
-	runCodex(t, c.Dir(), "resume", id, "turn resumed in C")
-	for p, sum := range hashTree(t, sessionsA) {
+	beforeA = codextest.HashTree(t, sessionsA)
+	codextest.Exec(t, filepath.Join(c.Dir(), "codex-home"), filepath.Join(c.Dir(), "workspace"), "resume", id, "turn resumed in C")
+	for p, sum := range codextest.HashTree(t, sessionsA) {
 		if beforeA[p] != sum {
 			t.Errorf("A's %s changed while C resumed after DropDerived", p)
 		}
 	}
-}
-
-// requireCodex skips a test that needs the real Codex CLI and a FUSE
-// device when they are absent, except in CI (CI=true), where .ci/run
-// installs Codex and the test must run.
-func requireCodex(t *testing.T) {
-	t.Helper()
-	missing := ""
-	if _, err := exec.LookPath("codex"); err != nil {
-		missing = "codex CLI not installed (npm install -g @openai/codex@0.169.0)"
-	} else if _, err := os.Stat("/dev/fuse"); err != nil {
-		missing = "no /dev/fuse"
-	}
-	if missing == "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s: CI must run the real Codex test", missing)
-	}
-	t.Skip(missing)
 }

@@ -3,21 +3,16 @@ package remote_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
-	"fmt"
-	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"testing"
 	"time"
 
 	"homefs/cas"
 	"homefs/fork"
 	"homefs/fusefs"
+	"homefs/internal/codextest"
 	"homefs/internal/mockresponses"
 	"homefs/internal/remote"
 	"homefs/internal/remote/s3test"
@@ -41,7 +36,7 @@ import (
 // Had A captured another turn meanwhile, B's push would be ErrConflict
 // and B would have to push under another name.
 func TestCodexResumeOnAnotherHost(t *testing.T) {
-	requireCodexHosts(t)
+	codextest.Require(t)
 	ctx := context.Background()
 	srv := s3test.Start(t)
 	bucket := srv.Bucket(t)
@@ -64,14 +59,14 @@ func TestCodexResumeOnAnotherHost(t *testing.T) {
 	// Host A: the session's layout, written through a whole-session mount
 	// that is gone before Codex runs; Codex sees only the two subtrees.
 	setup := a.mount(t, "agent")
-	writeFile(t, filepath.Join(setup, "codex-home", "config.toml"), []byte(codexHostsConfig(mock.URL)))
+	writeFile(t, filepath.Join(setup, "codex-home", "config.toml"), []byte(codextest.Config(mock.URL)))
 	writeFile(t, filepath.Join(setup, "workspace", "README.md"), []byte("written on A\n"))
 	if err := a.e.Unmount(setup); err != nil {
 		t.Fatal(err)
 	}
 	homeA, wsA := a.mountSubtree(t, "agent", "codex-home"), a.mountSubtree(t, "agent", "workspace")
 
-	id := runCodexOn(t, homeA, wsA, "first turn on A")
+	id := codextest.Exec(t, homeA, wsA, "first turn on A")
 	s1Snap, s1, err := a.e.Capture(ctx, "agent", "turn on A", map[string]manifest.Handle{"codex": {ID: id}})
 	if err != nil {
 		t.Fatal(err)
@@ -84,12 +79,12 @@ func TestCodexResumeOnAnotherHost(t *testing.T) {
 	if _, err := remote.Push(ctx, a.rec, a.cat, ra, "agent", remote.PushOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	beforeA := map[string]map[string][32]byte{"codex-home": hashFiles(t, homeA), "workspace": hashFiles(t, wsA)}
+	beforeA := map[string]map[string][32]byte{"codex-home": codextest.HashTree(t, homeA), "workspace": codextest.HashTree(t, wsA)}
 	// untouchedA checks A's live files against beforeA.
 	untouchedA := func(when string) {
 		t.Helper()
 		for dir, mnt := range map[string]string{"codex-home": homeA, "workspace": wsA} {
-			after := hashFiles(t, mnt)
+			after := codextest.HashTree(t, mnt)
 			for p, sum := range beforeA[dir] {
 				if after[p] != sum {
 					t.Errorf("%s: A's %s/%s changed", when, dir, p)
@@ -148,7 +143,7 @@ func TestCodexResumeOnAnotherHost(t *testing.T) {
 	}
 
 	responses := mock.Responses()
-	if got := runCodexOn(t, homeB, wsB, "resume", id, "resumed turn on B"); got != id {
+	if got := codextest.Exec(t, homeB, wsB, "resume", id, "resumed turn on B"); got != id {
 		t.Fatalf("resume on B reported session %s, want %s", got, id)
 	}
 	untouchedA("after the resume on B (Codex followed a recorded path into A's mount?)")
@@ -228,74 +223,6 @@ func TestCodexResumeOnAnotherHost(t *testing.T) {
 	if h, err := a.cat.Head(ctx, "agent"); err != nil || h.Snapshot != s1 {
 		t.Errorf("A's head: %+v, %v; want snapshot %s", h, err, s1[:12])
 	}
-}
-
-// requireCodexHosts skips the test without the real Codex CLI, a FUSE
-// device or root, except in CI (CI=true), where it fails. versitygw is
-// checked by s3test.Start.
-func requireCodexHosts(t *testing.T) {
-	t.Helper()
-	missing := ""
-	if _, err := exec.LookPath("codex"); err != nil {
-		missing = "codex CLI not installed (npm install -g @openai/codex@0.169.0)"
-	} else if _, err := os.Stat("/dev/fuse"); err != nil {
-		missing = "no /dev/fuse"
-	} else if os.Getuid() != 0 {
-		missing = "FUSE mounts need root"
-	}
-	if missing == "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s: CI must run the real Codex test", missing)
-	}
-	t.Skip(missing)
-}
-
-// codexHostsConfig points Codex at the mock Responses API (as in
-// fork/codex_test.go).
-func codexHostsConfig(url string) string {
-	return fmt.Sprintf(`model = "mock-model"
-model_provider = "mock"
-approval_policy = "never"
-sandbox_mode = "danger-full-access"
-
-[model_providers.mock]
-name = "mock"
-base_url = %q
-wire_api = "responses"
-env_key = "MOCK_API_KEY"
-request_max_retries = 0
-stream_max_retries = 0
-`, url)
-}
-
-var codexSessionID = regexp.MustCompile(`(?m)^session id: ([0-9a-f-]{36})$`)
-
-// runCodexOn runs `codex exec` with CODEX_HOME at home and the working
-// directory at workspace, and returns the session id it reports.
-func runCodexOn(t *testing.T, home, workspace string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "codex", append([]string{"exec", "--skip-git-repo-check"}, args...)...)
-	cmd.Dir = workspace
-	cmd.Env = append(os.Environ(),
-		"CODEX_HOME="+home,
-		"HOME="+t.TempDir(),
-		"MOCK_API_KEY=test",
-		"NO_COLOR=1",
-	)
-	cmd.Stdin = strings.NewReader("")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("codex %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	m := codexSessionID.FindSubmatch(out)
-	if m == nil {
-		t.Fatalf("codex %s: no session id in\n%s", strings.Join(args, " "), out)
-	}
-	return string(m[1])
 }
 
 func (h *testHost) mountSubtree(t *testing.T, session, subtree string) string {
@@ -389,28 +316,6 @@ func containsString(list []string, s string) bool {
 		}
 	}
 	return false
-}
-
-// hashFiles returns path → sha256 of every regular file below dir.
-func hashFiles(t *testing.T, dir string) map[string][32]byte {
-	t.Helper()
-	sums := map[string][32]byte{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		sums[rel] = sha256.Sum256(b)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sums
 }
 
 // checkRecords checks that rollout is whole JSON lines, A's turn (its
