@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"homefs/cas"
 	"homefs/fork"
@@ -15,7 +14,6 @@ import (
 	"homefs/internal/codextest"
 	"homefs/internal/mockresponses"
 	"homefs/internal/remote"
-	"homefs/internal/remote/s3test"
 	"homefs/manifest"
 )
 
@@ -38,17 +36,7 @@ import (
 func TestCodexResumeOnAnotherHost(t *testing.T) {
 	codextest.Require(t)
 	ctx := context.Background()
-	srv := s3test.Start(t)
-	bucket := srv.Bucket(t)
-	open := func() *remote.Remote {
-		r, err := remote.Open(ctx, remote.Config{Name: "shared", URL: "s3://" + bucket + "/fleet", Endpoint: srv.Endpoint},
-			remote.Options{Credentials: srv.Credentials(), MaxAttempts: 2, MaxBackoff: 50 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	ra, rb := open(), open()
+	_, _, ra, rb := sharedRemotes(t)
 	a, b := newTestHost(t, ra), newTestHost(t, rb)
 	mock, err := mockresponses.Start()
 	if err != nil {

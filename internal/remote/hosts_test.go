@@ -124,17 +124,7 @@ func TestTwoHosts(t *testing.T) {
 		t.Skip("FUSE mounts need root")
 	}
 	ctx := context.Background()
-	srv := s3test.Start(t)
-	bucket := srv.Bucket(t)
-	open := func() *remote.Remote {
-		r, err := remote.Open(ctx, remote.Config{Name: "shared", URL: "s3://" + bucket + "/fleet", Endpoint: srv.Endpoint},
-			remote.Options{Credentials: srv.Credentials(), MaxAttempts: 2, MaxBackoff: 50 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	ra, rb := open(), open()
+	srv, bucket, ra, rb := sharedRemotes(t)
 	a, b := newTestHost(t, ra), newTestHost(t, rb)
 
 	// Host A: a session with a rollout, captured and pushed.
@@ -277,4 +267,21 @@ func TestService(t *testing.T) {
 	if _, err := svcB.Pull(ctx, b.rec, b.cat, "s", "nope", remote.PullOptions{}); !errors.Is(err, remote.ErrNoRemote) {
 		t.Fatalf("pull from an unknown remote: %v", err)
 	}
+}
+
+// sharedRemotes starts a gateway with one bucket and returns it with two
+// clients, one for each host of a two-host test.
+func sharedRemotes(t *testing.T) (srv *s3test.Server, bucket string, ra, rb *remote.Remote) {
+	t.Helper()
+	srv = s3test.Start(t)
+	bucket = srv.Bucket(t)
+	open := func() *remote.Remote {
+		r, err := remote.Open(context.Background(), remote.Config{Name: "shared", URL: "s3://" + bucket + "/fleet", Endpoint: srv.Endpoint},
+			remote.Options{Credentials: srv.Credentials(), MaxAttempts: 2, MaxBackoff: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	return srv, bucket, open(), open()
 }

@@ -425,6 +425,17 @@ func (r *Remote) SetHead(ctx context.Context, session, id string, prev *Head) (*
 		return nil, err
 	}
 	h.ETag = etag
+	// Read the head back. S3 applies a conditional put atomically, but not
+	// every S3-compatible server does (the Versity gateway's posix backend
+	// was seen letting two racing If-Match puts through): a head that is no
+	// longer ours was overwritten by a racing host, and we lost.
+	now, err := r.Head(ctx, session)
+	if err != nil {
+		return nil, fmt.Errorf("remote %s: head of %s: read back: %w", r.cfg.Name, session, err)
+	}
+	if now.Snapshot != id || (etag != "" && now.ETag != etag) {
+		return nil, fmt.Errorf("remote %s: head of %s moved to %s while it was set to %s: %w", r.cfg.Name, session, now.Snapshot[:12], id[:12], ErrConflict)
+	}
 	return h, nil
 }
 
