@@ -3,6 +3,8 @@ package remote
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -387,12 +389,27 @@ func (r *Remote) Head(ctx context.Context, session string) (*Head, error) {
 	if err := manifest.ValidateSessionName(session); err != nil {
 		return nil, fmt.Errorf("remote %s: head %q: %w", r.cfg.Name, session, err)
 	}
-	b, etag, err := r.getObject(ctx, r.headKey(session), 64<<10)
-	if errors.Is(err, cas.ErrNotFound) {
-		return nil, fmt.Errorf("remote %s: session %s has no head: %w", r.cfg.Name, session, ErrNoSnapshot)
-	}
-	if err != nil {
-		return nil, err
+	var b []byte
+	var etag string
+	var err error
+	// A head put with PutObject has the MD5 of its content as ETag (on S3
+	// and the gateways we test with). A server that reads content and
+	// ETag in two steps can pair an old body with a new ETag; moving the
+	// head with that ETag would overwrite a racing host's head unseen. Read
+	// again while they disagree; an ETag that is not an MD5 (SSE-KMS) is
+	// taken as it is.
+	for attempt := 0; ; attempt++ {
+		b, etag, err = r.getObject(ctx, r.headKey(session), 64<<10)
+		if errors.Is(err, cas.ErrNotFound) {
+			return nil, fmt.Errorf("remote %s: session %s has no head: %w", r.cfg.Name, session, ErrNoSnapshot)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if etagMatches(etag, b) || attempt == 4 {
+			break
+		}
+		time.Sleep(time.Duration(attempt+1) * 10 * time.Millisecond)
 	}
 	var h Head
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -459,4 +476,15 @@ func isFullID(s string) bool {
 		}
 	}
 	return true
+}
+
+// etagMatches reports whether etag is the MD5 of body, or is no MD5 at all
+// (multipart or KMS-encrypted objects), in which case it cannot be checked.
+func etagMatches(etag string, body []byte) bool {
+	e := strings.Trim(etag, `"`)
+	if len(e) != 32 || strings.Trim(e, "0123456789abcdef") != "" {
+		return true
+	}
+	sum := md5.Sum(body)
+	return e == hex.EncodeToString(sum[:])
 }
