@@ -40,6 +40,11 @@ type Options struct {
 	// CacheChunks is how many plain chunks the read cache keeps (64 KiB
 	// each); 0 means 256.
 	CacheChunks int
+	// FlushInterval is how often changes nobody fsynced are made durable
+	// anyway, as ext4 commits every 5 s: harnesses that never fsync (Pi,
+	// Claude Code's transcripts) lose at most that much to a crash. 0 means
+	// 5 s; a negative value turns it off.
+	FlushInterval time.Duration
 }
 
 // Engine serves sessions of one store: it mounts them and implements
@@ -56,6 +61,9 @@ type Engine struct {
 	sessions map[string]*Session // live sessions by name; GUARDED_BY(mu)
 	mounts   map[string]*Mount   // by mountpoint; GUARDED_BY(mu)
 	closing  bool                // GUARDED_BY(mu)
+
+	stopFlusher chan struct{}  // closed by Close
+	flusher     sync.WaitGroup // the periodic flush goroutine
 }
 
 // New returns an Engine over store and its catalog.
@@ -81,7 +89,48 @@ func New(store cas.Store, cat *catalog.Catalog, opts Options) *Engine {
 		mounts:   make(map[string]*Mount),
 	}
 	e.inos.Store(1) // FUSE reserves 1 for the root of each mount
+	interval := opts.FlushInterval
+	if interval == 0 {
+		interval = 5 * time.Second
+	}
+	e.stopFlusher = make(chan struct{})
+	if interval > 0 {
+		e.flusher.Add(1)
+		go e.flushEvery(interval)
+	}
 	return e
+}
+
+// flushEvery makes every live session's changes durable every interval,
+// until Close.
+func (e *Engine) flushEvery(interval time.Duration) {
+	defer e.flusher.Done()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stopFlusher:
+			return
+		case <-t.C:
+		}
+		e.mu.Lock()
+		sessions := make([]*Session, 0, len(e.sessions))
+		for _, s := range e.sessions {
+			sessions = append(sessions, s)
+		}
+		e.mu.Unlock()
+		for _, s := range sessions {
+			s.dirtyMu.Lock()
+			dirty := len(s.dirty) > 0
+			s.dirtyMu.Unlock()
+			if !dirty {
+				continue
+			}
+			if err := e.sync(context.Background(), s); err != nil {
+				e.log.Error("periodic flush failed; changes stay in memory", "session", s.name, "err", err)
+			}
+		}
+	}
 }
 
 // Catalog returns the session and snapshot catalog.
@@ -624,6 +673,9 @@ func collect(n *node) []*node {
 // Close unmounts everything and flushes every live session durably.
 func (e *Engine) Close(ctx context.Context) error {
 	e.mu.Lock()
+	if !e.closing {
+		close(e.stopFlusher)
+	}
 	e.closing = true
 	mounts := make([]*Mount, 0, len(e.mounts))
 	for _, m := range e.mounts {
@@ -634,6 +686,7 @@ func (e *Engine) Close(ctx context.Context) error {
 		sessions = append(sessions, s)
 	}
 	e.mu.Unlock()
+	e.flusher.Wait()
 	var errs []error
 	for _, m := range mounts {
 		if err := m.Unmount(); err != nil {

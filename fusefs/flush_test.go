@@ -1,0 +1,49 @@
+package fusefs
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"homefs/cas"
+	"homefs/internal/catalog"
+	"homefs/manifest"
+)
+
+// TestPeriodicFlush: changes nobody fsynced reach the durable session head
+// within the flush interval, as on ext4.
+func TestPeriodicFlush(t *testing.T) {
+	t.Parallel()
+	store := cas.NewMemory()
+	cat := catalog.New(store)
+	e := New(store, cat, Options{
+		StoreDir:      t.TempDir(),
+		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		FlushInterval: 50 * time.Millisecond,
+	})
+	t.Cleanup(func() { require.NoError(t, e.Close(context.Background())) })
+	m := MountForTest(t, e, "s", "", MountOptions{})
+	ctx := context.Background()
+	before, err := cat.Head(ctx, "s")
+	require.NoError(t, err)
+
+	require.NoError(t, os.WriteFile(filepath.Join(m.Dir(), "never-fsynced"), []byte("pi appends"), 0o644))
+	require.Eventually(t, func() bool {
+		h, err := cat.Head(ctx, "s")
+		require.NoError(t, err)
+		if h.Root == before.Root {
+			return false
+		}
+		found := false
+		require.NoError(t, manifest.Walk(ctx, store, h.Root, func(p string, e *manifest.Entry) error {
+			found = found || (p == "never-fsynced" && e.Size == int64(len("pi appends")))
+			return nil
+		}))
+		return found
+	}, 5*time.Second, 20*time.Millisecond, "the head never took the unsynced write")
+}
