@@ -420,5 +420,8 @@ func isZero(b []byte) bool {
 	return true
 }
 
-// maxFileSize bounds a file at what a depth-3 index addresses.
-const maxFileSize = 1 << 44
+// maxFileSize bounds a file. A live file keeps its chunk list in memory
+// (32 bytes per 64 KiB chunk, holes included), so a write or truncate far
+// past the end must not make the daemon allocate without bound: 64 GiB is
+// 32 MiB of refs, and far beyond what an agent home holds.
+const maxFileSize = 64 << 30

@@ -935,3 +935,21 @@ func TestInotify(t *testing.T) {
 		fmt.Sprintf("%x:b", unix.IN_DELETE),
 	}, got)
 }
+
+// TestFileSizeLimit: a write or truncate past the size limit fails with
+// EFBIG instead of making the daemon allocate a chunk list for it.
+func TestFileSizeLimit(t *testing.T) {
+	t.Parallel()
+	_, m := newMount(t)
+	p := filepath.Join(m.Dir(), "huge")
+	f, err := os.Create(p)
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = f.WriteAt([]byte("x"), maxFileSize)
+	requireErrno(t, err, syscall.EFBIG)
+	requireErrno(t, os.Truncate(p, maxFileSize+1), syscall.EFBIG)
+	require.NoError(t, os.Truncate(p, 1<<30)) // sparse: 1 GiB of holes is fine
+	st, err := os.Stat(p)
+	require.NoError(t, err)
+	require.Equal(t, int64(1<<30), st.Size())
+}
