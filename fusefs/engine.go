@@ -392,6 +392,9 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 			MaxReadAhead: 1 << 20,
 			Options:      mopts,
 			Debug:        opts.Debug,
+			// go-fuse recovers a panic in a handler and answers EIO; its
+			// message (and the debug trace) goes to the engine's log.
+			Logger: slog.NewLogLogger(e.log.Handler(), slog.LevelError),
 		},
 		EntryTimeout:    &timeout,
 		AttrTimeout:     &timeout,
