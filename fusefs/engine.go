@@ -194,15 +194,12 @@ func (m *Mount) Subtree() string { return m.subtree }
 // Mount shows session (its subtree, "" for all of it) at dir.
 func (e *Engine) Mount(ctx context.Context, session, subtree, dir string, opts MountOptions) (*Mount, error) {
 	if opts.ReadOnly {
+		// A read-only view of a live session is its state as of now.
+		if err := e.Sync(ctx, session); err != nil {
+			return nil, err
+		}
 		h, err := e.cat.Head(ctx, session)
 		if err != nil {
-			return nil, err
-		}
-		// A read-only view of a live session is the state as last flushed.
-		if err := e.Sync(ctx, session); err != nil && !errors.Is(err, catalog.ErrNoSession) {
-			return nil, err
-		}
-		if h, err = e.cat.Head(ctx, session); err != nil {
 			return nil, err
 		}
 		s := newSession(session, e.store, e.cache, &e.inos, h.Root, true, e.log)

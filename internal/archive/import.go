@@ -90,7 +90,7 @@ func Import(ctx context.Context, st Store, r io.Reader, progress Progress) (*Imp
 			}
 			e.Kind = manifest.KindDir
 			res.Dirs++
-		case tar.TypeReg, tar.TypeRegA:
+		case tar.TypeReg: // the reader turns the old TypeRegA into TypeReg
 			if p == "" {
 				return nil, fmt.Errorf("%w: a file named %q", ErrMalformed, hdr.Name)
 			}

@@ -168,7 +168,7 @@ func Extract(ctx context.Context, r io.Reader, dir string, progress Progress) er
 				return err
 			}
 			dirTimes = append(dirTimes, dirTime{target, hdr.ModTime})
-		case tar.TypeReg, tar.TypeRegA:
+		case tar.TypeReg: // the reader turns the old TypeRegA into TypeReg
 			f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 			if err != nil {
 				return err

@@ -89,17 +89,6 @@ func (h *Head) validate() error {
 	return nil
 }
 
-// clone returns a copy of h that shares nothing mutable with it.
-func (h *Head) clone() *Head {
-	c := *h
-	if h.Origin != nil {
-		o := *h.Origin
-		c.Origin = &o
-	}
-	c.Handles = maps.Clone(h.Handles)
-	return &c
-}
-
 // isFullID reports whether s is 64 lower-case hex digits.
 func isFullID(s string) bool { return len(s) == idLen && isHex(s) }
 
