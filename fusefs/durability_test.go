@@ -45,7 +45,7 @@ func helperDurable(args []string) error {
 		return err
 	}
 	cat := catalog.New(store)
-	e := New(store, cat, Options{StoreDir: args[0]})
+	e := New(store, cat, Options{StoreDir: args[0], FlushInterval: -1})
 	if _, err := cat.CreateSession(ctx, "d", ""); err != nil {
 		return err
 	}

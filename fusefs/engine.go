@@ -152,8 +152,35 @@ func (e *Engine) live(ctx context.Context, name string) (*Session, error) {
 	}
 	s := newSession(name, e.store, e.cache, &e.inos, h.Root, false, e.log)
 	s.gen = h.Gen
+	if e.storeDir != "" {
+		if err := e.openJournal(ctx, s); err != nil {
+			return nil, err
+		}
+	}
 	e.sessions[name] = s
 	return s, nil
+}
+
+// openJournal gives s its journal, first replaying what a crash left in
+// it (writes fsynced through the journal after the head was last moved)
+// and making that durable in the head. Called with e.mu held, before s is
+// shown anywhere.
+func (e *Engine) openJournal(ctx context.Context, s *Session) error {
+	j, err := openJournal(e.storeDir, s.name)
+	if err != nil {
+		return fmt.Errorf("session %s: %w", s.name, err)
+	}
+	s.journal = j
+	replayed, err := s.replayJournal(ctx, j.path)
+	if err != nil {
+		j.close()
+		return err
+	}
+	if replayed {
+		e.log.Warn("replayed the journal of writes fsynced before a crash", "session", s.name)
+		return e.sync(ctx, s) // durableAt resets the journal
+	}
+	return j.reset(s.gen)
 }
 
 // MountOptions configure one mount.
@@ -493,8 +520,7 @@ func (e *Engine) syncLocked(ctx context.Context, s *Session) error {
 	if err != nil {
 		return fmt.Errorf("record flushed root of %s: %w", s.name, err)
 	}
-	s.gen, s.synced = h.Gen, root
-	return nil
+	return s.durableAt(h.Gen, root)
 }
 
 // Sync flushes the named session, if it is live, durably.
@@ -539,7 +565,9 @@ func (e *Engine) Capture(ctx context.Context, session, msg string, handles map[s
 	if err != nil {
 		return nil, "", err
 	}
-	s.gen, s.synced = h.Gen, root
+	if err := s.durableAt(h.Gen, root); err != nil {
+		return nil, "", err
+	}
 	return snap, id, nil
 }
 
@@ -633,7 +661,10 @@ func (e *Engine) Restore(ctx context.Context, session, spec string) error {
 	s.dirtyMu.Lock()
 	s.dirty = make(map[*node]struct{})
 	s.dirtyMu.Unlock()
-	s.flushed, s.synced, s.gen = snap.Root, snap.Root, h.Gen
+	s.flushed = snap.Root
+	if err := s.durableAt(h.Gen, snap.Root); err != nil {
+		e.log.Error("reset journal after restore", "session", session, "err", err)
+	}
 	for i, m := range mounts {
 		roots[i].sess = s
 		m.root.n.Store(roots[i])
@@ -696,6 +727,11 @@ func (e *Engine) Close(ctx context.Context) error {
 	for _, s := range sessions {
 		if err := e.sync(ctx, s); err != nil {
 			errs = append(errs, fmt.Errorf("flush %s: %w", s.name, err))
+		}
+		if s.journal != nil {
+			if err := s.journal.close(); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)

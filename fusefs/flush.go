@@ -31,6 +31,11 @@ func (s *Session) flushLocked(ctx context.Context, durable bool) (cas.Ref, error
 		}
 		return s.flushed, nil
 	}
+	// Until the head holding this flush is durable (durableAt), the next
+	// fsync must flush too: the spans stored here leave the journal's view.
+	s.dirtyMu.Lock()
+	s.metaDirty = true
+	s.dirtyMu.Unlock()
 	root, err := s.storeChanges(ctx, dirty, durable)
 	if err != nil {
 		// Nothing was lost: put the changes back for the next attempt.
@@ -102,6 +107,7 @@ func (s *Session) storeFileContent(ctx context.Context, batch cas.Batch, n *node
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	d := n.data
+	d.unjournaled = nil // stored now; durable with the head (see durableAt)
 	if len(d.dirty) == 0 && d.chunks == nil && d.size == d.base.Size {
 		return nil
 	}

@@ -213,10 +213,14 @@ func (e *Engine) SetHandle(ctx context.Context, session, provider string, h mani
 	}
 	s.freeze.Lock()
 	defer s.freeze.Unlock()
+	// Moving the head makes the journal stale: make everything durable in
+	// the head first, so that nothing the journal held is lost.
+	if err := e.syncLocked(ctx, s); err != nil {
+		return err
+	}
 	head, err := e.cat.SetHandles(ctx, session, handles)
 	if err != nil {
 		return err
 	}
-	s.gen = head.Gen
-	return nil
+	return s.durableAt(head.Gen, s.synced)
 }

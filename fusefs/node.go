@@ -61,6 +61,9 @@ type fileData struct {
 	// readNext is the chunk after the last read: a read starting there is
 	// sequential and triggers read-ahead.
 	readNext int
+	// unjournaled are the byte ranges written since the file was last made
+	// durable (by a flush or through the journal).
+	unjournaled []span
 }
 
 // addDirty accounts for delta bytes of write buffers, in the file and in

@@ -469,7 +469,7 @@ func (s *Session) write(ctx context.Context, n *node, data []byte, off int64, ap
 	}
 	t := now()
 	n.mtime, n.ctime = t, t
-	s.markDirty(n)
+	s.markWritten(n, off, off+int64(len(data)))
 	last := int((off + int64(len(data)) - 1) / manifest.ChunkSize)
 	if err := s.maybeSpill(ctx, n, last); err != nil {
 		return 0, err

@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"fmt"
+	"os"
 )
 
 // RemoveSession deletes session name: its head goes, its snapshots stay.
@@ -19,6 +20,12 @@ func (e *Engine) RemoveSession(ctx context.Context, name string) error {
 	}
 	if err := e.cat.DeleteSession(ctx, name); err != nil {
 		return err
+	}
+	if s, ok := e.sessions[name]; ok && s.journal != nil {
+		s.journal.close()
+	}
+	if e.storeDir != "" {
+		os.Remove(journalPath(e.storeDir, name))
 	}
 	delete(e.sessions, name)
 	return nil

@@ -36,6 +36,14 @@ type Session struct {
 
 	dirtyMu sync.Mutex
 	dirty   map[*node]struct{} // nodes whose entry changed; GUARDED_BY(dirtyMu)
+	// metaDirty is set by every change but a write to a file (and by a
+	// flush until the head holding it is durable): while it is set, an
+	// fsync must flush, because the journal only replays writes at paths
+	// the durable head has. GUARDED_BY(dirtyMu)
+	metaDirty bool
+	// journal makes writes durable cheaply (journal.go); nil when the
+	// engine has no store directory or the session is read-only.
+	journal *journal
 	// pending holds chunks of batches not committed yet (see newBatch).
 	pending pendingChunks
 
@@ -92,7 +100,31 @@ func (s *Session) newIno() uint64 { return s.inos.Add(1) }
 func (s *Session) markDirty(n *node) {
 	s.dirtyMu.Lock()
 	s.dirty[n] = struct{}{}
+	s.metaDirty = true
 	s.dirtyMu.Unlock()
+}
+
+// markWritten records that [off, end) of file n was written. Called with
+// n.mu held.
+func (s *Session) markWritten(n *node, off, end int64) {
+	n.data.unjournaled = addSpan(n.data.unjournaled, off, end)
+	s.dirtyMu.Lock()
+	s.dirty[n] = struct{}{}
+	s.dirtyMu.Unlock()
+}
+
+// durableAt records that the session head, at generation gen, durably
+// holds root and every change made so far: the journal starts afresh.
+// Called with freeze held exclusively.
+func (s *Session) durableAt(gen uint64, root cas.Ref) error {
+	s.gen, s.synced = gen, root
+	s.dirtyMu.Lock()
+	s.metaDirty = false
+	s.dirtyMu.Unlock()
+	if s.journal != nil {
+		return s.journal.reset(gen)
+	}
+	return nil
 }
 
 // nodeFromEntry makes a node for a stored entry. Called with treeMu held.

@@ -1,0 +1,387 @@
+package fusefs
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"homefs/manifest"
+)
+
+// The journal makes the commonest fsync cheap: a process rewrote or
+// appended to files that already exist in the durable head, and nothing in
+// the namespace changed (SQLite's pages, a rollout's appends). Such an
+// fsync appends the file's written byte ranges to a per-session journal
+// file and fdatasyncs it, instead of flushing the session into the store
+// and syncing Badger's logs twice. Any other change (create, rename,
+// truncate, chmod, …) makes the next fsync a full flush, and every full
+// flush empties the journal.
+//
+// A journal applies to one durable head: its header holds the head's
+// generation. On load, a journal whose generation is the head's is
+// replayed (its records are writes in order, at paths that exist in that
+// head) and then flushed; any other is stale (a flush moved the head after
+// the journal was written) and is discarded.
+
+const (
+	journalMagic = "HFJ1"
+	// journalMaxBytes bounds a journal; past it, fsync flushes instead.
+	journalMaxBytes = 64 << 20
+	// maxUnjournaled bounds the written bytes a file may carry into a
+	// journaled fsync; past it the fsync flushes instead.
+	maxUnjournaled = 8 << 20
+)
+
+var errJournalFull = errors.New("journal full")
+
+// journal is a session's journal file. GUARDED_BY(mu) for every field.
+type journal struct {
+	mu   sync.Mutex
+	path string
+	f    *os.File
+	size int64
+	gen  uint64
+}
+
+// span is a written byte range of a file.
+type span struct{ off, end int64 }
+
+// addSpan records [off, end) in spans, merging overlapping or adjacent
+// ranges so the list stays short for appends and rewrites.
+func addSpan(spans []span, off, end int64) []span {
+	for i := range spans {
+		if off <= spans[i].end && end >= spans[i].off {
+			spans[i].off = min(spans[i].off, off)
+			spans[i].end = max(spans[i].end, end)
+			return spans
+		}
+	}
+	return append(spans, span{off, end})
+}
+
+func journalPath(dir, session string) string {
+	return filepath.Join(dir, "journal", session+".journal")
+}
+
+// openJournal opens (creating) the journal file of session under dir.
+func openJournal(dir, session string) (*journal, error) {
+	p := journalPath(dir, session)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return nil, fmt.Errorf("journal directory: %w", err)
+	}
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open journal: %w", err)
+	}
+	// The file's name must be durable before a record in it counts.
+	if d, err := os.Open(filepath.Dir(p)); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return &journal{path: p, f: f}, nil
+}
+
+// reset empties the journal and dedicates it to head generation gen. It
+// need not be durable: a stale journal is recognised by its generation.
+func (j *journal) reset(gen uint64) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var hdr [len(journalMagic) + 8]byte
+	copy(hdr[:], journalMagic)
+	binary.LittleEndian.PutUint64(hdr[len(journalMagic):], gen)
+	if err := j.f.Truncate(0); err != nil {
+		return fmt.Errorf("reset journal: %w", err)
+	}
+	if _, err := j.f.WriteAt(hdr[:], 0); err != nil {
+		return fmt.Errorf("reset journal: %w", err)
+	}
+	j.size, j.gen = int64(len(hdr)), gen
+	return nil
+}
+
+// journalRecord is one write: data at off of the file at path, whose size
+// is then size.
+type journalRecord struct {
+	path string
+	off  int64
+	size int64
+	data []byte
+}
+
+func (r *journalRecord) encode() []byte {
+	payload := binary.AppendUvarint(nil, uint64(len(r.path)))
+	payload = append(payload, r.path...)
+	payload = binary.LittleEndian.AppendUint64(payload, uint64(r.off))
+	payload = binary.LittleEndian.AppendUint64(payload, uint64(r.size))
+	payload = append(payload, r.data...)
+	out := binary.LittleEndian.AppendUint32(nil, uint32(len(payload)))
+	out = binary.LittleEndian.AppendUint32(out, crc32.ChecksumIEEE(payload))
+	return append(out, payload...)
+}
+
+// append writes records and makes them durable (fdatasync).
+func (j *journal) append(records []journalRecord) error {
+	var buf []byte
+	for i := range records {
+		buf = append(buf, records[i].encode()...)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.size+int64(len(buf)) > journalMaxBytes {
+		return errJournalFull
+	}
+	if _, err := j.f.WriteAt(buf, j.size); err != nil {
+		return fmt.Errorf("append to journal: %w", err)
+	}
+	if err := fdatasync(j.f); err != nil {
+		return fmt.Errorf("sync journal: %w", err)
+	}
+	j.size += int64(len(buf))
+	return nil
+}
+
+func (j *journal) close() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.f.Close()
+}
+
+// readJournal returns the generation and the whole records of a journal;
+// a torn or corrupt tail (a crash during an append that was never
+// acknowledged) ends the list.
+func readJournal(r io.Reader) (uint64, []journalRecord, error) {
+	br := bufio.NewReader(r)
+	var hdr [len(journalMagic) + 8]byte
+	if _, err := io.ReadFull(br, hdr[:]); err != nil {
+		return 0, nil, fmt.Errorf("journal header: %w", err)
+	}
+	if string(hdr[:len(journalMagic)]) != journalMagic {
+		return 0, nil, fmt.Errorf("journal header: bad magic")
+	}
+	gen := binary.LittleEndian.Uint64(hdr[len(journalMagic):])
+	var out []journalRecord
+	for {
+		var lh [8]byte
+		if _, err := io.ReadFull(br, lh[:]); err != nil {
+			return gen, out, nil
+		}
+		n := binary.LittleEndian.Uint32(lh[:4])
+		if n > journalMaxBytes {
+			return gen, out, nil
+		}
+		payload := make([]byte, n)
+		if _, err := io.ReadFull(br, payload); err != nil {
+			return gen, out, nil
+		}
+		if crc32.ChecksumIEEE(payload) != binary.LittleEndian.Uint32(lh[4:]) {
+			return gen, out, nil
+		}
+		rec, ok := decodeRecord(payload)
+		if !ok {
+			return gen, out, nil
+		}
+		out = append(out, rec)
+	}
+}
+
+func decodeRecord(p []byte) (journalRecord, bool) {
+	l, k := binary.Uvarint(p)
+	if k <= 0 || l > uint64(len(p)-k) {
+		return journalRecord{}, false
+	}
+	p = p[k:]
+	rec := journalRecord{path: string(p[:l])}
+	p = p[l:]
+	if len(p) < 16 {
+		return journalRecord{}, false
+	}
+	rec.off = int64(binary.LittleEndian.Uint64(p))
+	rec.size = int64(binary.LittleEndian.Uint64(p[8:]))
+	rec.data = p[16:]
+	if rec.off < 0 || rec.size < 0 || rec.off+int64(len(rec.data)) > maxFileSize || manifest.ValidatePath(rec.path) != nil {
+		return journalRecord{}, false
+	}
+	return rec, true
+}
+
+// pathOf returns n's path from the session root, through any of its
+// names. Called with treeMu held.
+func (s *Session) pathOf(n *node) (string, bool) {
+	var parts []string
+	cur := n
+	for cur != s.root {
+		var dir *node
+		if cur.isDir() {
+			dir = cur.parent
+		} else {
+			for p := range cur.parents {
+				dir = p
+				break
+			}
+		}
+		if dir == nil {
+			return "", false // unlinked or removed
+		}
+		name := ""
+		for nm, c := range dir.children {
+			if c == cur {
+				name = nm
+				break
+			}
+		}
+		if name == "" {
+			return "", false
+		}
+		parts = append(parts, name)
+		cur = dir
+	}
+	for i, j := 0, len(parts)-1; i < j; i, j = i+1, j-1 {
+		parts[i], parts[j] = parts[j], parts[i]
+	}
+	return strings.Join(parts, "/"), len(parts) > 0
+}
+
+// journalFsync makes n's written bytes durable through the journal, when
+// that is enough: it reports false when the fsync needs a full flush (the
+// namespace changed, no journal, too much data).
+func (e *Engine) journalFsync(ctx context.Context, s *Session, n *node) (bool, error) {
+	if s.journal == nil || n.kind != manifest.KindFile {
+		return false, nil
+	}
+	s.freeze.RLock()
+	defer s.freeze.RUnlock()
+
+	// Under treeMu the namespace cannot change: the path found is the
+	// file's path in the durable head, unless metaDirty says otherwise.
+	s.treeMu.Lock()
+	s.dirtyMu.Lock()
+	meta := s.metaDirty
+	s.dirtyMu.Unlock()
+	path, named := s.pathOf(n)
+	s.treeMu.Unlock()
+	if meta || !named {
+		return false, nil
+	}
+
+	n.mu.Lock()
+	d := n.data
+	var total int64
+	for _, sp := range d.unjournaled {
+		total += sp.end - sp.off
+	}
+	if total > maxUnjournaled {
+		n.mu.Unlock()
+		return false, nil
+	}
+	records := make([]journalRecord, 0, len(d.unjournaled))
+	for _, sp := range d.unjournaled {
+		end := min(sp.end, d.size)
+		if end <= sp.off {
+			continue
+		}
+		buf := make([]byte, end-sp.off)
+		if _, err := n.readAt(ctx, buf, sp.off); err != nil {
+			n.mu.Unlock()
+			return false, err
+		}
+		records = append(records, journalRecord{path: path, off: sp.off, size: d.size, data: buf})
+	}
+	if len(records) == 0 && len(d.unjournaled) == 0 {
+		n.mu.Unlock()
+		return true, nil // nothing written since it was last made durable
+	}
+	if len(records) == 0 {
+		records = append(records, journalRecord{path: path, off: d.size, size: d.size})
+	}
+	pending := d.unjournaled
+	d.unjournaled = nil
+	n.mu.Unlock()
+
+	if err := s.journal.append(records); err != nil {
+		// Give the ranges back: the next fsync must still cover them.
+		n.mu.Lock()
+		for _, sp := range pending {
+			d.unjournaled = addSpan(d.unjournaled, sp.off, sp.end)
+		}
+		n.mu.Unlock()
+		if errors.Is(err, errJournalFull) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
+}
+
+// replayJournal applies the journal of s, if it belongs to the head s was
+// loaded from, and reports whether it applied anything. Called before the
+// session is shown anywhere.
+func (s *Session) replayJournal(ctx context.Context, path string) (bool, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	gen, records, err := readJournal(f)
+	if err != nil || gen != s.gen || len(records) == 0 {
+		return false, nil // empty, or stale: the head already moved past it
+	}
+	for _, r := range records {
+		n, err := s.walkFile(ctx, r.path)
+		if err != nil {
+			return false, fmt.Errorf("replay journal of %s: %s: %w", s.name, r.path, err)
+		}
+		n.mu.Lock()
+		err = n.writeAt(ctx, r.data, r.off)
+		if err == nil && r.size > n.data.size {
+			n.growTo(r.size)
+		}
+		n.mu.Unlock()
+		if err != nil {
+			return false, fmt.Errorf("replay journal of %s: %s: %w", s.name, r.path, err)
+		}
+		s.markDirty(n)
+	}
+	return true, nil
+}
+
+// walkFile finds the regular file at path.
+func (s *Session) walkFile(ctx context.Context, path string) (*node, error) {
+	s.treeMu.Lock()
+	defer s.treeMu.Unlock()
+	n := s.root
+	for _, part := range strings.Split(path, "/") {
+		if err := s.load(ctx, n); err != nil {
+			return nil, err
+		}
+		c, ok := n.children[part]
+		if !ok {
+			return nil, os.ErrNotExist
+		}
+		n = c
+	}
+	if n.kind != manifest.KindFile {
+		return nil, fmt.Errorf("not a regular file")
+	}
+	return n, nil
+}
+
+// fsync makes everything written to n durable: through the journal when
+// that is enough, else by flushing the whole session.
+func (e *Engine) fsync(ctx context.Context, s *Session, n *node) error {
+	done, err := e.journalFsync(ctx, s, n)
+	if err != nil || done {
+		return err
+	}
+	return e.sync(ctx, s)
+}

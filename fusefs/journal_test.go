@@ -1,0 +1,151 @@
+package fusefs
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"homefs/cas"
+	"homefs/internal/catalog"
+)
+
+func TestJournalRecords(t *testing.T) {
+	recs := []journalRecord{
+		{path: "a/b", off: 0, size: 5, data: []byte("hello")},
+		{path: "c", off: 1 << 20, size: 1<<20 + 3, data: []byte("xyz")},
+		{path: "c", off: 7, size: 1<<20 + 3},
+	}
+	var buf bytes.Buffer
+	buf.WriteString(journalMagic)
+	buf.Write([]byte{42, 0, 0, 0, 0, 0, 0, 0})
+	for i := range recs {
+		buf.Write(recs[i].encode())
+	}
+	full := buf.Bytes()
+	gen, got, err := readJournal(bytes.NewReader(full))
+	require.NoError(t, err)
+	require.Equal(t, uint64(42), gen)
+	require.Len(t, got, 3)
+	for i := range recs {
+		require.Equal(t, recs[i].path, got[i].path)
+		require.Equal(t, recs[i].off, got[i].off)
+		require.Equal(t, recs[i].size, got[i].size)
+		require.Equal(t, len(recs[i].data), len(got[i].data))
+	}
+	// A torn or damaged tail ends the records; what precedes it stays.
+	for cut := len(full) - 1; cut > 12; cut -= 7 {
+		_, got, err := readJournal(bytes.NewReader(full[:cut]))
+		require.NoError(t, err)
+		require.Less(t, len(got), 3)
+	}
+	bad := bytes.Clone(full)
+	bad[len(bad)-1] ^= 0xff
+	_, got, err = readJournal(bytes.NewReader(bad))
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	_, _, err = readJournal(bytes.NewReader([]byte("nope")))
+	require.Error(t, err)
+}
+
+// TestJournalDurability: rewrites and appends to files the durable head
+// already has are fsynced through the journal; after a kill -9 of the
+// daemon they come back from it, and the journal is then folded into the
+// head.
+func TestJournalDurability(t *testing.T) {
+	t.Parallel()
+	storeDir, mnt := t.TempDir(), t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := helper(ctx, "durable", storeDir, mnt)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		_ = unix.Unmount(mnt, unix.MNT_DETACH)
+	})
+	waitLine(t, bufio.NewReader(out), "mounted")
+
+	db := randBytes(7, 256<<10)
+	require.NoError(t, writeSync(mnt, "home/state.sqlite", db))
+	rollout := []byte("{\"type\":\"session_meta\"}\n")
+	require.NoError(t, writeSync(mnt, "home/rollout.jsonl", rollout))
+
+	f, err := os.OpenFile(filepath.Join(mnt, "home/state.sqlite"), os.O_RDWR, 0)
+	require.NoError(t, err)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 20; i++ {
+		page := randBytes(uint64(100+i), 4096)
+		off := int64(r.IntN(80)) * 4096 // some past the old end: the file grows
+		_, err := f.WriteAt(page, off)
+		require.NoError(t, err)
+		if end := off + 4096; end > int64(len(db)) {
+			db = append(db, make([]byte, end-int64(len(db)))...)
+		}
+		copy(db[off:], page)
+		require.NoError(t, f.Sync())
+	}
+	require.NoError(t, f.Close())
+	a, err := os.OpenFile(filepath.Join(mnt, "home/rollout.jsonl"), os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(t, err)
+	for i := 0; i < 50; i++ {
+		line := []byte("{\"type\":\"response_item\",\"n\":" + string(rune('0'+i%10)) + "}\n")
+		_, err := a.Write(line)
+		require.NoError(t, err)
+		rollout = append(rollout, line...)
+		if i%8 == 7 || i == 49 {
+			require.NoError(t, syscall.Fdatasync(int(a.Fd())))
+		}
+	}
+	require.NoError(t, a.Close())
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	<-exited
+	require.NoError(t, unix.Unmount(mnt, unix.MNT_DETACH))
+
+	store, err := cas.OpenBadger(storeDir, cas.BadgerOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, store.Close()) })
+	cat := catalog.New(store)
+	head, err := cat.Head(context.Background(), "d")
+	require.NoError(t, err)
+	jf, err := os.Open(journalPath(storeDir, "d"))
+	require.NoError(t, err)
+	gen, recs, err := readJournal(jf)
+	jf.Close()
+	require.NoError(t, err)
+	require.Equal(t, head.Gen, gen, "the journal belongs to the durable head")
+	require.NotEmpty(t, recs, "the fsyncs went through the journal")
+
+	e := New(store, cat, Options{StoreDir: storeDir, FlushInterval: -1})
+	t.Cleanup(func() { require.NoError(t, e.Close(context.Background())) })
+	m := MountForTest(t, e, "d", "", MountOptions{})
+	got, err := os.ReadFile(filepath.Join(m.Dir(), "home/state.sqlite"))
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(db, got), "state.sqlite: %d bytes, want %d", len(got), len(db))
+	got, err = os.ReadFile(filepath.Join(m.Dir(), "home/rollout.jsonl"))
+	require.NoError(t, err)
+	require.Equal(t, string(rollout), string(got))
+
+	// Replayed, then folded into the head: the journal is empty again.
+	jf, err = os.Open(journalPath(storeDir, "d"))
+	require.NoError(t, err)
+	gen, recs, err = readJournal(jf)
+	jf.Close()
+	require.NoError(t, err)
+	require.Empty(t, recs)
+	require.Equal(t, mustHead(t, e, "d").Gen, gen)
+	require.NoError(t, catalog.VerifyComplete(context.Background(), store, mustHead(t, e, "d").Root))
+}
