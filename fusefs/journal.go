@@ -263,9 +263,16 @@ func (e *Engine) journalFsync(ctx context.Context, s *Session, n *node) (bool, e
 	// file's path in the durable head, unless metaDirty says otherwise.
 	s.treeMu.Lock()
 	s.dirtyMu.Lock()
-	meta := s.metaDirty
+	meta, epoch := s.metaDirty, s.epoch
 	s.dirtyMu.Unlock()
-	path, named := s.pathOf(n)
+	path, named := n.jpath, n.jpath != "" && n.jepoch == epoch
+	if !meta && !named {
+		// Walking up costs a scan of each directory on the way; the path
+		// holds until the namespace changes, which starts a new epoch.
+		if path, named = s.pathOf(n); named {
+			n.jpath, n.jepoch = path, epoch
+		}
+	}
 	s.treeMu.Unlock()
 	if meta || !named {
 		return false, nil

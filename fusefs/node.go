@@ -42,6 +42,11 @@ type node struct {
 	xattrs map[string][]byte
 	target string    // symlinks
 	data   *fileData // files
+
+	// jpath is the file's path in the durable head as of jepoch (see
+	// journalFsync). GUARDED_BY(sess.treeMu)
+	jpath  string
+	jepoch uint64
 }
 
 func (n *node) isDir() bool { return n.kind == manifest.KindDir }

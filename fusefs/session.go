@@ -41,6 +41,9 @@ type Session struct {
 	// fsync must flush, because the journal only replays writes at paths
 	// the durable head has. GUARDED_BY(dirtyMu)
 	metaDirty bool
+	// epoch counts durable heads; a node's cached journal path is valid
+	// within one epoch while metaDirty is unset. GUARDED_BY(dirtyMu)
+	epoch uint64
 	// journal makes writes durable cheaply (journal.go); nil when the
 	// engine has no store directory or the session is read-only.
 	journal *journal
@@ -120,6 +123,7 @@ func (s *Session) durableAt(gen uint64, root cas.Ref) error {
 	s.gen, s.synced = gen, root
 	s.dirtyMu.Lock()
 	s.metaDirty = false
+	s.epoch++
 	s.dirtyMu.Unlock()
 	if s.journal != nil {
 		return s.journal.reset(gen)
