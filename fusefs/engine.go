@@ -444,6 +444,12 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 // the next flush (Sync, Capture or Close).
 func (m *Mount) Unmount() error {
 	err := m.server.Unmount()
+	// The kernel releases a file closed just before asynchronously: give a
+	// busy mount up to a second more before calling it busy.
+	for wait := 100 * time.Millisecond; errors.Is(err, syscall.EBUSY) && wait <= 400*time.Millisecond; wait *= 2 {
+		time.Sleep(wait)
+		err = m.server.Unmount()
+	}
 	if err != nil {
 		return fmt.Errorf("unmount %s: %w", m.dir, err)
 	}
