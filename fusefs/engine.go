@@ -408,14 +408,17 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 	}
 	server, err := fs.Mount(real, m.root, &fs.Options{
 		MountOptions: fuse.MountOptions{
-			DirectMount:  true,
-			AllowOther:   opts.AllowOther,
-			FsName:       "homefs:" + s.name,
-			Name:         "homefs",
-			MaxWrite:     1 << 20,
-			MaxReadAhead: 1 << 20,
-			Options:      mopts,
-			Debug:        opts.Debug,
+			DirectMount: true,
+			// Unmount errors (EBUSY) come back as they are, with no fallback
+			// to a fusermount binary the host may not have.
+			DirectMountStrict: true,
+			AllowOther:        opts.AllowOther,
+			FsName:            "homefs:" + s.name,
+			Name:              "homefs",
+			MaxWrite:          1 << 20,
+			MaxReadAhead:      1 << 20,
+			Options:           mopts,
+			Debug:             opts.Debug,
 			// go-fuse recovers a panic in a handler and answers EIO; its
 			// message (and the debug trace) goes to the engine's log.
 			Logger: slog.NewLogLogger(e.log.Handler(), slog.LevelError),

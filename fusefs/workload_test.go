@@ -49,6 +49,9 @@ func TestGit(t *testing.T) {
 	}
 	git(repo, "config", "--global", "user.name", "Test")
 	git(repo, "config", "--global", "user.email", "test@example.com")
+	// No detached background gc or maintenance outliving the test in the mount.
+	git(repo, "config", "--global", "gc.auto", "0")
+	git(repo, "config", "--global", "maintenance.auto", "false")
 	git(repo, "init", "-q", "-b", "main")
 	write(t, filepath.Join(repo, "README"), "hello\n")
 	write(t, filepath.Join(repo, "src/main.go"), "package main\n")
