@@ -213,17 +213,26 @@ func (s *Session) Unlink(ctx context.Context, dir *node, name string) error {
 	})
 }
 
+// emptyDir checks that d is a directory with no names: what rmdir and a
+// rename over a directory need. Called with treeMu held.
+func (s *Session) emptyDir(ctx context.Context, d *node) error {
+	if !d.isDir() {
+		return syscall.ENOTDIR
+	}
+	if err := s.load(ctx, d); err != nil {
+		return err
+	}
+	if len(d.children) > 0 {
+		return syscall.ENOTEMPTY
+	}
+	return nil
+}
+
 // Rmdir removes an empty directory.
 func (s *Session) Rmdir(ctx context.Context, dir *node, name string) error {
 	return s.removeChild(ctx, dir, name, func(c *node) error {
-		if !c.isDir() {
-			return syscall.ENOTDIR
-		}
-		if err := s.load(ctx, c); err != nil {
+		if err := s.emptyDir(ctx, c); err != nil {
 			return err
-		}
-		if len(c.children) > 0 {
-			return syscall.ENOTEMPTY
 		}
 		s.detach(dir, name)
 		s.touchDir(dir, now())
@@ -292,14 +301,8 @@ func (s *Session) Rename(ctx context.Context, dir *node, name string, newDir *no
 		return nil // two names of one file: nothing to do (POSIX)
 	case exists:
 		if src.isDir() {
-			if !dst.isDir() {
-				return syscall.ENOTDIR
-			}
-			if err := s.load(ctx, dst); err != nil {
+			if err := s.emptyDir(ctx, dst); err != nil {
 				return err
-			}
-			if len(dst.children) > 0 {
-				return syscall.ENOTEMPTY
 			}
 		} else if dst.isDir() {
 			return syscall.EISDIR
