@@ -553,19 +553,7 @@ func testCanceled(t *testing.T, s cas.Store) {
 			t.Errorf("%s with a canceled context: %v, want context.Canceled", op, err)
 		}
 	}
-	_, err := s.Get(ctx, ref)
-	check("Get", err)
-	_, err = s.Put(ctx, []byte("y"))
-	check("Put", err)
-	_, err = s.HasMany(ctx, []cas.Ref{ref})
-	check("HasMany", err)
-	check("Enumerate", s.Enumerate(ctx, func(cas.ChunkInfo) error { return nil }))
-	check("Delete", s.Delete(ctx, ref))
-	check("Sync", s.Sync(ctx))
-	_, err = s.GetName(ctx, "n")
-	check("GetName", err)
-	check("ListNames", s.ListNames(ctx, "", func(string, []byte) error { return nil }))
-	check("Commit", s.Commit(ctx, []cas.NameOp{{Name: "n", Value: []byte("v")}}, false))
+	callEvery(ctx, s, ref, check)
 	b := s.NewBatch()
 	if _, err := b.Put([]byte("z")); err != nil {
 		t.Fatal(err)
@@ -584,7 +572,7 @@ func testCanceled(t *testing.T, s cas.Store) {
 		mustPut(t, s, []byte(fmt.Sprint(i)))
 	}
 	n := 0
-	err = s.Enumerate(ctx2, func(cas.ChunkInfo) error {
+	err := s.Enumerate(ctx2, func(cas.ChunkInfo) error {
 		n++
 		cancel2()
 		return nil
@@ -699,6 +687,22 @@ func testClosed(t *testing.T, s cas.Store) {
 			t.Errorf("%s after Close: %v, want ErrClosed", op, err)
 		}
 	}
+	callEvery(ctx, s, ref, check)
+	if err := b.Commit(ctx, false); err == nil {
+		t.Error("Batch.Commit after Close succeeded")
+	}
+	_, err := s.NewBatch().Put([]byte("z"))
+	if err == nil {
+		t.Error("Put in a batch started after Close succeeded")
+	}
+	if c, ok := s.(cas.Corrupter); ok {
+		check("CorruptForTest", c.CorruptForTest(ref))
+	}
+}
+
+// callEvery calls every method of s once with ctx and hands each error to
+// check, named by the method.
+func callEvery(ctx context.Context, s cas.Store, ref cas.Ref, check func(op string, err error)) {
 	_, err := s.Get(ctx, ref)
 	check("Get", err)
 	_, err = s.Put(ctx, []byte("y"))
@@ -712,14 +716,4 @@ func testClosed(t *testing.T, s cas.Store) {
 	check("GetName", err)
 	check("ListNames", s.ListNames(ctx, "", func(string, []byte) error { return nil }))
 	check("Commit", s.Commit(ctx, []cas.NameOp{{Name: "n", Value: []byte("v")}}, false))
-	if err := b.Commit(ctx, false); err == nil {
-		t.Error("Batch.Commit after Close succeeded")
-	}
-	_, err = s.NewBatch().Put([]byte("z"))
-	if err == nil {
-		t.Error("Put in a batch started after Close succeeded")
-	}
-	if c, ok := s.(cas.Corrupter); ok {
-		check("CorruptForTest", c.CorruptForTest(ref))
-	}
 }
