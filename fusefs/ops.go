@@ -19,11 +19,16 @@ type Owner struct{ UID, GID uint32 }
 
 func now() int64 { return time.Now().UnixNano() }
 
-// begin starts a mutating operation: it holds off a flush until done is
-// called.
-func (s *Session) begin() (done func(), err error) {
+// begin starts a mutating operation that will add names (checked first):
+// it holds off a flush until done is called.
+func (s *Session) begin(names ...string) (done func(), err error) {
 	if s.readOnly {
 		return nil, syscall.EROFS
+	}
+	for _, name := range names {
+		if err := checkName(name); err != nil {
+			return nil, err
+		}
 	}
 	s.freeze.RLock()
 	return s.freeze.RUnlock, nil
@@ -60,14 +65,11 @@ func (s *Session) touchDir(dir *node, t int64) {
 
 // newChild creates a node of the given kind under dir.
 func (s *Session) newChild(ctx context.Context, dir *node, name string, kind manifest.Kind, mode uint32, who Owner, init func(*node)) (*node, error) {
-	done, err := s.begin()
+	done, err := s.begin(name)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	if err := checkName(name); err != nil {
-		return nil, err
-	}
 	s.treeMu.Lock()
 	defer s.treeMu.Unlock()
 	if !dir.isDir() {
@@ -129,14 +131,11 @@ func (s *Session) Symlink(ctx context.Context, dir *node, name, target string, w
 
 // Link adds a hard link name in dir to the file target.
 func (s *Session) Link(ctx context.Context, dir *node, name string, target *node) error {
-	done, err := s.begin()
+	done, err := s.begin(name)
 	if err != nil {
 		return err
 	}
 	defer done()
-	if err := checkName(name); err != nil {
-		return err
-	}
 	if target.isDir() {
 		return syscall.EPERM
 	}
@@ -248,14 +247,11 @@ const (
 
 // Rename moves name in dir to newName in newDir.
 func (s *Session) Rename(ctx context.Context, dir *node, name string, newDir *node, newName string, flags uint32) error {
-	done, err := s.begin()
+	done, err := s.begin(newName)
 	if err != nil {
 		return err
 	}
 	defer done()
-	if err := checkName(newName); err != nil {
-		return err
-	}
 	if flags&^(RenameNoReplace|RenameExchange) != 0 || flags == RenameNoReplace|RenameExchange {
 		return syscall.EINVAL
 	}
