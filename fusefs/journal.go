@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,11 +31,25 @@ import (
 // replayed (its records are writes in order, at paths that exist in that
 // head) and then flushed; any other is stale (a flush moved the head after
 // the journal was written) and is discarded.
+//
+// The file is preallocated (written with zeros ahead of the records) and
+// overwritten in place, never truncated by a reset: an fdatasync then
+// writes data blocks only, with no journal commit of the file's size,
+// which costs a third less than an append on ext4. So that records left
+// from before a reset are never taken for new ones, every reset picks a
+// fresh random nonce, written in the header and in every record; a record
+// counts only if its CRC holds and its nonce is the header's.
 
 const (
-	journalMagic = "HFJ1"
+	journalMagic = "HFJ2"
+	// journalHeaderLen is magic, generation, nonce and the header's CRC.
+	journalHeaderLen = len(journalMagic) + 8 + 8 + 4
 	// journalMaxBytes bounds a journal; past it, fsync flushes instead.
 	journalMaxBytes = 64 << 20
+	// journalGrow is the step in which the file is preallocated; a reset
+	// gives back what a burst made it grow past journalKeep.
+	journalGrow = 1 << 20
+	journalKeep = 8 << 20
 	// maxUnjournaled bounds the written bytes a file may carry into a
 	// journaled fsync; past it the fsync flushes instead.
 	maxUnjournaled = 8 << 20
@@ -44,11 +59,13 @@ var errJournalFull = errors.New("journal full")
 
 // journal is a session's journal file. GUARDED_BY(mu) for every field.
 type journal struct {
-	mu   sync.Mutex
-	path string
-	f    *os.File
-	size int64
-	gen  uint64
+	mu    sync.Mutex
+	path  string
+	f     *os.File
+	size  int64  // end of the last record
+	alloc int64  // bytes of the file already written (zeros or old records)
+	gen   uint64 // head generation the records apply to
+	nonce uint64 // tags this incarnation's records; never zero
 }
 
 // span is a written byte range of a file.
@@ -81,29 +98,55 @@ func openJournal(dir, session string) (*journal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open journal: %w", err)
 	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("open journal: %w", err)
+	}
 	// The file's name must be durable before a record in it counts.
 	if d, err := os.Open(filepath.Dir(p)); err == nil {
 		_ = d.Sync()
 		d.Close()
 	}
-	return &journal{path: p, f: f}, nil
+	return &journal{path: p, f: f, alloc: st.Size()}, nil
+}
+
+func encodeJournalHeader(gen, nonce uint64) []byte {
+	hdr := make([]byte, 0, journalHeaderLen)
+	hdr = append(hdr, journalMagic...)
+	hdr = binary.LittleEndian.AppendUint64(hdr, gen)
+	hdr = binary.LittleEndian.AppendUint64(hdr, nonce)
+	return binary.LittleEndian.AppendUint32(hdr, crc32.ChecksumIEEE(hdr))
+}
+
+// newNonce returns a random nonzero tag.
+func newNonce() uint64 {
+	for {
+		if n := rand.Uint64(); n != 0 {
+			return n
+		}
+	}
 }
 
 // reset empties the journal and dedicates it to head generation gen. It
-// need not be durable: a stale journal is recognised by its generation.
+// need not be durable: a stale journal is recognised by its generation,
+// and the next fdatasync carries the header with the first record.
 func (j *journal) reset(gen uint64) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	var hdr [len(journalMagic) + 8]byte
-	copy(hdr[:], journalMagic)
-	binary.LittleEndian.PutUint64(hdr[len(journalMagic):], gen)
-	if err := j.f.Truncate(0); err != nil {
+	nonce := newNonce()
+	if j.alloc > journalKeep {
+		if err := j.f.Truncate(journalGrow); err != nil {
+			return fmt.Errorf("reset journal: %w", err)
+		}
+		j.alloc = journalGrow
+	}
+	hdr := encodeJournalHeader(gen, nonce)
+	if _, err := j.f.WriteAt(hdr, 0); err != nil {
 		return fmt.Errorf("reset journal: %w", err)
 	}
-	if _, err := j.f.WriteAt(hdr[:], 0); err != nil {
-		return fmt.Errorf("reset journal: %w", err)
-	}
-	j.size, j.gen = int64(len(hdr)), gen
+	j.size, j.gen, j.nonce = int64(len(hdr)), gen, nonce
+	j.alloc = max(j.alloc, j.size)
 	return nil
 }
 
@@ -116,27 +159,49 @@ type journalRecord struct {
 	data []byte
 }
 
-func (r *journalRecord) encode() []byte {
-	payload := binary.AppendUvarint(nil, uint64(len(r.path)))
-	payload = append(payload, r.path...)
-	payload = binary.LittleEndian.AppendUint64(payload, uint64(r.off))
-	payload = binary.LittleEndian.AppendUint64(payload, uint64(r.size))
-	payload = append(payload, r.data...)
-	out := binary.LittleEndian.AppendUint32(nil, uint32(len(payload)))
-	out = binary.LittleEndian.AppendUint32(out, crc32.ChecksumIEEE(payload))
-	return append(out, payload...)
+// recordFixed is a record's framing (length, CRC) and its nonce, offset
+// and size; a valid record is never shorter.
+const recordFixed = 4 + 4 + 8 + 1 + 8 + 8
+
+func (r *journalRecord) appendTo(out []byte, nonce uint64) []byte {
+	start := len(out)
+	out = append(out, make([]byte, 8)...) // length and CRC, filled below
+	out = binary.LittleEndian.AppendUint64(out, nonce)
+	out = binary.AppendUvarint(out, uint64(len(r.path)))
+	out = append(out, r.path...)
+	out = binary.LittleEndian.AppendUint64(out, uint64(r.off))
+	out = binary.LittleEndian.AppendUint64(out, uint64(r.size))
+	out = append(out, r.data...)
+	payload := out[start+8:]
+	binary.LittleEndian.PutUint32(out[start:], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(out[start+4:], crc32.ChecksumIEEE(payload))
+	return out
 }
 
 // append writes records and makes them durable (fdatasync).
 func (j *journal) append(records []journalRecord) error {
-	var buf []byte
-	for i := range records {
-		buf = append(buf, records[i].encode()...)
-	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.size+int64(len(buf)) > journalMaxBytes {
+	n := 0
+	for i := range records {
+		n += recordFixed + len(records[i].path) + len(records[i].data) + binary.MaxVarintLen64
+	}
+	buf := make([]byte, 0, n)
+	for i := range records {
+		buf = records[i].appendTo(buf, j.nonce)
+	}
+	end := j.size + int64(len(buf))
+	if end > journalMaxBytes {
 		return errJournalFull
+	}
+	if end > j.alloc {
+		// Preallocate the next steps with zeros; this fdatasync pays the
+		// size change once, the following ones overwrite in place.
+		grown := min((end+journalGrow-1)/journalGrow*journalGrow, journalMaxBytes)
+		if _, err := j.f.WriteAt(make([]byte, grown-j.alloc), j.alloc); err != nil {
+			return fmt.Errorf("grow journal: %w", err)
+		}
+		j.alloc = grown
 	}
 	if _, err := j.f.WriteAt(buf, j.size); err != nil {
 		return fmt.Errorf("append to journal: %w", err)
@@ -144,7 +209,7 @@ func (j *journal) append(records []journalRecord) error {
 	if err := fdatasync(j.f); err != nil {
 		return fmt.Errorf("sync journal: %w", err)
 	}
-	j.size += int64(len(buf))
+	j.size = end
 	return nil
 }
 
@@ -156,37 +221,76 @@ func (j *journal) close() error {
 
 // readJournal returns the generation and the whole records of a journal;
 // a torn or corrupt tail (a crash during an append that was never
-// acknowledged) ends the list.
+// acknowledged), zeros, or a record of an earlier incarnation end the list.
 func readJournal(r io.Reader) (uint64, []journalRecord, error) {
 	br := bufio.NewReader(r)
-	var hdr [len(journalMagic) + 8]byte
-	if _, err := io.ReadFull(br, hdr[:]); err != nil {
+	magic, err := br.Peek(len(journalMagic))
+	if err != nil {
 		return 0, nil, fmt.Errorf("journal header: %w", err)
 	}
-	if string(hdr[:len(journalMagic)]) != journalMagic {
-		return 0, nil, fmt.Errorf("journal header: bad magic")
+	switch string(magic) {
+	case journalMagic:
+		hdr := make([]byte, journalHeaderLen)
+		if _, err := io.ReadFull(br, hdr); err != nil {
+			return 0, nil, fmt.Errorf("journal header: %w", err)
+		}
+		body := hdr[:journalHeaderLen-4]
+		if crc32.ChecksumIEEE(body) != binary.LittleEndian.Uint32(hdr[journalHeaderLen-4:]) {
+			return 0, nil, fmt.Errorf("journal header: bad checksum")
+		}
+		gen := binary.LittleEndian.Uint64(body[len(journalMagic):])
+		nonce := binary.LittleEndian.Uint64(body[len(journalMagic)+8:])
+		return gen, readRecords(br, func(p []byte) ([]byte, bool) {
+			// A record left from before the last reset has another nonce.
+			if len(p) < recordFixed-8 || binary.LittleEndian.Uint64(p) != nonce {
+				return nil, false
+			}
+			return p[8:], true
+		}), nil
+	case journalMagicV1:
+		// The journal of earlier daemons (appended, truncated by every
+		// reset, records without a nonce) is still replayed, so that an
+		// upgrade after a crash loses nothing.
+		var hdr [len(journalMagicV1) + 8]byte
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			return 0, nil, fmt.Errorf("journal header: %w", err)
+		}
+		gen := binary.LittleEndian.Uint64(hdr[len(journalMagicV1):])
+		return gen, readRecords(br, func(p []byte) ([]byte, bool) { return p, true }), nil
 	}
-	gen := binary.LittleEndian.Uint64(hdr[len(journalMagic):])
+	return 0, nil, fmt.Errorf("journal header: bad magic")
+}
+
+const journalMagicV1 = "HFJ1"
+
+// readRecords reads records up to the first that is torn, fails its CRC,
+// is refused by payload (which returns the record's body) or does not
+// decode.
+func readRecords(br *bufio.Reader, payload func([]byte) ([]byte, bool)) []journalRecord {
 	var out []journalRecord
 	for {
 		var lh [8]byte
 		if _, err := io.ReadFull(br, lh[:]); err != nil {
-			return gen, out, nil
+			return out
 		}
 		n := binary.LittleEndian.Uint32(lh[:4])
 		if n > journalMaxBytes {
-			return gen, out, nil
+			return out
 		}
-		payload := make([]byte, n)
-		if _, err := io.ReadFull(br, payload); err != nil {
-			return gen, out, nil
+		p := make([]byte, n)
+		if _, err := io.ReadFull(br, p); err != nil {
+			return out
 		}
-		if crc32.ChecksumIEEE(payload) != binary.LittleEndian.Uint32(lh[4:]) {
-			return gen, out, nil
+		if crc32.ChecksumIEEE(p) != binary.LittleEndian.Uint32(lh[4:]) {
+			return out
 		}
-		rec, ok := decodeRecord(payload)
+		body, ok := payload(p)
 		if !ok {
-			return gen, out, nil
+			return out
+		}
+		rec, ok := decodeRecord(body)
+		if !ok {
+			return out
 		}
 		out = append(out, rec)
 	}

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
+	"hash/crc32"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -24,13 +26,11 @@ func TestJournalRecords(t *testing.T) {
 		{path: "c", off: 1 << 20, size: 1<<20 + 3, data: []byte("xyz")},
 		{path: "c", off: 7, size: 1<<20 + 3},
 	}
-	var buf bytes.Buffer
-	buf.WriteString(journalMagic)
-	buf.Write([]byte{42, 0, 0, 0, 0, 0, 0, 0})
+	const nonce = 0x5eed
+	full := encodeJournalHeader(42, nonce)
 	for i := range recs {
-		buf.Write(recs[i].encode())
+		full = recs[i].appendTo(full, nonce)
 	}
-	full := buf.Bytes()
 	gen, got, err := readJournal(bytes.NewReader(full))
 	require.NoError(t, err)
 	require.Equal(t, uint64(42), gen)
@@ -42,7 +42,7 @@ func TestJournalRecords(t *testing.T) {
 		require.Equal(t, len(recs[i].data), len(got[i].data))
 	}
 	// A torn or damaged tail ends the records; what precedes it stays.
-	for cut := len(full) - 1; cut > 12; cut -= 7 {
+	for cut := len(full) - 1; cut >= journalHeaderLen; cut -= 7 {
 		_, got, err := readJournal(bytes.NewReader(full[:cut]))
 		require.NoError(t, err)
 		require.Less(t, len(got), 3)
@@ -54,6 +54,79 @@ func TestJournalRecords(t *testing.T) {
 	require.Len(t, got, 2)
 	_, _, err = readJournal(bytes.NewReader([]byte("nope")))
 	require.Error(t, err)
+
+	// Zeros (the preallocated rest of the file) and records of an earlier
+	// incarnation end the list too.
+	_, got, err = readJournal(bytes.NewReader(append(bytes.Clone(full), make([]byte, 4096)...)))
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+	reset := encodeJournalHeader(43, nonce+1)
+	reset = recs[0].appendTo(reset, nonce+1)
+	reset = append(reset, full[len(reset):]...) // the old records after it
+	gen, got, err = readJournal(bytes.NewReader(reset))
+	require.NoError(t, err)
+	require.Equal(t, uint64(43), gen)
+	require.Len(t, got, 1)
+}
+
+// TestJournalReuse: a reset journal is overwritten in place, and replays
+// only the records written since the reset, however many were there before.
+func TestJournalReuse(t *testing.T) {
+	j, err := openJournal(t.TempDir(), "s")
+	require.NoError(t, err)
+	t.Cleanup(func() { j.close() })
+	read := func() (uint64, []journalRecord) {
+		f, err := os.Open(j.path)
+		require.NoError(t, err)
+		defer f.Close()
+		gen, recs, err := readJournal(f)
+		require.NoError(t, err)
+		return gen, recs
+	}
+	require.NoError(t, j.reset(1))
+	big := journalRecord{path: "a", off: 0, size: 3 << 20, data: bytes.Repeat([]byte("x"), 3<<20)}
+	for range 3 {
+		require.NoError(t, j.append([]journalRecord{big}))
+	}
+	_, recs := read()
+	require.Len(t, recs, 3)
+	st, err := os.Stat(j.path)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, st.Size(), int64(9<<20), "preallocated past the records")
+
+	require.NoError(t, j.reset(2))
+	require.NoError(t, j.append([]journalRecord{{path: "b", off: 1, size: 2, data: []byte("y")}}))
+	gen, recs := read()
+	require.Equal(t, uint64(2), gen)
+	require.Len(t, recs, 1)
+	require.Equal(t, "b", recs[0].path)
+	st, err = os.Stat(j.path)
+	require.NoError(t, err)
+	require.Equal(t, int64(journalGrow), st.Size(), "a reset gives back what a burst grew")
+
+	// A record that would pass the bound is refused, and nothing is lost.
+	huge := journalRecord{path: "c", size: journalMaxBytes, data: make([]byte, journalMaxBytes)}
+	require.ErrorIs(t, j.append([]journalRecord{huge}), errJournalFull)
+	_, recs = read()
+	require.Len(t, recs, 1)
+}
+
+// TestJournalV1 replays a journal written by earlier daemons.
+func TestJournalV1(t *testing.T) {
+	r := journalRecord{path: "a/b", off: 3, size: 8, data: []byte("hello")}
+	payload := binary.AppendUvarint(nil, uint64(len(r.path)))
+	payload = append(payload, r.path...)
+	payload = binary.LittleEndian.AppendUint64(payload, uint64(r.off))
+	payload = binary.LittleEndian.AppendUint64(payload, uint64(r.size))
+	payload = append(payload, r.data...)
+	old := append([]byte(journalMagicV1), 7, 0, 0, 0, 0, 0, 0, 0)
+	old = binary.LittleEndian.AppendUint32(old, uint32(len(payload)))
+	old = binary.LittleEndian.AppendUint32(old, crc32.ChecksumIEEE(payload))
+	old = append(old, payload...)
+	gen, recs, err := readJournal(bytes.NewReader(old))
+	require.NoError(t, err)
+	require.Equal(t, uint64(7), gen)
+	require.Equal(t, []journalRecord{r}, recs)
 }
 
 // TestJournalDurability: rewrites and appends to files the durable head
@@ -153,32 +226,24 @@ func TestJournalDurability(t *testing.T) {
 // FuzzReadJournal: any bytes give an error or whole records with valid
 // paths and bounds, and re-encoding them reads back the same.
 func FuzzReadJournal(f *testing.F) {
-	var seed bytes.Buffer
-	seed.WriteString(journalMagic)
-	seed.Write(make([]byte, 8))
 	r := journalRecord{path: "codex-home/state_5.sqlite", off: 4096, size: 8192, data: []byte("page")}
-	seed.Write(r.encode())
-	f.Add(seed.Bytes())
-	f.Add([]byte(journalMagic + "\x01\x00\x00\x00\x00\x00\x00\x00garbage"))
+	f.Add(r.appendTo(encodeJournalHeader(0, 9), 9))
+	f.Add(append(encodeJournalHeader(1, 2), "garbage"...))
+	f.Add([]byte(journalMagicV1 + "\x01\x00\x00\x00\x00\x00\x00\x00garbage"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		gen, recs, err := readJournal(bytes.NewReader(data))
 		if err != nil {
 			return
 		}
-		var again bytes.Buffer
-		again.WriteString(journalMagic)
-		var g [8]byte
-		for i := range g {
-			g[i] = byte(gen >> (8 * i))
-		}
-		again.Write(g[:])
+		const nonce = 77
+		again := encodeJournalHeader(gen, nonce)
 		for i := range recs {
 			if recs[i].off < 0 || recs[i].size < 0 || recs[i].off+int64(len(recs[i].data)) > maxFileSize {
 				t.Fatalf("record out of bounds: %+v", recs[i])
 			}
-			again.Write(recs[i].encode())
+			again = recs[i].appendTo(again, nonce)
 		}
-		gen2, recs2, err := readJournal(&again)
+		gen2, recs2, err := readJournal(bytes.NewReader(again))
 		if err != nil || gen2 != gen || len(recs2) != len(recs) {
 			t.Fatalf("re-encoded journal reads back %d records, gen %d, %v; want %d, %d", len(recs2), gen2, err, len(recs), gen)
 		}
