@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"runtime"
@@ -59,9 +60,8 @@ type fileData struct {
 	// of the last flush; chunks is loaded from it on first use.
 	base   manifest.Entry
 	chunks *manifest.ChunkList
-	// dirty holds chunks written since the last flush, by chunk index. A
-	// buffer may be shorter than the chunk: the rest is zero.
-	dirty      map[int][]byte
+	// dirty holds chunks written since the last flush, by chunk index.
+	dirty      map[int]*dirtyChunk
 	dirtyBytes int64
 	// readNext is the chunk after the last read: a read starting there is
 	// sequential and triggers read-ahead.
@@ -101,21 +101,49 @@ func chunkLen(size int64, i int) int {
 	return int(min(size-start, manifest.ChunkSize))
 }
 
-// chunkBytes returns the current content of chunk i, at most its logical
-// length; shorter means zeros follow. The slice must not be modified.
-// Called with n.mu held.
-func (n *node) chunkBytes(ctx context.Context, i int) ([]byte, error) {
-	d := n.data
-	if b, ok := d.dirty[i]; ok {
-		return b, nil
+// dirtyChunk is a chunk written since the last flush. Most are whole: buf
+// is the content, and a buffer shorter than the chunk means zeros follow.
+// A small write into a stored chunk starts an overlay instead: the written
+// extents over the stored chunk base, which is read only when the chunk is
+// read outside the extents or stored. So a 4 KiB write into a clean chunk
+// (SQLite's pages) costs 4 KiB, not a 64 KiB read, verify and copy.
+type dirtyChunk struct {
+	whole bool
+	buf   []byte // whole: the content
+
+	base    cas.Ref  // overlay: the stored chunk under ext
+	baseLen int      // overlay: base's logical length when the overlay began
+	ext     []extent // overlay: written ranges, sorted, neither overlapping nor adjacent
+}
+
+// extent is a written range of an overlay.
+type extent struct {
+	off  int
+	data []byte
+}
+
+// Past these, an overlay is made whole: the bytes it would hold approach
+// the chunk's, and reading it would cost more than a whole buffer.
+const (
+	overlayMaxBytes   = 16 << 10
+	overlayMaxExtents = 16
+)
+
+// cost is the memory c holds, as counted against the spill thresholds.
+func (c *dirtyChunk) cost() int64 {
+	if c.whole {
+		return int64(cap(c.buf))
 	}
-	if err := n.loadChunks(ctx); err != nil {
-		return nil, err
+	var k int
+	for _, e := range c.ext {
+		k += cap(e.data)
 	}
-	if i >= d.chunks.Len() {
-		return nil, nil
-	}
-	ref := d.chunks.At(i)
+	return int64(k)
+}
+
+// storedChunk returns the stored content of ref, at most l bytes; shorter
+// means zeros follow. The slice must not be modified.
+func (n *node) storedChunk(ctx context.Context, ref cas.Ref, l int) ([]byte, error) {
 	if ref.IsZero() {
 		return nil, nil
 	}
@@ -126,10 +154,162 @@ func (n *node) chunkBytes(ctx context.Context, i int) ([]byte, error) {
 			return nil, err
 		}
 	}
-	if l := chunkLen(d.size, i); len(b) > l {
+	if len(b) > l {
 		b = b[:l]
 	}
 	return b, nil
+}
+
+// storedRef returns the stored ref of chunk i (zero for a hole or past the
+// list). Called with n.mu held.
+func (n *node) storedRef(ctx context.Context, i int) (cas.Ref, error) {
+	d := n.data
+	if err := n.loadChunks(ctx); err != nil {
+		return cas.Ref{}, err
+	}
+	if i >= d.chunks.Len() {
+		return cas.Ref{}, nil
+	}
+	return d.chunks.At(i), nil
+}
+
+// readChunk copies chunk i's content at within into out (zeros past its
+// end), without changing what is buffered. Called with n.mu held.
+func (n *node) readChunk(ctx context.Context, i, within int, out []byte) error {
+	d := n.data
+	if c, ok := d.dirty[i]; ok && !c.whole {
+		if e := c.covering(within, len(out)); e != nil {
+			copy(out, e.data[within-e.off:])
+			return nil
+		}
+		base, err := n.storedChunk(ctx, c.base, c.baseLen)
+		if err != nil {
+			return err
+		}
+		copyAt(out, base, within)
+		for _, e := range c.ext {
+			if lo, hi := max(e.off, within), min(e.off+len(e.data), within+len(out)); lo < hi {
+				copy(out[lo-within:hi-within], e.data[lo-e.off:])
+			}
+		}
+		return nil
+	}
+	b, err := n.chunkBytes(ctx, i)
+	if err != nil {
+		return err
+	}
+	copyAt(out, b, within)
+	return nil
+}
+
+// copyAt copies src from offset within into out, zeroing what src lacks.
+func copyAt(out, src []byte, within int) {
+	k := 0
+	if within < len(src) {
+		k = copy(out, src[within:])
+	}
+	clear(out[k:])
+}
+
+// covering returns the extent holding all of [off, off+l), if one does.
+func (c *dirtyChunk) covering(off, l int) *extent {
+	for k := range c.ext {
+		e := &c.ext[k]
+		if e.off <= off && off+l <= e.off+len(e.data) {
+			return e
+		}
+	}
+	return nil
+}
+
+// merged returns overlay c's content as a new buffer.
+func (n *node) merged(ctx context.Context, c *dirtyChunk) ([]byte, error) {
+	base, err := n.storedChunk(ctx, c.base, c.baseLen)
+	if err != nil {
+		return nil, err
+	}
+	l := len(base)
+	for _, e := range c.ext {
+		l = max(l, e.off+len(e.data))
+	}
+	b := make([]byte, l)
+	copy(b, base)
+	for _, e := range c.ext {
+		copy(b[e.off:], e.data)
+	}
+	return b, nil
+}
+
+// addExtent writes p at off of overlay c, merging it with the extents it
+// overlaps or touches. Called with n.mu held.
+func (n *node) addExtent(c *dirtyChunk, off int, p []byte) {
+	lo, hi := off, off+len(p)
+	keep := c.ext[:0:0]
+	var joined []extent
+	for _, e := range c.ext {
+		if e.off <= hi && off <= e.off+len(e.data) {
+			lo, hi = min(lo, e.off), max(hi, e.off+len(e.data))
+			joined = append(joined, e)
+		} else {
+			keep = append(keep, e)
+		}
+	}
+	data := make([]byte, hi-lo)
+	var freed int
+	for _, e := range joined {
+		copy(data[e.off-lo:], e.data)
+		freed += cap(e.data)
+	}
+	copy(data[off-lo:], p)
+	n.addDirty(int64(cap(data) - freed))
+	at := len(keep)
+	for k, e := range keep {
+		if e.off > lo {
+			at = k
+			break
+		}
+	}
+	c.ext = append(keep[:at:at], append([]extent{{off: lo, data: data}}, keep[at:]...)...)
+}
+
+func (c *dirtyChunk) overlayBytes() int {
+	var k int
+	for _, e := range c.ext {
+		k += len(e.data)
+	}
+	return k
+}
+
+// makeWhole turns overlay c into a whole chunk. Called with n.mu held.
+func (n *node) makeWhole(ctx context.Context, c *dirtyChunk) error {
+	if c.whole {
+		return nil
+	}
+	b, err := n.merged(ctx, c)
+	if err != nil {
+		return err
+	}
+	n.addDirty(int64(cap(b)) - c.cost())
+	*c = dirtyChunk{whole: true, buf: b}
+	return nil
+}
+
+// chunkBytes returns the current content of chunk i, at most its logical
+// length; shorter means zeros follow. An overlay is made whole first. The
+// slice must not be modified. Called with n.mu held.
+func (n *node) chunkBytes(ctx context.Context, i int) ([]byte, error) {
+	d := n.data
+	if c, ok := d.dirty[i]; ok {
+		if err := n.makeWhole(ctx, c); err != nil {
+			return nil, err
+		}
+		return c.buf, nil
+	}
+	ref, err := n.storedRef(ctx, i)
+	if err != nil {
+		return nil, err
+	}
+	return n.storedChunk(ctx, ref, chunkLen(d.size, i))
 }
 
 // readAt copies file content at off into dest. Called with n.mu held.
@@ -144,16 +324,9 @@ func (n *node) readAt(ctx context.Context, dest []byte, off int64) (int, error) 
 		i := int(pos / manifest.ChunkSize)
 		within := int(pos - int64(i)*manifest.ChunkSize)
 		span := min(int(end-pos), manifest.ChunkSize-within)
-		b, err := n.chunkBytes(ctx, i)
-		if err != nil {
+		if err := n.readChunk(ctx, i, within, dest[pos-off:pos-off+int64(span)]); err != nil {
 			return 0, err
 		}
-		out := dest[pos-off : pos-off+int64(span)]
-		copied := 0
-		if within < len(b) {
-			copied = copy(out, b[within:])
-		}
-		clear(out[copied:])
 		pos += int64(span)
 	}
 	first, last := int(off/manifest.ChunkSize), int((end-1)/manifest.ChunkSize)
@@ -185,37 +358,95 @@ func (n *node) readAhead(from int) {
 	}
 }
 
-// writableChunk returns the dirty buffer of chunk i with length at least
-// minLen, creating it from the stored chunk if needed. Called with n.mu held.
-func (n *node) writableChunk(ctx context.Context, i, minLen int) ([]byte, error) {
+// writeChunk writes p at within of chunk i. A write into a stored chunk
+// that it does not cover starts or extends an overlay while that stays
+// small; otherwise the chunk is whole. Called with n.mu held.
+func (n *node) writeChunk(ctx context.Context, i, within int, p []byte) error {
 	d := n.data
-	b, ok := d.dirty[i]
+	c, ok := d.dirty[i]
+	if !ok {
+		ref, err := n.storedRef(ctx, i)
+		if err != nil {
+			return err
+		}
+		l := chunkLen(d.size, i)
+		switch {
+		case ref.IsZero() || within == 0 && len(p) >= l:
+			// Nothing stored to keep: a hole, or overwritten whole.
+			c = &dirtyChunk{whole: true}
+		case len(p) <= overlayMaxBytes:
+			c = &dirtyChunk{base: ref, baseLen: l}
+		default:
+			stored, err := n.storedChunk(ctx, ref, l)
+			if err != nil {
+				return err
+			}
+			c = &dirtyChunk{whole: true, buf: make([]byte, len(stored), max(len(stored), within+len(p)))}
+			copy(c.buf, stored)
+			n.addDirty(int64(cap(c.buf)))
+		}
+		if d.dirty == nil {
+			d.dirty = make(map[int]*dirtyChunk)
+		}
+		d.dirty[i] = c
+	}
+	if !c.whole {
+		if c.overlayBytes()+len(p) <= overlayMaxBytes && len(c.ext) < overlayMaxExtents {
+			n.addExtent(c, within, p)
+			return nil
+		}
+		if err := n.makeWhole(ctx, c); err != nil {
+			return err
+		}
+	}
+	n.extend(c, within+len(p))
+	copy(c.buf[within:], p)
+	return nil
+}
+
+// writableChunk returns the whole buffer of chunk i, creating it from the
+// stored chunk if needed. Called with n.mu held.
+func (n *node) writableChunk(ctx context.Context, i int) ([]byte, error) {
+	d := n.data
+	c, ok := d.dirty[i]
 	if !ok {
 		stored, err := n.chunkBytes(ctx, i)
 		if err != nil {
 			return nil, err
 		}
-		b = make([]byte, len(stored), max(len(stored), minLen))
-		copy(b, stored)
+		c = &dirtyChunk{whole: true, buf: bytes.Clone(stored)}
+		if c.buf == nil {
+			c.buf = []byte{}
+		}
+		n.addDirty(int64(cap(c.buf)))
 		if d.dirty == nil {
-			d.dirty = make(map[int][]byte)
+			d.dirty = make(map[int]*dirtyChunk)
 		}
-		n.addDirty(int64(cap(b)))
+		d.dirty[i] = c
 	}
-	if len(b) < minLen {
-		if cap(b) < minLen {
-			grown := make([]byte, minLen, growCap(cap(b), minLen))
-			copy(grown, b)
-			n.addDirty(int64(cap(grown) - cap(b)))
-			b = grown
-		} else {
-			old := len(b)
-			b = b[:minLen]
-			clear(b[old:])
-		}
+	if err := n.makeWhole(ctx, c); err != nil {
+		return nil, err
 	}
-	d.dirty[i] = b
-	return b, nil
+	return c.buf, nil
+}
+
+// extend makes whole chunk c's buffer at least minLen long, the new bytes
+// zero. Called with n.mu held.
+func (n *node) extend(c *dirtyChunk, minLen int) {
+	b := c.buf
+	if len(b) >= minLen {
+		return
+	}
+	if cap(b) < minLen {
+		grown := make([]byte, minLen, growCap(cap(b), minLen))
+		copy(grown, b)
+		n.addDirty(int64(cap(grown) - cap(b)))
+		c.buf = grown
+		return
+	}
+	old := len(b)
+	c.buf = b[:minLen]
+	clear(c.buf[old:])
 }
 
 func growCap(have, need int) int {
@@ -238,11 +469,9 @@ func (n *node) writeAt(ctx context.Context, data []byte, off int64) error {
 		i := int(abs / manifest.ChunkSize)
 		within := int(abs - int64(i)*manifest.ChunkSize)
 		span := min(len(data)-pos, manifest.ChunkSize-within)
-		b, err := n.writableChunk(ctx, i, within+span)
-		if err != nil {
+		if err := n.writeChunk(ctx, i, within, data[pos:pos+span]); err != nil {
 			return err
 		}
-		copy(b[within:], data[pos:pos+span])
 		pos += span
 	}
 	if end := off + int64(len(data)); end > d.size {
@@ -280,17 +509,17 @@ func (n *node) truncate(ctx context.Context, size int64) error {
 	// reads zeros, not the old bytes.
 	if tail := int(size % manifest.ChunkSize); tail != 0 {
 		last := keep - 1
-		b, err := n.writableChunk(ctx, last, 0)
+		b, err := n.writableChunk(ctx, last)
 		if err != nil {
 			return err
 		}
 		if len(b) > tail {
-			d.dirty[last] = b[:tail]
+			d.dirty[last].buf = b[:tail]
 		}
 	}
-	for i, b := range d.dirty {
+	for i, c := range d.dirty {
 		if i >= keep {
-			n.addDirty(-int64(cap(b)))
+			n.addDirty(-c.cost())
 			delete(d.dirty, i)
 		}
 	}
@@ -317,15 +546,15 @@ func (n *node) punchHole(ctx context.Context, off, length int64) error {
 		within := int(pos - int64(i)*manifest.ChunkSize)
 		span := min(int(end-pos), manifest.ChunkSize-within)
 		if within == 0 && (span == manifest.ChunkSize || pos+int64(span) == d.size) {
-			if b, ok := d.dirty[i]; ok {
-				n.addDirty(-int64(cap(b)))
+			if c, ok := d.dirty[i]; ok {
+				n.addDirty(-c.cost())
 				delete(d.dirty, i)
 			}
 			if i < d.chunks.Len() {
 				d.chunks.Set(i, cas.Ref{})
 			}
 		} else {
-			b, err := n.writableChunk(ctx, i, 0)
+			b, err := n.writableChunk(ctx, i)
 			if err != nil {
 				return err
 			}
@@ -351,21 +580,21 @@ func (n *node) spill(ctx context.Context, b cas.Batch, keep int) error {
 	}
 	type job struct {
 		i   int
-		buf []byte
+		c   *dirtyChunk
 		ref cas.Ref
 		err error
 	}
 	var jobs []*job
-	for i, buf := range d.dirty {
+	for i, c := range d.dirty {
 		if i == keep {
 			continue
 		}
 		if chunkLen(d.size, i) == 0 {
-			n.addDirty(-int64(cap(buf)))
+			n.addDirty(-c.cost())
 			delete(d.dirty, i)
 			continue
 		}
-		jobs = append(jobs, &job{i: i, buf: buf})
+		jobs = append(jobs, &job{i: i, c: c})
 	}
 	// Hashing and compressing dominate a spill; the batch takes puts from
 	// several goroutines, so use every core.
@@ -376,7 +605,14 @@ func (n *node) spill(ctx context.Context, b cas.Batch, keep int) error {
 		go func() {
 			defer wg.Done()
 			for j := range work {
-				j.ref, j.err = putChunk(b, j.buf, chunkLen(d.size, j.i))
+				buf := j.c.buf
+				if !j.c.whole {
+					// Overlays read their base here, on every core.
+					if buf, j.err = n.merged(ctx, j.c); j.err != nil {
+						continue
+					}
+				}
+				j.ref, j.err = putChunk(b, buf, chunkLen(d.size, j.i))
 			}
 		}()
 	}
@@ -390,7 +626,7 @@ func (n *node) spill(ctx context.Context, b cas.Batch, keep int) error {
 			return j.err
 		}
 		d.chunks.Set(j.i, j.ref)
-		n.addDirty(-int64(cap(j.buf)))
+		n.addDirty(-j.c.cost())
 		delete(d.dirty, j.i)
 	}
 	return nil
