@@ -103,6 +103,15 @@ func caller(ctx context.Context) Owner {
 	return Owner{}
 }
 
+// unprivileged reports whether the caller's changes to a file drop its
+// setuid, setgid and capabilities. The kernel's rule is the lack of
+// CAP_FSETID; the request carries only the caller's ids, so uid 0 stands
+// for it.
+func unprivileged(ctx context.Context) bool {
+	c, ok := fuse.FromContext(ctx)
+	return !ok || c.Uid != 0
+}
+
 func (f *fnode) sess() *Session { return f.m.sess }
 
 // child returns the fnode for n below f, reusing the one the mount has.
@@ -161,6 +170,7 @@ func (f *fnode) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn
 		s := int64(sz)
 		a.Size = &s
 	}
+	a.KillPriv = in.Valid&fuse.FATTR_KILL_SUIDGID != 0
 	if in.Valid&fuse.FATTR_ATIME != 0 {
 		if in.Valid&fuse.FATTR_ATIME_NOW != 0 {
 			a.AtimeNow = true
@@ -287,7 +297,7 @@ func (f *fnode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, 
 	}
 	if flags&syscall.O_TRUNC != 0 && n.kind == manifest.KindFile {
 		zero := int64(0)
-		if err := f.sess().Setattr(ctx, n, SetAttr{Size: &zero}); err != nil {
+		if err := f.sess().Setattr(ctx, n, SetAttr{Size: &zero, KillPriv: unprivileged(ctx)}); err != nil {
 			return nil, 0, f.m.toErrno("open", f, err)
 		}
 	}
@@ -304,7 +314,8 @@ func (f *fnode) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int6
 
 func (f *fnode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
 	h, _ := fh.(*handle)
-	k, err := f.sess().Write(ctx, f.n.Load(), data, off, h != nil && h.appendMode)
+	op := WriteOp{Append: h != nil && h.appendMode, KillPriv: unprivileged(ctx)}
+	k, err := f.sess().Write(ctx, f.n.Load(), data, off, op)
 	if err != nil {
 		return 0, f.m.toErrno("write", f, err)
 	}
@@ -434,7 +445,7 @@ func (f *fnode) CopyFileRange(ctx context.Context, _ fs.FileHandle, offIn uint64
 	if !ok || dst.m.sess != f.m.sess || flags != 0 {
 		return 0, syscall.EXDEV
 	}
-	k, err := f.sess().CopyRange(ctx, f.n.Load(), int64(offIn), dst.n.Load(), int64(offOut), int64(min(length, 1<<30)))
+	k, err := f.sess().CopyRange(ctx, f.n.Load(), int64(offIn), dst.n.Load(), int64(offOut), int64(min(length, 1<<30)), unprivileged(ctx))
 	if err != nil && k == 0 {
 		return 0, f.m.toErrno("copy_file_range", f, err)
 	}

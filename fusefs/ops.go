@@ -347,7 +347,35 @@ type SetAttr struct {
 	Atime, Mtime *int64 // nanoseconds
 	AtimeNow     bool
 	MtimeNow     bool
+	// KillPriv clears setuid, setgid and file capabilities as a write
+	// would (truncate by an unprivileged caller; see killPriv).
+	KillPriv bool
 }
+
+// killPriv drops the privileges a file grants when it changes: setuid,
+// setgid if group-executable (else it marks mandatory locking and stays),
+// and the security.capability xattr, as the kernel does on ext4. The
+// kernel leaves this to the daemon (CAP_HANDLE_KILLPRIV_V2), which spares
+// a getxattr round trip on every write. Called with n.mu held; reports
+// whether anything changed.
+func (n *node) killPriv() bool {
+	changed := false
+	if n.mode&syscall.S_ISUID != 0 {
+		n.mode &^= syscall.S_ISUID
+		changed = true
+	}
+	if n.mode&(syscall.S_ISGID|syscall.S_IXGRP) == syscall.S_ISGID|syscall.S_IXGRP {
+		n.mode &^= syscall.S_ISGID
+		changed = true
+	}
+	if _, ok := n.xattrs[capabilityXattr]; ok {
+		delete(n.xattrs, capabilityXattr)
+		changed = true
+	}
+	return changed
+}
+
+const capabilityXattr = "security.capability"
 
 // Setattr applies a to n.
 func (s *Session) Setattr(ctx context.Context, n *node, a SetAttr) error {
@@ -371,8 +399,14 @@ func (s *Session) Setattr(ctx context.Context, n *node, a SetAttr) error {
 		}
 		n.mtime = t
 	}
+	if a.KillPriv {
+		n.killPriv()
+	}
 	if a.Mode != nil {
 		n.mode = *a.Mode & 0o7777
+	}
+	if (a.UID != nil || a.GID != nil) && !n.isDir() && a.Mode == nil {
+		n.killPriv() // chown drops them for every caller, root too
 	}
 	if a.UID != nil {
 		n.uid = *a.UID
@@ -439,28 +473,35 @@ func (s *Session) spillAll(ctx context.Context) error {
 	return b.Commit(ctx, false)
 }
 
-// Write writes data at off (at the end with appendMode) and returns the
+// WriteOp says how a write lands: at the end (O_APPEND), and whether it
+// drops the file's privileges (an unprivileged writer; see killPriv).
+type WriteOp struct {
+	Append   bool
+	KillPriv bool
+}
+
+// Write writes data at off (at the end with op.Append) and returns the
 // number of bytes written.
-func (s *Session) Write(ctx context.Context, n *node, data []byte, off int64, appendMode bool) (int, error) {
+func (s *Session) Write(ctx context.Context, n *node, data []byte, off int64, op WriteOp) (int, error) {
 	done, err := s.begin()
 	if err != nil {
 		return 0, err
 	}
 	defer done()
-	k, err := s.write(ctx, n, data, off, appendMode)
+	k, err := s.write(ctx, n, data, off, op)
 	if err != nil {
 		return 0, err
 	}
 	return k, s.spillAll(ctx)
 }
 
-func (s *Session) write(ctx context.Context, n *node, data []byte, off int64, appendMode bool) (int, error) {
+func (s *Session) write(ctx context.Context, n *node, data []byte, off int64, op WriteOp) (int, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.kind != manifest.KindFile {
 		return 0, syscall.EISDIR
 	}
-	if appendMode {
+	if op.Append {
 		off = n.data.size
 	}
 	if err := n.writeAt(ctx, data, off); err != nil {
@@ -468,6 +509,9 @@ func (s *Session) write(ctx context.Context, n *node, data []byte, off int64, ap
 	}
 	t := now()
 	n.mtime, n.ctime = t, t
+	if op.KillPriv && n.killPriv() {
+		s.markDirty(n) // a change of attributes, not only of content
+	}
 	s.markWritten(n, off, off+int64(len(data)))
 	last := int((off + int64(len(data)) - 1) / manifest.ChunkSize)
 	if err := s.maybeSpill(ctx, n, last); err != nil {
@@ -690,7 +734,7 @@ func (s *Session) Readlink(n *node) (string, error) {
 
 // CopyRange copies length bytes from src at offIn to dst at offOut, chunk
 // by chunk, and returns the bytes copied.
-func (s *Session) CopyRange(ctx context.Context, src *node, offIn int64, dst *node, offOut int64, length int64) (int64, error) {
+func (s *Session) CopyRange(ctx context.Context, src *node, offIn int64, dst *node, offOut int64, length int64, killPriv bool) (int64, error) {
 	if src.kind != manifest.KindFile || dst.kind != manifest.KindFile {
 		return 0, syscall.EINVAL
 	}
@@ -705,7 +749,7 @@ func (s *Session) CopyRange(ctx context.Context, src *node, offIn int64, dst *no
 		if n == 0 {
 			break
 		}
-		if _, err := s.Write(ctx, dst, buf[:n], offOut+copied, false); err != nil {
+		if _, err := s.Write(ctx, dst, buf[:n], offOut+copied, WriteOp{KillPriv: killPriv}); err != nil {
 			return copied, err
 		}
 		copied += int64(n)

@@ -27,13 +27,13 @@ func TestOverlayModel(t *testing.T) {
 	n, err := s.Create(ctx, s.root, "db", 0o644, Owner{})
 	require.NoError(t, err)
 	model := randBytes(3, 10*manifest.ChunkSize+1234)
-	_, err = s.Write(ctx, n, model, 0, false)
+	_, err = s.Write(ctx, n, model, 0, WriteOp{})
 	require.NoError(t, err)
 	require.NoError(t, e.Sync(ctx, "s"))
 
 	// A page written into a stored chunk buffers the page, not the chunk.
 	page := randBytes(4, 4096)
-	_, err = s.Write(ctx, n, page, 3*manifest.ChunkSize+8192, false)
+	_, err = s.Write(ctx, n, page, 3*manifest.ChunkSize+8192, WriteOp{})
 	require.NoError(t, err)
 	copy(model[3*manifest.ChunkSize+8192:], page)
 	n.mu.Lock()
@@ -56,7 +56,7 @@ func TestOverlayModel(t *testing.T) {
 			l := 1 + rng.IntN(6000)
 			off := rng.IntN(size + 2000)
 			p := randBytes(uint64(op), l)
-			_, err := s.Write(ctx, n, p, int64(off), false)
+			_, err := s.Write(ctx, n, p, int64(off), WriteOp{})
 			require.NoError(t, err)
 			if end := off + l; end > len(model) {
 				model = append(model, make([]byte, end-len(model))...)

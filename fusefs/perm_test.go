@@ -122,6 +122,35 @@ func TestPermissions(t *testing.T) {
 	require.NoError(t, unix.Chmod(filepath.Join(d, "suid"), 0o4755))
 	require.NoError(t, os.Chown(filepath.Join(d, "suid"), 1, 1))
 	require.Equal(t, uint32(syscall.S_IFREG|0o755), stat(t, filepath.Join(d, "suid")).Mode, "chown clears setuid")
+	// Truncating (open O_TRUNC, truncate(1)) drops setuid, setgid with
+	// group execute and the file's capabilities; setgid without group
+	// execute stays. Root's own write keeps the bits.
+	for _, c := range []struct {
+		mode uint32
+		cmd  string
+		want uint32
+	}{
+		{0o6777, ": > suid", 0o777},
+		{0o6777, "truncate -s 3 suid", 0o777},
+		{0o2767, "echo y >> suid", 0o2767},
+		{0o4777, "cp /dev/null suid", 0o777},
+	} {
+		require.NoError(t, os.Chown(filepath.Join(d, "suid"), 0, 0))
+		require.NoError(t, unix.Chmod(filepath.Join(d, "suid"), c.mode))
+		require.NoError(t, unix.Setxattr(filepath.Join(d, "suid"), "security.capability", capV2, 0))
+		out, err = asNobody(t, d, c.cmd)
+		require.NoError(t, err, out)
+		require.Equal(t, syscall.S_IFREG|c.want, stat(t, filepath.Join(d, "suid")).Mode, c.cmd)
+		_, err = unix.Getxattr(filepath.Join(d, "suid"), "security.capability", make([]byte, 64))
+		requireErrno(t, err, syscall.ENODATA, "%s drops the capabilities", c.cmd)
+	}
+	require.NoError(t, unix.Chmod(filepath.Join(d, "suid"), 0o4777))
+	f, err := os.OpenFile(filepath.Join(d, "suid"), os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString("root\n")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	require.Equal(t, uint32(syscall.S_IFREG|0o4777), stat(t, filepath.Join(d, "suid")).Mode, "root's write keeps setuid")
 
 	// Ownership survives a capture and fork.
 	fm := forkMount(t, e, "s", "perm-fork")
@@ -130,3 +159,7 @@ func TestPermissions(t *testing.T) {
 	require.Equal(t, uint32(syscall.S_IFREG|0o640), st.Mode)
 	require.Equal(t, uint32(syscall.S_IFDIR|0o1777), stat(t, filepath.Join(fm.Dir(), "shared")).Mode)
 }
+
+// capV2 is a valid VFS_CAP_REVISION_2 security.capability value granting
+// CAP_NET_BIND_SERVICE, as setcap writes it.
+var capV2 = []byte{0, 0, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}

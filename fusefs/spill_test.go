@@ -25,12 +25,12 @@ func TestSpillCanceled(t *testing.T) {
 	n, err := s.Create(ctx, s.root, "f", 0o644, Owner{})
 	require.NoError(t, err)
 	data := randBytes(41, spillThreshold-100)
-	_, err = s.Write(ctx, n, data, 0, false)
+	_, err = s.Write(ctx, n, data, 0, WriteOp{})
 	require.NoError(t, err)
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
 	more := randBytes(42, 1<<20)
-	if _, err := s.Write(canceled, n, more, int64(len(data)), false); err == nil {
+	if _, err := s.Write(canceled, n, more, int64(len(data)), WriteOp{}); err == nil {
 		data = append(data, more...)
 	}
 	got := make([]byte, len(data))
@@ -42,7 +42,7 @@ func TestSpillCanceled(t *testing.T) {
 	// The same for a flush (an interrupted fsync) of buffered files.
 	small, err := s.Create(ctx, s.root, "small", 0o644, Owner{})
 	require.NoError(t, err)
-	_, err = s.Write(ctx, small, []byte("buffered"), 0, false)
+	_, err = s.Write(ctx, small, []byte("buffered"), 0, WriteOp{})
 	require.NoError(t, err)
 	_ = e.Sync(canceled, "s")
 	got = make([]byte, 8)
