@@ -111,7 +111,7 @@ func (s *Session) storeFileContent(ctx context.Context, batch cas.Batch, n *node
 	if len(d.dirty) == 0 && d.chunks == nil && d.size == d.base.Size {
 		return nil
 	}
-	if err := n.spill(ctx, batch, -1); err != nil {
+	if err := n.spill(ctx, batch, -1, true); err != nil {
 		return fmt.Errorf("store content of inode %d: %w", n.ino, err)
 	}
 	if err := n.loadChunks(ctx); err != nil {

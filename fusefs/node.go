@@ -61,8 +61,10 @@ type fileData struct {
 	base   manifest.Entry
 	chunks *manifest.ChunkList
 	// dirty holds chunks written since the last flush, by chunk index.
-	dirty      map[int]*dirtyChunk
-	dirtyBytes int64
+	dirty map[int]*dirtyChunk
+	// dirtyBytes and overlayBytes are the memory of dirty's whole buffers
+	// and of its overlays.
+	dirtyBytes, overlayBytes int64
 	// readNext is the chunk after the last read: a read starting there is
 	// sequential and triggers read-ahead.
 	readNext int
@@ -71,10 +73,14 @@ type fileData struct {
 	unjournaled []span
 }
 
-// addDirty accounts for delta bytes of write buffers, in the file and in
-// the session. Called with n.mu held.
-func (n *node) addDirty(delta int64) {
-	n.data.dirtyBytes += delta
+// charge accounts for delta bytes of c's buffers, in the file (whole
+// buffers and overlays apart) and in the session. Called with n.mu held.
+func (n *node) charge(c *dirtyChunk, delta int64) {
+	if c.whole {
+		n.data.dirtyBytes += delta
+	} else {
+		n.data.overlayBytes += delta
+	}
 	n.sess.dirtyBytes.Add(delta)
 }
 
@@ -261,7 +267,7 @@ func (n *node) addExtent(c *dirtyChunk, off int, p []byte) {
 		freed += cap(e.data)
 	}
 	copy(data[off-lo:], p)
-	n.addDirty(int64(cap(data) - freed))
+	n.charge(c, int64(cap(data)-freed))
 	at := len(keep)
 	for k, e := range keep {
 		if e.off > lo {
@@ -289,8 +295,9 @@ func (n *node) makeWhole(ctx context.Context, c *dirtyChunk) error {
 	if err != nil {
 		return err
 	}
-	n.addDirty(int64(cap(b)) - c.cost())
+	n.charge(c, -c.cost())
 	*c = dirtyChunk{whole: true, buf: b}
+	n.charge(c, int64(cap(b)))
 	return nil
 }
 
@@ -383,7 +390,7 @@ func (n *node) writeChunk(ctx context.Context, i, within int, p []byte) error {
 			}
 			c = &dirtyChunk{whole: true, buf: make([]byte, len(stored), max(len(stored), within+len(p)))}
 			copy(c.buf, stored)
-			n.addDirty(int64(cap(c.buf)))
+			n.charge(c, int64(cap(c.buf)))
 		}
 		if d.dirty == nil {
 			d.dirty = make(map[int]*dirtyChunk)
@@ -418,7 +425,7 @@ func (n *node) writableChunk(ctx context.Context, i int) ([]byte, error) {
 		if c.buf == nil {
 			c.buf = []byte{}
 		}
-		n.addDirty(int64(cap(c.buf)))
+		n.charge(c, int64(cap(c.buf)))
 		if d.dirty == nil {
 			d.dirty = make(map[int]*dirtyChunk)
 		}
@@ -440,7 +447,7 @@ func (n *node) extend(c *dirtyChunk, minLen int) {
 	if cap(b) < minLen {
 		grown := make([]byte, minLen, growCap(cap(b), minLen))
 		copy(grown, b)
-		n.addDirty(int64(cap(grown) - cap(b)))
+		n.charge(c, int64(cap(grown)-cap(b)))
 		c.buf = grown
 		return
 	}
@@ -519,7 +526,7 @@ func (n *node) truncate(ctx context.Context, size int64) error {
 	}
 	for i, c := range d.dirty {
 		if i >= keep {
-			n.addDirty(-c.cost())
+			n.charge(c, -c.cost())
 			delete(d.dirty, i)
 		}
 	}
@@ -547,7 +554,7 @@ func (n *node) punchHole(ctx context.Context, off, length int64) error {
 		span := min(int(end-pos), manifest.ChunkSize-within)
 		if within == 0 && (span == manifest.ChunkSize || pos+int64(span) == d.size) {
 			if c, ok := d.dirty[i]; ok {
-				n.addDirty(-c.cost())
+				n.charge(c, -c.cost())
 				delete(d.dirty, i)
 			}
 			if i < d.chunks.Len() {
@@ -568,9 +575,10 @@ func (n *node) punchHole(ctx context.Context, off, length int64) error {
 }
 
 // spill moves the dirty chunks of n, but the one at index keep (the one a
-// sequential writer is filling; -1 for none), into the store (not
-// durably), keeping the file's logical content. Called with n.mu held.
-func (n *node) spill(ctx context.Context, b cas.Batch, keep int) error {
+// sequential writer is filling; -1 for none) and, unless overlays, the
+// overlays, into the store (not durably), keeping the file's logical
+// content. Called with n.mu held.
+func (n *node) spill(ctx context.Context, b cas.Batch, keep int, overlays bool) error {
 	d := n.data
 	if len(d.dirty) == 0 {
 		return nil
@@ -586,11 +594,11 @@ func (n *node) spill(ctx context.Context, b cas.Batch, keep int) error {
 	}
 	var jobs []*job
 	for i, c := range d.dirty {
-		if i == keep {
+		if i == keep || !c.whole && !overlays {
 			continue
 		}
 		if chunkLen(d.size, i) == 0 {
-			n.addDirty(-c.cost())
+			n.charge(c, -c.cost())
 			delete(d.dirty, i)
 			continue
 		}
@@ -626,7 +634,7 @@ func (n *node) spill(ctx context.Context, b cas.Batch, keep int) error {
 			return j.err
 		}
 		d.chunks.Set(j.i, j.ref)
-		n.addDirty(-j.c.cost())
+		n.charge(j.c, -j.c.cost())
 		delete(d.dirty, j.i)
 	}
 	return nil

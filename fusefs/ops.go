@@ -431,15 +431,21 @@ func (s *Session) Setattr(ctx context.Context, n *node, a SetAttr) error {
 	return s.maybeSpill(ctx, n, -1)
 }
 
-// maybeSpill bounds the memory a file's buffered writes take. Called with
-// n.mu held.
+// maybeSpill bounds the memory a file's buffered writes take: past
+// spillThreshold of whole buffers they go to the store; overlays, which
+// hold only what was written (and would have to read their base to be
+// stored), stay until overlaySpillThreshold. Called with n.mu held.
 func (s *Session) maybeSpill(ctx context.Context, n *node, keep int) error {
-	if n.data == nil || n.data.dirtyBytes < spillThreshold {
+	if n.data == nil {
+		return nil
+	}
+	overlays := n.data.overlayBytes >= overlaySpillThreshold
+	if !overlays && n.data.dirtyBytes < spillThreshold {
 		return nil
 	}
 	b := s.newBatch()
 	defer b.Discard()
-	if err := n.spill(ctx, b, keep); err != nil {
+	if err := n.spill(ctx, b, keep, overlays); err != nil {
 		return err
 	}
 	return b.Commit(ctx, false)
@@ -464,7 +470,7 @@ func (s *Session) spillAll(ctx context.Context) error {
 	defer b.Discard()
 	for _, n := range files {
 		n.mu.Lock()
-		err := n.spill(ctx, b, -1)
+		err := n.spill(ctx, b, -1, true)
 		n.mu.Unlock()
 		if err != nil {
 			return err

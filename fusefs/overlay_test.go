@@ -37,8 +37,10 @@ func TestOverlayModel(t *testing.T) {
 	require.NoError(t, err)
 	copy(model[3*manifest.ChunkSize+8192:], page)
 	n.mu.Lock()
-	require.Equal(t, int64(4096), n.data.dirtyBytes, "an overlay holds what was written")
+	whole, overlay := n.data.dirtyBytes, n.data.overlayBytes
 	n.mu.Unlock()
+	require.Equal(t, int64(0), whole)
+	require.Equal(t, int64(4096), overlay, "an overlay holds what was written")
 
 	rng := rand.New(rand.NewPCG(9, 9))
 	check := func(off, l int) {
@@ -79,7 +81,7 @@ func TestOverlayModel(t *testing.T) {
 		case r < 96:
 			n.mu.Lock()
 			b := s.newBatch()
-			err := n.spill(ctx, b, -1)
+			err := n.spill(ctx, b, -1, rng.IntN(2) == 0)
 			if err == nil {
 				err = b.Commit(ctx, false)
 			}

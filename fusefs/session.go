@@ -71,6 +71,11 @@ type logger interface {
 // memory bounded while a writer streams gigabytes.
 const spillThreshold = 4 << 20
 
+// overlaySpillThreshold is the same bound for a file's overlays: a 4 KiB
+// page costs 4 KiB of overlay, so a file takes 4096 pages at random before
+// they are stored.
+const overlaySpillThreshold = 16 << 20
+
 // sessionSpillThreshold bounds the write buffers of all files of a session
 // together (many small files written and not yet flushed).
 const sessionSpillThreshold = 64 << 20
