@@ -53,6 +53,12 @@ func (s *Session) flushLocked(ctx context.Context, durable bool) (cas.Ref, error
 func (s *Session) storeChanges(ctx context.Context, dirty map[*node]struct{}, durable bool) (cas.Ref, error) {
 	batch := s.newBatch()
 	defer batch.Discard()
+	// Chunks of batches that failed to commit are named by the tree stored
+	// here: store them with it.
+	settled, err := s.orphans.settle(batch)
+	if err != nil {
+		return cas.Ref{}, err
+	}
 	s.treeMu.Lock()
 	defer s.treeMu.Unlock()
 
@@ -90,6 +96,7 @@ func (s *Session) storeChanges(ctx context.Context, dirty map[*node]struct{}, du
 	if err := batch.Commit(ctx, durable); err != nil {
 		return cas.Ref{}, fmt.Errorf("commit flush: %w", err)
 	}
+	settled()
 	return root, nil
 }
 

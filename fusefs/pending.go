@@ -65,19 +65,21 @@ func (p *pendingChunks) get(ref cas.Ref) ([]byte, bool) {
 // commits. A chunk's ref is published in its file as soon as it is put, so
 // the batch is never thrown away: Discard without a successful Commit
 // commits what was put (an error half-way through a spill or a flush must
-// not lose bytes acknowledged earlier); only if that fails too are the
-// bytes gone, and reads of them fail with EIO.
+// not lose bytes acknowledged earlier), and if that fails too the batch is
+// handed to orphan, which keeps its chunks in pending until a flush stores
+// them (orphans.go).
 type pendingBatch struct {
 	cas.Batch
 	pending *pendingChunks
+	orphan  func(*pendingBatch)
 	mu      sync.Mutex // puts come from several goroutines
 	refs    []cas.Ref  // GUARDED_BY(mu)
 }
 
 // newBatch starts a batch for content of s; use it instead of
 // s.store.NewBatch so that spilled chunks stay readable before the commit.
-func (s *Session) newBatch() cas.Batch {
-	return &pendingBatch{Batch: s.store.NewBatch(), pending: &s.pending}
+func (s *Session) newBatch() *pendingBatch {
+	return &pendingBatch{Batch: s.store.NewBatch(), pending: &s.pending, orphan: s.orphans.adopt}
 }
 
 func (b *pendingBatch) Put(data []byte) (cas.Ref, error) {
@@ -106,7 +108,11 @@ func (b *pendingBatch) Commit(ctx context.Context, durable bool) error {
 
 func (b *pendingBatch) Discard() {
 	if len(b.refs) > 0 {
-		_ = b.Batch.Commit(context.Background(), false)
+		if err := b.Batch.Commit(context.Background(), false); err != nil {
+			b.Batch.Discard()
+			b.orphan(b)
+			return
+		}
 	}
 	b.Batch.Discard()
 	b.pending.drop(b.refs)

@@ -49,6 +49,8 @@ type Session struct {
 	journal *journal
 	// pending holds chunks of batches not committed yet (see newBatch).
 	pending pendingChunks
+	// orphans keeps the chunks of batches whose commit failed (orphans.go).
+	orphans orphans
 
 	// dirtyBytes counts buffered file bytes across the session.
 	dirtyBytes atomic.Int64

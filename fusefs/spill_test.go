@@ -3,11 +3,15 @@ package fusefs
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"homefs/cas"
 )
 
 // TestSpillCanceled: a write whose request is interrupted (the kernel
@@ -55,4 +59,68 @@ func TestSpillCanceled(t *testing.T) {
 	all, err := os.ReadFile(filepath.Join(fm.Dir(), "f"))
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(data, all))
+}
+
+// failingStore fails the commits of batches while fail is set.
+type failingStore struct {
+	cas.Store
+	fail atomic.Bool
+}
+
+func (s *failingStore) NewBatch() cas.Batch { return &failingBatch{Batch: s.Store.NewBatch(), s: s} }
+
+type failingBatch struct {
+	cas.Batch
+	s *failingStore
+}
+
+func (b *failingBatch) Commit(ctx context.Context, durable bool) error {
+	if b.s.fail.Load() {
+		return errors.New("injected commit failure")
+	}
+	return b.Batch.Commit(ctx, durable)
+}
+
+// TestSpillCommitFails: a spill or flush whose commit fails reports the
+// error but keeps its chunks; once the store works again the next flush
+// stores them, so nothing written is lost.
+func TestSpillCommitFails(t *testing.T) {
+	t.Parallel()
+	store := &failingStore{Store: cas.NewMemory()}
+	e := NewTestEngine(t, store)
+	ctx := context.Background()
+	_, err := e.Catalog().CreateSession(ctx, "s", "")
+	require.NoError(t, err)
+	s, err := e.live(ctx, "s")
+	require.NoError(t, err)
+	n, err := s.Create(ctx, s.root, "f", 0o644, Owner{})
+	require.NoError(t, err)
+	store.fail.Store(true)
+	data := randBytes(43, 3*spillThreshold)
+	failed := 0
+	for off := 0; off < len(data); off += 1 << 20 {
+		if _, err := s.Write(ctx, n, data[off:off+1<<20], int64(off), WriteOp{}); err != nil {
+			failed++ // the spill's commit; the bytes are in the file all the same
+		}
+	}
+	require.NotZero(t, failed, "spills ran into the broken store")
+	got := make([]byte, len(data))
+	_, err = s.Read(ctx, n, got, 0)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(data, got), "the chunks of failed commits are still readable")
+	require.Error(t, e.Sync(ctx, "s"), "a flush into the broken store fails")
+	_, err = s.Read(ctx, n, got, 0)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(data, got), "and so are those of the failed flush")
+
+	store.fail.Store(false)
+	require.NoError(t, e.Sync(ctx, "s"))
+	s.pending.mu.Lock()
+	held := len(s.pending.m)
+	s.pending.mu.Unlock()
+	require.Zero(t, held, "once stored, nothing is held in memory")
+	fm := forkMount(t, e, "s", "after")
+	all, err := os.ReadFile(filepath.Join(fm.Dir(), "f"))
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(data, all), "the stored file holds every byte")
 }
