@@ -153,6 +153,7 @@ func (e *Engine) live(ctx context.Context, name string) (*Session, error) {
 	s := newSession(name, e.store, e.cache, &e.inos, h.Root, false, e.log)
 	s.gen = h.Gen
 	if e.storeDir != "" {
+		s.backingDir = backingDir(e.storeDir, name)
 		if err := e.openJournal(ctx, s); err != nil {
 			return nil, err
 		}
@@ -742,6 +743,7 @@ func (e *Engine) Close(ctx context.Context) error {
 		if err := e.sync(ctx, s); err != nil {
 			errs = append(errs, fmt.Errorf("flush %s: %w", s.name, err))
 		}
+		s.closeBackings()
 		if s.journal != nil {
 			if err := s.journal.close(); err != nil {
 				errs = append(errs, err)

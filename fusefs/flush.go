@@ -19,6 +19,10 @@ func (p batchPutter) Put(_ context.Context, data []byte) (cas.Ref, error) { retu
 // from changed entries to the root, never the size of the tree. The caller
 // holds s.freeze exclusively, so the result is one point in time.
 func (s *Session) flushLocked(ctx context.Context, durable bool) (cas.Ref, error) {
+	// What passthrough writers appended is part of this point in time.
+	if err := s.ingestAll(ctx); err != nil {
+		return cas.Ref{}, err
+	}
 	s.dirtyMu.Lock()
 	dirty := s.dirty
 	s.dirty = make(map[*node]struct{})

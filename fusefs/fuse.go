@@ -22,6 +22,12 @@ type fnode struct {
 	// n is fixed for every fnode but a mount's root, which a restore
 	// points at the restored tree.
 	n atomic.Pointer[node]
+
+	// opens counts this mount's open handles of the node, ptOpens those
+	// of them that are passthrough (passthrough.go). GUARDED_BY(openMu)
+	openMu  sync.Mutex
+	opens   int
+	ptOpens int
 }
 
 func (m *Mount) wrap(n *node) *fnode {
@@ -59,9 +65,81 @@ var (
 )
 
 // handle is an open file: it remembers O_APPEND so that appends land at the
-// end as the session sees it, atomically with the write.
+// end as the session sees it, atomically with the write, and whether the
+// kernel passes its reads and writes through to the node's backing file.
 type handle struct {
 	appendMode bool
+	f          *fnode
+	pt         bool
+	fd         int // the backing file, when pt
+}
+
+var (
+	_ fs.FilePassthroughFder = (*handle)(nil)
+	_ fs.FileReleaser        = (*handle)(nil)
+)
+
+// PassthroughFd is asked only while the mount has no passthrough open of
+// the node; while it has one, go-fuse gives every new handle of the node
+// passthrough, which is why open decides as it does (see open).
+func (h *handle) PassthroughFd() (int, bool) { return h.fd, h.pt }
+
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	f := h.f
+	f.openMu.Lock()
+	defer f.openMu.Unlock()
+	f.opens--
+	if h.pt {
+		f.ptOpens--
+		n := f.n.Load()
+		n.mu.Lock()
+		if b := n.data.backing; b != nil {
+			b.opens--
+		}
+		n.mu.Unlock()
+	}
+	return 0
+}
+
+// open makes the handle of an open of f with flags. The kernel fails an
+// open of an inode that has passthrough opens unless it is passthrough
+// too, so: while the mount has passthrough opens of the node every open
+// is one; with no open at all, a write-only appender starts passthrough;
+// otherwise the open goes through the daemon.
+func (f *fnode) open(ctx context.Context, flags uint32) (*handle, error) {
+	h := &handle{appendMode: flags&syscall.O_APPEND != 0, f: f}
+	n := f.n.Load()
+	if s := f.sess(); !s.readOnly {
+		// A backing file made here must not appear in the middle of a
+		// flush, which ingests every backing file at one point in time.
+		s.freeze.RLock()
+		defer s.freeze.RUnlock()
+	}
+	f.openMu.Lock()
+	defer f.openMu.Unlock()
+	if n.kind == manifest.KindFile && (f.ptOpens > 0 || f.opens == 0) {
+		n.mu.Lock()
+		var err error
+		if f.ptOpens > 0 || n.eligible(flags) {
+			var b *backing
+			if b, err = n.openBacking(ctx); err == nil {
+				h.pt, h.fd = true, int(b.f.Fd())
+				b.opens++
+				if flags&syscall.O_ACCMODE != syscall.O_RDONLY && flags&syscall.O_APPEND == 0 || flags&syscall.O_ACCMODE == syscall.O_RDWR {
+					b.wild = true // may write before the end, or map the file
+				}
+			}
+		}
+		n.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
+	f.opens++
+	if h.pt {
+		f.ptOpens++
+	}
+	return h, nil
 }
 
 func typeBits(k manifest.Kind) uint32 {
@@ -287,7 +365,11 @@ func (f *fnode) Create(ctx context.Context, name string, flags uint32, mode uint
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
-	return in, &handle{appendMode: flags&syscall.O_APPEND != 0}, 0, 0
+	h, err := in.Operations().(*fnode).open(ctx, flags)
+	if err != nil {
+		return nil, nil, 0, f.m.toErrno("create", f, err)
+	}
+	return in, h, 0, 0
 }
 
 func (f *fnode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
@@ -301,7 +383,11 @@ func (f *fnode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, 
 			return nil, 0, f.m.toErrno("open", f, err)
 		}
 	}
-	return &handle{appendMode: flags&syscall.O_APPEND != 0}, 0, 0
+	h, err := f.open(ctx, flags)
+	if err != nil {
+		return nil, 0, f.m.toErrno("open", f, err)
+	}
+	return h, 0, 0
 }
 
 func (f *fnode) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {

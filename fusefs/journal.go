@@ -490,6 +490,9 @@ func (s *Session) walkFile(ctx context.Context, path string) (*node, error) {
 // fsync makes everything written to n durable: through the journal when
 // that is enough, else by flushing the whole session.
 func (e *Engine) fsync(ctx context.Context, s *Session, n *node) error {
+	if _, err := s.ingestNode(ctx, n); err != nil {
+		return err
+	}
 	done, err := e.journalFsync(ctx, s, n)
 	if err != nil || done {
 		return err

@@ -71,6 +71,9 @@ type fileData struct {
 	// unjournaled are the byte ranges written since the file was last made
 	// durable (by a flush or through the journal).
 	unjournaled []span
+	// backing is the local file passthrough opens use (passthrough.go);
+	// nil without one.
+	backing *backing
 }
 
 // charge accounts for delta bytes of c's buffers, in the file (whole

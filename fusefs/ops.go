@@ -394,7 +394,13 @@ func (s *Session) Setattr(ctx context.Context, n *node, a SetAttr) error {
 			}
 			return syscall.EINVAL
 		}
+		if _, err := n.ingest(ctx); err != nil {
+			return err
+		}
 		if err := n.truncate(ctx, *a.Size); err != nil {
+			return err
+		}
+		if err := n.writeThrough(ctx, *a.Size, *a.Size); err != nil {
 			return err
 		}
 		n.mtime = t
@@ -507,10 +513,16 @@ func (s *Session) write(ctx context.Context, n *node, data []byte, off int64, op
 	if n.kind != manifest.KindFile {
 		return 0, syscall.EISDIR
 	}
+	if _, err := n.ingest(ctx); err != nil {
+		return 0, err
+	}
 	if op.Append {
 		off = n.data.size
 	}
 	if err := n.writeAt(ctx, data, off); err != nil {
+		return 0, err
+	}
+	if err := n.writeThrough(ctx, off, off+int64(len(data))); err != nil {
 		return 0, err
 	}
 	t := now()
@@ -528,6 +540,9 @@ func (s *Session) write(ctx context.Context, n *node, data []byte, off int64, op
 
 // Read reads at off into dest.
 func (s *Session) Read(ctx context.Context, n *node, dest []byte, off int64) (int, error) {
+	if _, err := s.ingestNode(ctx, n); err != nil {
+		return 0, err
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.kind != manifest.KindFile {
@@ -562,6 +577,9 @@ func (s *Session) Allocate(ctx context.Context, n *node, off, length int64, mode
 	if n.kind != manifest.KindFile {
 		return syscall.ENODEV
 	}
+	if _, err := n.ingest(ctx); err != nil {
+		return err
+	}
 	switch mode &^ fallocKeepSize {
 	case 0:
 	case fallocPunchHole:
@@ -583,6 +601,9 @@ func (s *Session) Allocate(ctx context.Context, n *node, off, length int64, mode
 			return syscall.EFBIG
 		}
 		n.growTo(end)
+	}
+	if err := n.writeThrough(ctx, off, off+length); err != nil {
+		return err
 	}
 	t := now()
 	n.ctime = t
@@ -702,6 +723,9 @@ type Attr struct {
 
 // Getattr returns n's attributes.
 func (s *Session) Getattr(ctx context.Context, n *node) (Attr, error) {
+	if _, err := s.ingestNode(ctx, n); err != nil {
+		return Attr{}, err
+	}
 	var nlink uint32 = 1
 	if n.isDir() {
 		k, err := s.subdirCount(ctx, n)

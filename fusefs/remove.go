@@ -21,8 +21,11 @@ func (e *Engine) RemoveSession(ctx context.Context, name string) error {
 	if err := e.cat.DeleteSession(ctx, name); err != nil {
 		return err
 	}
-	if s, ok := e.sessions[name]; ok && s.journal != nil {
-		s.journal.close()
+	if s, ok := e.sessions[name]; ok {
+		s.closeBackings()
+		if s.journal != nil {
+			s.journal.close()
+		}
 	}
 	if e.storeDir != "" {
 		os.Remove(journalPath(e.storeDir, name))

@@ -51,6 +51,10 @@ type Session struct {
 	pending pendingChunks
 	// orphans keeps the chunks of batches whose commit failed (orphans.go).
 	orphans orphans
+	// backingDir holds the backing files of passthrough opens; empty for
+	// none (no store directory). backed lists the nodes that have one.
+	backingDir string
+	backed     backedSet
 
 	// dirtyBytes counts buffered file bytes across the session.
 	dirtyBytes atomic.Int64

@@ -1,0 +1,322 @@
+package fusefs
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+
+	"homefs/manifest"
+)
+
+// Write-only appenders (a rollout or transcript opened O_WRONLY|O_APPEND)
+// get kernel passthrough: the file's content is copied into a local
+// backing file and the kernel sends their writes straight to it, with no
+// round trip to the daemon (a 600-byte append costs about what it costs on
+// ext4, where a FUSE write costs 13–18 µs here).
+//
+// The daemon does not see those writes, so the backing file is the
+// authority for bytes past what the node holds, and ingest folds its new
+// tail into the node (as writes: chunk buffers, journal spans) whenever the
+// daemon needs the content: on getattr, read, write, truncate, fsync and
+// every flush. Appends only grow a file, so the tail since the last ingest
+// is exactly what changed: a capture costs the appended bytes, never the
+// file. Durability is unchanged: an fsync ingests and then goes through the
+// journal or a flush; the backing file is never what survives a crash.
+//
+// A capture ingests every backed file under the freeze lock and then checks
+// that none grew meanwhile (retrying if one did), so the snapshot holds
+// every backed file as it was at one instant, with the rest of the session
+// frozen (see ingestAll).
+//
+// The kernel requires that while one open of an inode is passthrough,
+// every open of it is (else it fails the open with EIO), so a mount starts
+// passthrough for a node only when it has no open handle of it, and then
+// answers every open of that node with passthrough until the last closes.
+// Such an open that may write elsewhere than at the end (O_RDWR, or
+// O_WRONLY without O_APPEND) makes the backing file wild: its whole
+// content is ingested from then on, which costs the file's size but stays
+// correct. Files with setuid, setgid or capabilities never get passthrough
+// (the kernel would not drop them on write), nor files past maxBacked.
+
+// maxBacked bounds the files copied into a backing file on open.
+const maxBacked = 64 << 20
+
+// backing is a node's local copy that passthrough opens read and write.
+// GUARDED_BY(node.mu) for every field but f, which is fixed.
+type backing struct {
+	f        *os.File
+	ingested int64 // bytes of f the node's content holds
+	wild     bool  // a passthrough open may have written before ingested
+	mtime    int64 // f's mtime when last ingested
+	opens    int   // passthrough handles open, in every mount
+}
+
+// backingDir holds the backing files of session s under the store
+// directory; it holds nothing that survives the daemon.
+func backingDir(storeDir, session string) string {
+	return filepath.Join(storeDir, "backing", session)
+}
+
+// eligible reports whether an open with flags may start passthrough of n.
+// Called with n.mu held.
+func (n *node) eligible(flags uint32) bool {
+	if n.kind != manifest.KindFile || n.sess.readOnly || n.sess.backingDir == "" {
+		return false
+	}
+	if flags&syscall.O_ACCMODE != syscall.O_WRONLY || flags&syscall.O_APPEND == 0 {
+		return false
+	}
+	if n.mode&(syscall.S_ISUID|syscall.S_ISGID) != 0 {
+		return false
+	}
+	if _, ok := n.xattrs[capabilityXattr]; ok {
+		return false
+	}
+	return n.data.backing != nil || n.data.size <= maxBacked
+}
+
+// openBacking returns n's backing file, copying the content into a new one
+// if n has none. Called with n.mu held.
+func (n *node) openBacking(ctx context.Context) (*backing, error) {
+	d := n.data
+	if d.backing != nil {
+		return d.backing, nil
+	}
+	dir := n.sess.backingDir
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("backing directory: %w", err)
+	}
+	f, err := os.CreateTemp(dir, fmt.Sprintf("%d-*", n.ino))
+	if err != nil {
+		return nil, fmt.Errorf("create backing file: %w", err)
+	}
+	// Nothing but this process needs the name.
+	_ = os.Remove(f.Name())
+	buf := make([]byte, min(d.size, 1<<20))
+	for off := int64(0); off < d.size; {
+		k, err := n.readAt(ctx, buf[:min(int64(len(buf)), d.size-off)], off)
+		if err == nil {
+			_, err = f.WriteAt(buf[:k], off)
+		}
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("copy into backing file: %w", err)
+		}
+		off += int64(k)
+	}
+	if err := f.Truncate(d.size); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("size backing file: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("backing file: %w", err)
+	}
+	d.backing = &backing{f: f, ingested: d.size, mtime: st.ModTime().UnixNano()}
+	n.sess.addBacked(n)
+	return d.backing, nil
+}
+
+// ingest folds what passthrough writers added to n's backing file into n.
+// Called with freeze held (shared or exclusive) and n.mu held; it reports
+// the backing file's size.
+func (n *node) ingest(ctx context.Context) (int64, error) {
+	d := n.data
+	b := d.backing
+	if b == nil {
+		return d.size, nil
+	}
+	st, err := b.f.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("backing file: %w", err)
+	}
+	size, mtime := st.Size(), st.ModTime().UnixNano()
+	from := b.ingested
+	if b.wild {
+		from = 0
+	}
+	from = min(from, size)
+	if size > from || mtime != b.mtime {
+		buf := make([]byte, min(size-from, 1<<20))
+		for off := from; off < size; {
+			k, err := b.f.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
+			if k == 0 && err != nil && err != io.EOF {
+				return 0, fmt.Errorf("read backing file: %w", err)
+			}
+			if k == 0 {
+				break
+			}
+			if err := n.writeAt(ctx, buf[:k], off); err != nil {
+				return 0, err
+			}
+			n.sess.markWritten(n, off, off+int64(k))
+			off += int64(k)
+		}
+		if size < d.size {
+			if err := n.truncate(ctx, size); err != nil {
+				return 0, err
+			}
+			n.sess.markDirty(n)
+		}
+		if size > b.ingested && n.killPriv() {
+			n.sess.markDirty(n) // chmod +s since the open: drop it, as a write does
+		}
+		n.mtime, n.ctime = mtime, mtime
+		b.ingested, b.mtime = size, mtime
+		if err := n.sess.maybeSpill(ctx, n, -1); err != nil {
+			return 0, err
+		}
+	}
+	return size, nil
+}
+
+// ingestNode ingests n if it has a backing file, holding off a flush
+// meanwhile; it reports whether n has one.
+func (s *Session) ingestNode(ctx context.Context, n *node) (bool, error) {
+	if n.kind != manifest.KindFile || s.readOnly {
+		return false, nil
+	}
+	n.mu.Lock()
+	has := n.data.backing != nil
+	n.mu.Unlock()
+	if !has {
+		return false, nil
+	}
+	s.freeze.RLock()
+	defer s.freeze.RUnlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_, err := n.ingest(ctx)
+	return true, err
+}
+
+// writeThrough repeats a change the daemon made to n's content in its
+// backing file, so that passthrough readers and writers see it. Called
+// with n.mu held, after the change.
+func (n *node) writeThrough(ctx context.Context, off, end int64) error {
+	d := n.data
+	b := d.backing
+	if b == nil {
+		return nil
+	}
+	if err := b.f.Truncate(d.size); err != nil {
+		return fmt.Errorf("backing file: %w", err)
+	}
+	end = min(end, d.size)
+	buf := make([]byte, min(max(end-off, 0), 1<<20))
+	for off < end {
+		k, err := n.readAt(ctx, buf[:min(int64(len(buf)), end-off)], off)
+		if err == nil {
+			_, err = b.f.WriteAt(buf[:k], off)
+		}
+		if err != nil {
+			return fmt.Errorf("backing file: %w", err)
+		}
+		off += int64(k)
+	}
+	st, err := b.f.Stat()
+	if err != nil {
+		return fmt.Errorf("backing file: %w", err)
+	}
+	b.ingested, b.mtime = d.size, st.ModTime().UnixNano()
+	return nil
+}
+
+// backedSet is the session's nodes that have a backing file.
+type backedSet struct {
+	mu    sync.Mutex
+	nodes map[*node]struct{} // GUARDED_BY(mu)
+}
+
+func (s *Session) addBacked(n *node) {
+	s.backed.mu.Lock()
+	defer s.backed.mu.Unlock()
+	if s.backed.nodes == nil {
+		s.backed.nodes = make(map[*node]struct{})
+	}
+	s.backed.nodes[n] = struct{}{}
+}
+
+func (s *Session) backedNodes() []*node {
+	s.backed.mu.Lock()
+	defer s.backed.mu.Unlock()
+	out := make([]*node, 0, len(s.backed.nodes))
+	for n := range s.backed.nodes {
+		out = append(out, n)
+	}
+	return out
+}
+
+// ingestAll ingests every backed node of s, again until a pass finds none
+// grown: each backed file then held the size it was ingested at from its
+// ingest to the check, an interval that contains the last ingest, so at
+// that instant the session was exactly what the flush stores (everything
+// else is frozen). Backing files no open uses any more are dropped. Called
+// with freeze held exclusively.
+func (s *Session) ingestAll(ctx context.Context) error {
+	nodes := s.backedNodes()
+	if len(nodes) == 0 {
+		return nil
+	}
+	const passes = 16
+	for pass := 0; ; pass++ {
+		sizes := make([]int64, len(nodes))
+		for i, n := range nodes {
+			n.mu.Lock()
+			size, err := n.ingest(ctx)
+			n.mu.Unlock()
+			if err != nil {
+				return err
+			}
+			sizes[i] = size
+		}
+		grown := false
+		for i, n := range nodes {
+			n.mu.Lock()
+			if b := n.data.backing; b != nil {
+				if st, err := b.f.Stat(); err == nil && st.Size() != sizes[i] {
+					grown = true
+				}
+			}
+			n.mu.Unlock()
+		}
+		if !grown {
+			break
+		}
+		if pass == passes {
+			return fmt.Errorf("backed files kept growing through %d passes: %w", passes, syscall.EAGAIN)
+		}
+	}
+	for _, n := range nodes {
+		n.mu.Lock()
+		if b := n.data.backing; b != nil && b.opens == 0 {
+			b.f.Close()
+			n.data.backing = nil
+			s.backed.mu.Lock()
+			delete(s.backed.nodes, n)
+			s.backed.mu.Unlock()
+		}
+		n.mu.Unlock()
+	}
+	return nil
+}
+
+// closeBackings closes every backing file (the session is going away).
+func (s *Session) closeBackings() {
+	for _, n := range s.backedNodes() {
+		n.mu.Lock()
+		if b := n.data.backing; b != nil {
+			b.f.Close()
+			n.data.backing = nil
+		}
+		n.mu.Unlock()
+	}
+	s.backed.mu.Lock()
+	s.backed.nodes = nil
+	s.backed.mu.Unlock()
+}
