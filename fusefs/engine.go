@@ -207,6 +207,8 @@ type Mount struct {
 	// shows.
 	shortCache atomic.Bool
 	rootIno    uint64 // the mountpoint's inode number, for its whole life
+	// releasing counts RELEASE requests being served (releaseGate).
+	releasing atomic.Int32
 }
 
 // Dir is the mountpoint.
@@ -407,7 +409,7 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 	if opts.ReadOnly {
 		mopts = append(mopts, "ro")
 	}
-	server, err := fs.Mount(real, m.root, &fs.Options{
+	server, err := mountFS(real, m, &fs.Options{
 		MountOptions: fuse.MountOptions{
 			DirectMount: true,
 			// Unmount errors (EBUSY) come back as they are, with no fallback
@@ -751,4 +753,19 @@ func (e *Engine) Close(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// mountFS mounts m's root at dir, as fs.Mount does, with the file system
+// wrapped in m's releaseGate.
+func mountFS(dir string, m *Mount, opts *fs.Options) (*fuse.Server, error) {
+	raw := releaseGate{RawFileSystem: fs.NewNodeFS(m.root, opts), releasing: &m.releasing}
+	server, err := fuse.NewServer(raw, dir, &opts.MountOptions)
+	if err != nil {
+		return nil, err
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
+		return nil, err
+	}
+	return server, nil
 }

@@ -74,15 +74,32 @@ type handle struct {
 	fd         int // the backing file, when pt
 }
 
+// ptHandle is a passthrough handle. Only it implements
+// fs.FilePassthroughFder: go-fuse gives every handle that does the node's
+// backing id while the node has one, so a handle the daemon serves must
+// not.
+type ptHandle struct{ *handle }
+
 var (
-	_ fs.FilePassthroughFder = (*handle)(nil)
+	_ fs.FilePassthroughFder = ptHandle{}
+	_ fs.FileReleaser        = ptHandle{}
 	_ fs.FileReleaser        = (*handle)(nil)
 )
 
 // PassthroughFd is asked only while the mount has no passthrough open of
-// the node; while it has one, go-fuse gives every new handle of the node
-// passthrough, which is why open decides as it does (see open).
-func (h *handle) PassthroughFd() (int, bool) { return h.fd, h.pt }
+// the node; while it has one, go-fuse hands the new handle that one's id.
+func (h ptHandle) PassthroughFd() (int, bool) { return h.fd, true }
+
+// handleOf returns the handle behind a file handle go-fuse passes back.
+func handleOf(fh fs.FileHandle) *handle {
+	switch h := fh.(type) {
+	case *handle:
+		return h
+	case ptHandle:
+		return h.handle
+	}
+	return nil
+}
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	f := h.f
@@ -105,8 +122,12 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 // open of an inode that has passthrough opens unless it is passthrough
 // too, so: while the mount has passthrough opens of the node every open
 // is one; with no open at all, a write-only appender starts passthrough;
-// otherwise the open goes through the daemon.
-func (f *fnode) open(ctx context.Context, flags uint32) (*handle, error) {
+// otherwise the open goes through the daemon. Passthrough does not start
+// while a release is in flight in the mount: go-fuse gives back the
+// backing id of a node's last passthrough handle only after the handle's
+// Release returned, and an open handed that id in between would leave the
+// node with an id the kernel refuses for its next open.
+func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, error) {
 	h := &handle{appendMode: flags&syscall.O_APPEND != 0, f: f}
 	n := f.n.Load()
 	if s := f.sess(); !s.readOnly {
@@ -120,7 +141,7 @@ func (f *fnode) open(ctx context.Context, flags uint32) (*handle, error) {
 	if n.kind == manifest.KindFile && (f.ptOpens > 0 || f.opens == 0) {
 		n.mu.Lock()
 		var err error
-		if f.ptOpens > 0 || n.eligible(flags) {
+		if f.ptOpens > 0 || f.m.releasing.Load() == 0 && n.eligible(flags) {
 			var b *backing
 			if b, err = n.openBacking(ctx); err == nil {
 				h.pt, h.fd = true, int(b.f.Fd())
@@ -131,13 +152,18 @@ func (f *fnode) open(ctx context.Context, flags uint32) (*handle, error) {
 			}
 		}
 		n.mu.Unlock()
-		if err != nil {
+		if err != nil && f.ptOpens > 0 {
 			return nil, err
+		}
+		if err != nil {
+			// The daemon can serve the open itself (a full disk, say).
+			f.m.log.Warn("no passthrough for an appender", "mount", f.m.dir, "err", err)
 		}
 	}
 	f.opens++
 	if h.pt {
 		f.ptOpens++
+		return ptHandle{h}, nil
 	}
 	return h, nil
 }
@@ -399,7 +425,7 @@ func (f *fnode) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int6
 }
 
 func (f *fnode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
-	h, _ := fh.(*handle)
+	h := handleOf(fh)
 	op := WriteOp{Append: h != nil && h.appendMode, KillPriv: unprivileged(ctx)}
 	k, err := f.sess().Write(ctx, f.n.Load(), data, off, op)
 	if err != nil {
@@ -536,4 +562,16 @@ func (f *fnode) CopyFileRange(ctx context.Context, _ fs.FileHandle, offIn uint64
 		return 0, f.m.toErrno("copy_file_range", f, err)
 	}
 	return uint32(k), 0
+}
+
+// releaseGate counts the RELEASE requests in flight in a mount (see open).
+type releaseGate struct {
+	fuse.RawFileSystem
+	releasing *atomic.Int32
+}
+
+func (g releaseGate) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	g.releasing.Add(1)
+	defer g.releasing.Add(-1)
+	g.RawFileSystem.Release(cancel, in)
 }

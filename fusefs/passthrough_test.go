@@ -267,3 +267,56 @@ func TestPassthroughConcurrentCapture(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(len(all)), st.Size())
 }
+
+// TestPassthroughOpenCloseRace: appenders and readers opening and closing
+// one file from many goroutines (releases racing opens) never get an error,
+// and every appended line is there at the end.
+func TestPassthroughOpenCloseRace(t *testing.T) {
+	t.Parallel()
+	e := NewTestEngine(t, nil)
+	m := MountForTest(t, e, "s", "", MountOptions{})
+	p := filepath.Join(m.Dir(), "race.jsonl")
+	const writers, lines = 4, 150
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for i := range lines {
+				f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+				if err != nil {
+					t.Errorf("open for append: %v", err)
+					return
+				}
+				_, err = fmt.Fprintf(f, "{\"w\":%d,\"i\":%d}\n", w, i)
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+				if err != nil {
+					t.Errorf("append: %v", err)
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for range lines {
+				b, err := os.ReadFile(p)
+				if err != nil && !os.IsNotExist(err) {
+					t.Errorf("read: %v", err)
+					return
+				}
+				_ = b
+			}
+		}()
+	}
+	wg.Wait()
+	got := read(t, p)
+	for w := range writers {
+		for i := range lines {
+			require.Contains(t, got, fmt.Sprintf("{\"w\":%d,\"i\":%d}\n", w, i))
+		}
+	}
+	_, snap := captureMount(t, e, "s")
+	require.Equal(t, got, read(t, filepath.Join(snap, "race.jsonl")))
+}
