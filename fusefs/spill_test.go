@@ -22,12 +22,8 @@ func TestSpillCanceled(t *testing.T) {
 	t.Parallel()
 	e := NewTestEngine(t, nil)
 	ctx := context.Background()
-	_, err := e.Catalog().CreateSession(ctx, "s", "")
-	require.NoError(t, err)
-	s, err := e.live(ctx, "s")
-	require.NoError(t, err)
-	n, err := s.Create(ctx, s.root, "f", 0o644, Owner{})
-	require.NoError(t, err)
+	s, n := liveFile(t, e, "f")
+	var err error
 	data := randBytes(41, spillThreshold-100)
 	_, err = s.Write(ctx, n, data, 0, WriteOp{})
 	require.NoError(t, err)
@@ -89,12 +85,8 @@ func TestSpillCommitFails(t *testing.T) {
 	store := &failingStore{Store: cas.NewMemory()}
 	e := NewTestEngine(t, store)
 	ctx := context.Background()
-	_, err := e.Catalog().CreateSession(ctx, "s", "")
-	require.NoError(t, err)
-	s, err := e.live(ctx, "s")
-	require.NoError(t, err)
-	n, err := s.Create(ctx, s.root, "f", 0o644, Owner{})
-	require.NoError(t, err)
+	s, n := liveFile(t, e, "f")
+	var err error
 	store.fail.Store(true)
 	data := randBytes(43, 3*spillThreshold)
 	failed := 0
@@ -123,4 +115,18 @@ func TestSpillCommitFails(t *testing.T) {
 	all, err := os.ReadFile(filepath.Join(fm.Dir(), "f"))
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(data, all), "the stored file holds every byte")
+}
+
+// liveFile creates session "s" on e and an empty file name in it, and
+// returns the live session and the file's node.
+func liveFile(t *testing.T, e *Engine, name string) (*Session, *node) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := e.Catalog().CreateSession(ctx, "s", "")
+	require.NoError(t, err)
+	s, err := e.live(ctx, "s")
+	require.NoError(t, err)
+	n, err := s.Create(ctx, s.root, name, 0o644, Owner{})
+	require.NoError(t, err)
+	return s, n
 }
