@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -96,17 +97,9 @@ func (n *node) openBacking(ctx context.Context) (*backing, error) {
 	}
 	// Nothing but this process needs the name.
 	_ = os.Remove(f.Name())
-	buf := make([]byte, min(d.size, 1<<20))
-	for off := int64(0); off < d.size; {
-		k, err := n.readAt(ctx, buf[:min(int64(len(buf)), d.size-off)], off)
-		if err == nil {
-			_, err = f.WriteAt(buf[:k], off)
-		}
-		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("copy into backing file: %w", err)
-		}
-		off += int64(k)
+	if err := n.copyOut(ctx, f, 0, d.size); err != nil {
+		f.Close()
+		return nil, err
 	}
 	if err := f.Truncate(d.size); err != nil {
 		f.Close()
@@ -145,7 +138,7 @@ func (n *node) ingest(ctx context.Context) (int64, error) {
 		buf := make([]byte, min(size-from, 1<<20))
 		for off := from; off < size; {
 			k, err := b.f.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
-			if k == 0 && err != nil && err != io.EOF {
+			if k == 0 && err != nil && !errors.Is(err, io.EOF) {
 				return 0, fmt.Errorf("read backing file: %w", err)
 			}
 			if k == 0 {
@@ -207,23 +200,31 @@ func (n *node) writeThrough(ctx context.Context, off, end int64) error {
 	if err := b.f.Truncate(d.size); err != nil {
 		return fmt.Errorf("backing file: %w", err)
 	}
-	end = min(end, d.size)
-	buf := make([]byte, min(max(end-off, 0), 1<<20))
-	for off < end {
-		k, err := n.readAt(ctx, buf[:min(int64(len(buf)), end-off)], off)
-		if err == nil {
-			_, err = b.f.WriteAt(buf[:k], off)
-		}
-		if err != nil {
-			return fmt.Errorf("backing file: %w", err)
-		}
-		off += int64(k)
+	if err := n.copyOut(ctx, b.f, off, min(end, d.size)); err != nil {
+		return err
 	}
 	st, err := b.f.Stat()
 	if err != nil {
 		return fmt.Errorf("backing file: %w", err)
 	}
 	b.ingested, b.mtime = d.size, st.ModTime().UnixNano()
+	return nil
+}
+
+// copyOut writes n's content in [off, end) into f at the same offsets.
+// Called with n.mu held.
+func (n *node) copyOut(ctx context.Context, f *os.File, off, end int64) error {
+	buf := make([]byte, min(max(end-off, 0), 1<<20))
+	for off < end {
+		k, err := n.readAt(ctx, buf[:min(int64(len(buf)), end-off)], off)
+		if err == nil {
+			_, err = f.WriteAt(buf[:k], off)
+		}
+		if err != nil {
+			return fmt.Errorf("copy into backing file: %w", err)
+		}
+		off += int64(k)
+	}
 	return nil
 }
 
