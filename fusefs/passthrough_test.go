@@ -1,11 +1,13 @@
 package fusefs
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -13,6 +15,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"homefs/cas"
+	"homefs/internal/catalog"
 )
 
 // openT opens path and closes it when the test ends, so that a failing
@@ -319,4 +324,105 @@ func TestPassthroughOpenCloseRace(t *testing.T) {
 	}
 	_, snap := captureMount(t, e, "s")
 	require.Equal(t, got, read(t, filepath.Join(snap, "race.jsonl")))
+}
+
+// TestPassthroughDurability: appends through passthrough that were fsynced
+// survive a kill -9 of the daemon (they went through the journal), and the
+// daemon really held a backing file for them.
+func TestPassthroughDurability(t *testing.T) {
+	t.Parallel()
+	storeDir, mnt := t.TempDir(), t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := helper(ctx, "durable", storeDir, mnt)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		_ = unix.Unmount(mnt, unix.MNT_DETACH)
+	})
+	waitLine(t, bufio.NewReader(out), "mounted")
+
+	require.NoError(t, os.Mkdir(filepath.Join(mnt, "sessions"), 0o755))
+	p := filepath.Join(mnt, "sessions/t.jsonl")
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	require.NoError(t, err)
+	var want []byte
+	for i := range 200 {
+		line := fmt.Sprintf("{\"type\":\"message\",\"i\":%d}\n", i)
+		_, err := f.WriteString(line)
+		require.NoError(t, err)
+		want = append(want, line...)
+		if i%50 == 49 {
+			require.NoError(t, f.Sync())
+		}
+	}
+	links := backingLinks(t, cmd.Process.Pid, storeDir)
+	require.NotEmpty(t, links, "the daemon holds a backing file for the appender")
+	_, err = f.WriteString("not synced\n")
+	require.NoError(t, err)
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	<-exited
+	f.Close() // ENOTCONN: the daemon is gone
+	require.NoError(t, unix.Unmount(mnt, unix.MNT_DETACH))
+
+	store, err := cas.OpenBadger(storeDir, cas.BadgerOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, store.Close()) })
+	e := New(store, catalog.New(store), Options{StoreDir: storeDir, FlushInterval: -1})
+	t.Cleanup(func() { require.NoError(t, e.Close(context.Background())) })
+	m := MountForTest(t, e, "d", "", MountOptions{})
+	got := read(t, filepath.Join(m.Dir(), "sessions/t.jsonl"))
+	require.True(t, isPrefix(want, []byte(got)), "every fsynced append is back (%d bytes, want at least %d)", len(got), len(want))
+	require.True(t, len(got) == len(want) || got == string(want)+"not synced\n", "the rest is whole or absent")
+}
+
+// backingLinks lists the backing files process pid has open.
+func backingLinks(t *testing.T, pid int, storeDir string) []string {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var out []string
+	for _, fd := range fds {
+		if l, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil && strings.HasPrefix(l, filepath.Join(storeDir, "backing")) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// TestPassthroughRestore: a restore while an appender is passed through
+// leaves the appender writing to the file it opened, which the restored
+// tree no longer names, as for any open file; new opens see the snapshot.
+func TestPassthroughRestore(t *testing.T) {
+	t.Parallel()
+	e := NewTestEngine(t, nil)
+	m := MountForTest(t, e, "s", "", MountOptions{})
+	p := filepath.Join(m.Dir(), "log")
+	w, err := openT(t, p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	_, err = w.WriteString("a\n")
+	require.NoError(t, err)
+	id, _ := captureMount(t, e, "s")
+	_, err = w.WriteString("b\n")
+	require.NoError(t, err)
+	require.NoError(t, e.Restore(context.Background(), "s", id))
+	_, err = w.WriteString("c\n")
+	require.NoError(t, err, "the open file still takes writes")
+	require.Equal(t, "a\n", read(t, p), "the restored file is the snapshot's")
+	require.NoError(t, w.Close())
+	_, snap := captureMount(t, e, "s")
+	require.Equal(t, "a\n", read(t, filepath.Join(snap, "log")))
+	a, err := openT(t, p, os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(t, err)
+	_, err = a.WriteString("d\n")
+	require.NoError(t, err)
+	require.NoError(t, a.Close())
+	require.Equal(t, "a\nd\n", read(t, p))
 }
