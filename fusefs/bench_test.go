@@ -306,13 +306,21 @@ func jsonLines(n int) ([][]byte, int64) {
 }
 
 // BenchmarkJSONLAppend: one op appends the whole pool of lines with
-// O_APPEND, with an fsync after every 32nd line (the rollout pattern).
-func BenchmarkJSONLAppend(b *testing.B) {
+// O_APPEND, with an fsync after every 32nd line (the rollout pattern),
+// through a write-only descriptor (as Pi and Claude Code open theirs; it
+// gets passthrough).
+func BenchmarkJSONLAppend(b *testing.B) { benchJSONL(b, os.O_WRONLY) }
+
+// BenchmarkJSONLAppendRW is the same through an O_RDWR|O_APPEND descriptor,
+// the one Codex appends its rollout through (served by the daemon).
+func BenchmarkJSONLAppendRW(b *testing.B) { benchJSONL(b, os.O_RDWR) }
+
+func benchJSONL(b *testing.B, access int) {
 	r := newBenchRig(b)
 	lines, total := jsonLines(r.sizes.jsonLines)
 	r.targets(b, func(b *testing.B, dir string) {
 		path := filepath.Join(dir, "rollout.jsonl")
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o644)
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|access|os.O_APPEND, 0o644)
 		if err != nil {
 			b.Fatal(err)
 		}
