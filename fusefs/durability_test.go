@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -55,6 +56,43 @@ func helperDurable(args []string) error {
 	fmt.Println("mounted")
 	time.Sleep(time.Hour)
 	return nil
+}
+
+// durableDaemon is a child process serving session "d" of a Badger store
+// in storeDir at mnt (helper mode "durable"), for tests that kill it.
+type durableDaemon struct {
+	cmd           *exec.Cmd
+	exited        chan struct{}
+	storeDir, mnt string
+}
+
+// startDurable starts a durableDaemon and waits until it has mounted; it
+// is killed and its mount detached when the test ends.
+func startDurable(t *testing.T) *durableDaemon {
+	t.Helper()
+	d := &durableDaemon{storeDir: t.TempDir(), mnt: t.TempDir(), exited: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	d.cmd = helper(ctx, "durable", d.storeDir, d.mnt)
+	out, err := d.cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, d.cmd.Start())
+	go func() { _ = d.cmd.Wait(); close(d.exited) }()
+	t.Cleanup(func() {
+		_ = d.cmd.Process.Kill()
+		<-d.exited
+		_ = unix.Unmount(d.mnt, unix.MNT_DETACH)
+	})
+	waitLine(t, bufio.NewReader(out), "mounted")
+	return d
+}
+
+// kill kills the daemon with SIGKILL and detaches its mount.
+func (d *durableDaemon) kill(t *testing.T) {
+	t.Helper()
+	require.NoError(t, d.cmd.Process.Signal(syscall.SIGKILL))
+	<-d.exited
+	require.NoError(t, unix.Unmount(d.mnt, unix.MNT_DETACH))
 }
 
 func writeSync(d, name string, data []byte) error {

@@ -1,7 +1,6 @@
 package fusefs
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -11,10 +10,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
 	"homefs/cas"
 	"homefs/internal/catalog"
@@ -135,21 +132,8 @@ func TestJournalV1(t *testing.T) {
 // head.
 func TestJournalDurability(t *testing.T) {
 	t.Parallel()
-	storeDir, mnt := t.TempDir(), t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := helper(ctx, "durable", storeDir, mnt)
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		_ = unix.Unmount(mnt, unix.MNT_DETACH)
-	})
-	waitLine(t, bufio.NewReader(out), "mounted")
+	d := startDurable(t)
+	storeDir, mnt := d.storeDir, d.mnt
 
 	db := randBytes(7, 256<<10)
 	require.NoError(t, writeSync(mnt, "home/state.sqlite", db))
@@ -184,9 +168,7 @@ func TestJournalDurability(t *testing.T) {
 	}
 	require.NoError(t, a.Close())
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-	<-exited
-	require.NoError(t, unix.Unmount(mnt, unix.MNT_DETACH))
+	d.kill(t)
 
 	store, err := cas.OpenBadger(storeDir, cas.BadgerOptions{})
 	require.NoError(t, err)

@@ -1,7 +1,6 @@
 package fusefs
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -331,22 +330,8 @@ func TestPassthroughOpenCloseRace(t *testing.T) {
 // daemon really held a backing file for them.
 func TestPassthroughDurability(t *testing.T) {
 	t.Parallel()
-	storeDir, mnt := t.TempDir(), t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := helper(ctx, "durable", storeDir, mnt)
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		_ = unix.Unmount(mnt, unix.MNT_DETACH)
-	})
-	waitLine(t, bufio.NewReader(out), "mounted")
-
+	d := startDurable(t)
+	storeDir, mnt := d.storeDir, d.mnt
 	require.NoError(t, os.Mkdir(filepath.Join(mnt, "sessions"), 0o755))
 	p := filepath.Join(mnt, "sessions/t.jsonl")
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
@@ -361,15 +346,13 @@ func TestPassthroughDurability(t *testing.T) {
 			require.NoError(t, f.Sync())
 		}
 	}
-	links := backingLinks(t, cmd.Process.Pid, storeDir)
+	links := backingLinks(t, d.cmd.Process.Pid, storeDir)
 	require.NotEmpty(t, links, "the daemon holds a backing file for the appender")
 	_, err = f.WriteString("not synced\n")
 	require.NoError(t, err)
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-	<-exited
+	d.kill(t)
 	f.Close() // ENOTCONN: the daemon is gone
-	require.NoError(t, unix.Unmount(mnt, unix.MNT_DETACH))
 
 	store, err := cas.OpenBadger(storeDir, cas.BadgerOptions{})
 	require.NoError(t, err)
