@@ -29,6 +29,24 @@ func openT(t *testing.T, path string, flags int, mode os.FileMode) (*os.File, er
 	return f, err
 }
 
+// mountedFile mounts a new session "s" of a fresh engine and returns the
+// path of name in it.
+func mountedFile(t *testing.T, name string) (*Engine, *Mount, string) {
+	t.Helper()
+	e := NewTestEngine(t, nil)
+	m := MountForTest(t, e, "s", "", MountOptions{})
+	return e, m, filepath.Join(m.Dir(), name)
+}
+
+// appender opens path as a write-only appender (creating it), the open
+// that gets passthrough.
+func appender(t *testing.T, path string) *os.File {
+	t.Helper()
+	f, err := openT(t, path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	return f
+}
+
 // backedOpens returns how many passthrough handles the file at path of
 // session s has open, or -1 when it has no backing file.
 func backedOpens(t *testing.T, e *Engine, session, path string) int {
@@ -50,17 +68,14 @@ func backedOpens(t *testing.T, e *Engine, session, path string) int {
 // and once no one has the file open a flush drops the backing file.
 func TestPassthroughAppend(t *testing.T) {
 	t.Parallel()
-	e := NewTestEngine(t, nil)
-	m := MountForTest(t, e, "s", "", MountOptions{})
-	p := filepath.Join(m.Dir(), "rollout.jsonl")
+	e, _, p := mountedFile(t, "rollout.jsonl")
 	// Created by the appender: an earlier open's release reaches the daemon
 	// after its close returns, and until then the node is not passed
 	// through.
-	w, err := openT(t, p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	require.NoError(t, err)
+	w := appender(t, p)
 	require.Equal(t, 1, backedOpens(t, e, "s", "rollout.jsonl"), "a write-only appender gets passthrough")
 	want := []byte("{\"n\":0}\n")
-	_, err = w.Write(want)
+	_, err := w.Write(want)
 	require.NoError(t, err)
 	r, err := openT(t, p, os.O_RDONLY, 0) // opened while the appender is: passthrough too
 	require.NoError(t, err)
@@ -117,12 +132,9 @@ func TestPassthroughAppend(t *testing.T) {
 // through the daemon.
 func TestPassthroughMixedOpens(t *testing.T) {
 	t.Parallel()
-	e := NewTestEngine(t, nil)
-	m := MountForTest(t, e, "s", "", MountOptions{})
-	p := filepath.Join(m.Dir(), "f")
-	w, err := openT(t, p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	require.NoError(t, err)
-	_, err = w.WriteString("0123456789abc")
+	e, m, p := mountedFile(t, "f")
+	w := appender(t, p)
+	_, err := w.WriteString("0123456789abc")
 	require.NoError(t, err)
 	rw, err := openT(t, p, os.O_RDWR, 0)
 	require.NoError(t, err, "the kernel takes a second open only as passthrough")
@@ -186,15 +198,12 @@ func TestPassthroughMixedOpens(t *testing.T) {
 // between: every capture holds a prefix of whole entries.
 func TestPassthroughOpenWriteClose(t *testing.T) {
 	t.Parallel()
-	e := NewTestEngine(t, nil)
-	m := MountForTest(t, e, "s", "", MountOptions{})
-	p := filepath.Join(m.Dir(), "session.jsonl")
+	e, _, p := mountedFile(t, "session.jsonl")
 	var want []byte
 	for i := range 60 {
-		f, err := openT(t, p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		require.NoError(t, err)
+		f := appender(t, p)
 		line := fmt.Sprintf("{\"id\":%d}\n", i)
-		_, err = f.WriteString(line)
+		_, err := f.WriteString(line)
 		require.NoError(t, err)
 		require.NoError(t, f.Close())
 		want = append(want, line...)
@@ -211,11 +220,8 @@ func TestPassthroughOpenWriteClose(t *testing.T) {
 // always sees a prefix.
 func TestPassthroughConcurrentCapture(t *testing.T) {
 	t.Parallel()
-	e := NewTestEngine(t, nil)
-	m := MountForTest(t, e, "s", "", MountOptions{})
-	p := filepath.Join(m.Dir(), "r.jsonl")
-	w, err := openT(t, p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	require.NoError(t, err)
+	e, _, p := mountedFile(t, "r.jsonl")
+	w := appender(t, p)
 	var all []byte
 	for i := range 3000 {
 		all = append(all, fmt.Sprintf("{\"i\":%d,\"text\":\"%s\"}\n", i, bytes.Repeat([]byte("y"), i%300))...)
@@ -277,9 +283,7 @@ func TestPassthroughConcurrentCapture(t *testing.T) {
 // and every appended line is there at the end.
 func TestPassthroughOpenCloseRace(t *testing.T) {
 	t.Parallel()
-	e := NewTestEngine(t, nil)
-	m := MountForTest(t, e, "s", "", MountOptions{})
-	p := filepath.Join(m.Dir(), "race.jsonl")
+	e, _, p := mountedFile(t, "race.jsonl")
 	const writers, lines = 4, 150
 	var wg sync.WaitGroup
 	for w := range writers {
@@ -385,12 +389,9 @@ func backingLinks(t *testing.T, pid int, storeDir string) []string {
 // tree no longer names, as for any open file; new opens see the snapshot.
 func TestPassthroughRestore(t *testing.T) {
 	t.Parallel()
-	e := NewTestEngine(t, nil)
-	m := MountForTest(t, e, "s", "", MountOptions{})
-	p := filepath.Join(m.Dir(), "log")
-	w, err := openT(t, p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	require.NoError(t, err)
-	_, err = w.WriteString("a\n")
+	e, _, p := mountedFile(t, "log")
+	w := appender(t, p)
+	_, err := w.WriteString("a\n")
 	require.NoError(t, err)
 	id, _ := captureMount(t, e, "s")
 	_, err = w.WriteString("b\n")
