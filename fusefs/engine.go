@@ -207,8 +207,11 @@ type Mount struct {
 	// shows.
 	shortCache atomic.Bool
 	rootIno    uint64 // the mountpoint's inode number, for its whole life
-	// releasing counts RELEASE requests being served (releaseGate).
+	// releasing counts RELEASE requests being served (rawGate).
 	releasing atomic.Int32
+	// streams keeps the listings of recently read directories.
+	streams dirStreams
+	gate    *rawGate
 }
 
 // Dir is the mountpoint.
@@ -423,7 +426,10 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 			// truncate and chown itself (killPriv); without this the kernel
 			// asks for security.capability before every write, a second
 			// round trip that doubles the cost of a small append.
-			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
+			//
+			// No-opendir mode spares a round trip per directory opened
+			// (dirstream.go).
+			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_NO_OPENDIR_SUPPORT,
 			MaxReadAhead:      1 << 20,
 			Options:           mopts,
 			Debug:             opts.Debug,
@@ -756,9 +762,10 @@ func (e *Engine) Close(ctx context.Context) error {
 }
 
 // mountFS mounts m's root at dir, as fs.Mount does, with the file system
-// wrapped in m's releaseGate.
+// wrapped in m's rawGate.
 func mountFS(dir string, m *Mount, opts *fs.Options) (*fuse.Server, error) {
-	raw := releaseGate{RawFileSystem: fs.NewNodeFS(m.root, opts), releasing: &m.releasing}
+	raw := &rawGate{RawFileSystem: fs.NewNodeFS(m.root, opts), m: m}
+	m.gate = raw
 	server, err := fuse.NewServer(raw, dir, &opts.MountOptions)
 	if err != nil {
 		return nil, err

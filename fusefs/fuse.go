@@ -298,71 +298,6 @@ func (f *fnode) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn
 	return f.Getattr(ctx, nil, out)
 }
 
-// OpendirHandle returns a listing handle. It lists the directory on the
-// first read and again on every rewind (offset 0), so that rewinddir shows
-// the directory as it is then (POSIX); between rewinds the listing is
-// fixed, so that offsets stay valid while names come and go.
-//
-// While the mount alone shows its part of the session, the kernel may keep
-// the listing (FOPEN_CACHE_DIR): it drops it itself when a name changes
-// through this mount, and restore and graft tell it (NotifyContent).
-func (f *fnode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	var fuseFlags uint32
-	if !f.m.shortCache.Load() {
-		fuseFlags = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
-	}
-	return &dirHandle{f: f}, fuseFlags, 0
-}
-
-// dirHandle is an open directory.
-type dirHandle struct {
-	f       *fnode
-	mu      sync.Mutex
-	entries []fuse.DirEntry // nil until listed; GUARDED_BY(mu)
-	next    int             // index of the next entry; GUARDED_BY(mu)
-}
-
-var (
-	_ fs.FileReaddirenter = (*dirHandle)(nil)
-	_ fs.FileSeekdirer    = (*dirHandle)(nil)
-)
-
-func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.entries == nil {
-		list, err := d.f.sess().list(ctx, d.f.n.Load())
-		if err != nil {
-			return nil, d.f.m.toErrno("readdir", d.f, err)
-		}
-		d.entries = make([]fuse.DirEntry, len(list))
-		for i, e := range list {
-			d.entries[i] = fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: typeBits(e.Kind)}
-		}
-	}
-	if d.next >= len(d.entries) {
-		return nil, 0
-	}
-	e := d.entries[d.next]
-	d.next++
-	e.Off = uint64(d.next)
-	return &e, 0
-}
-
-func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if off == 0 {
-		d.entries, d.next = nil, 0
-		return 0
-	}
-	if d.entries == nil || off > uint64(len(d.entries)) {
-		return syscall.EINVAL
-	}
-	d.next = int(off)
-	return 0
-}
-
 func (f *fnode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	c, err := f.sess().Mkdir(ctx, f.n.Load(), name, mode, caller(ctx))
 	if err != nil {
@@ -567,14 +502,65 @@ func (f *fnode) CopyFileRange(ctx context.Context, _ fs.FileHandle, offIn uint64
 	return uint32(k), 0
 }
 
-// releaseGate counts the RELEASE requests in flight in a mount (see open).
-type releaseGate struct {
+// rawGate stands between the kernel and go-fuse's node bridge. It counts
+// the RELEASE requests in flight in a mount (see open), and serves
+// directories without OPENDIR (dirstream.go).
+type rawGate struct {
 	fuse.RawFileSystem
-	releasing *atomic.Int32
+	m      *Mount
+	server atomic.Pointer[fuse.Server]
+	// noOpendir is set once OPENDIR has been answered with ENOSYS.
+	noOpendir atomic.Bool
 }
 
-func (g releaseGate) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
-	g.releasing.Add(1)
-	defer g.releasing.Add(-1)
+func (g *rawGate) Init(s *fuse.Server) {
+	g.server.Store(s)
+	g.RawFileSystem.Init(s)
+}
+
+func (g *rawGate) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	g.m.releasing.Add(1)
+	defer g.m.releasing.Add(-1)
 	g.RawFileSystem.Release(cancel, in)
+}
+
+// OpenDir answers ENOSYS, which switches the kernel to no-opendir mode for
+// the rest of the connection, when the kernel offers that mode and the
+// mount alone shows its part of the session.
+func (g *rawGate) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	if s := g.server.Load(); s != nil && s.KernelSettings().Flags64()&fuse.CAP_NO_OPENDIR_SUPPORT != 0 && !g.m.shortCache.Load() {
+		g.noOpendir.Store(true)
+		return fuse.ENOSYS
+	}
+	return g.RawFileSystem.OpenDir(cancel, in, out)
+}
+
+func (g *rawGate) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return g.withDir(cancel, in, func(in *fuse.ReadIn) fuse.Status { return g.RawFileSystem.ReadDir(cancel, in, out) })
+}
+
+func (g *rawGate) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return g.withDir(cancel, in, func(in *fuse.ReadIn) fuse.Status { return g.RawFileSystem.ReadDirPlus(cancel, in, out) })
+}
+
+// withDir calls read with in, giving it a handle opened for this request
+// alone when the kernel sent none (no-opendir mode).
+func (g *rawGate) withDir(cancel <-chan struct{}, in *fuse.ReadIn, read func(*fuse.ReadIn) fuse.Status) fuse.Status {
+	if in.Fh != 0 {
+		return read(in)
+	}
+	var opened fuse.OpenOut
+	if st := g.RawFileSystem.OpenDir(cancel, &fuse.OpenIn{InHeader: in.InHeader, Flags: syscall.O_RDONLY}, &opened); !st.Ok() {
+		return st
+	}
+	defer g.RawFileSystem.ReleaseDir(&fuse.ReleaseIn{InHeader: in.InHeader, Fh: opened.Fh})
+	with := *in
+	with.Fh = opened.Fh
+	return read(&with)
+}
+
+func (g *rawGate) ReleaseDir(in *fuse.ReleaseIn) {
+	if in.Fh != 0 {
+		g.RawFileSystem.ReleaseDir(in)
+	}
 }
