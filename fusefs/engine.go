@@ -126,7 +126,7 @@ func (e *Engine) flushEvery(interval time.Duration) {
 			if !dirty {
 				continue
 			}
-			if err := e.sync(context.Background(), s); err != nil {
+			if err := e.syncPartial(context.Background(), s); err != nil {
 				e.log.Error("periodic flush failed; changes stay in memory", "session", s.name, "err", err)
 			}
 		}
@@ -179,9 +179,16 @@ func (e *Engine) openJournal(ctx context.Context, s *Session) error {
 	}
 	if replayed {
 		e.log.Warn("replayed the journal of writes fsynced before a crash", "session", s.name)
-		return e.sync(ctx, s) // durableAt resets the journal
+		// durableAt resets the journal.
+		if err := e.sync(ctx, s); err != nil {
+			return err
+		}
+	} else if err := j.reset(s.gen); err != nil {
+		return err
 	}
-	return j.reset(s.gen)
+	// No record names a staging file any more.
+	s.clearBackingDir()
+	return nil
 }
 
 // MountOptions configure one mount.
@@ -525,12 +532,22 @@ func (e *Engine) Mounts() []*Mount {
 func (e *Engine) sync(ctx context.Context, s *Session) error {
 	s.freeze.Lock()
 	defer s.freeze.Unlock()
-	return e.syncLocked(ctx, s)
+	return e.syncLocked(ctx, s, true)
 }
 
-// syncLocked is sync with s.freeze held exclusively.
-func (e *Engine) syncLocked(ctx context.Context, s *Session) error {
-	root, err := s.flushLocked(ctx, false)
+// syncPartial makes every change of s durable but what writers of staged
+// files wrote since their last fsync (staged.go): the flush of an fsync,
+// and the periodic one.
+func (e *Engine) syncPartial(ctx context.Context, s *Session) error {
+	s.freeze.Lock()
+	defer s.freeze.Unlock()
+	return e.syncLocked(ctx, s, false)
+}
+
+// syncLocked is sync (all set) or syncPartial with s.freeze held
+// exclusively.
+func (e *Engine) syncLocked(ctx context.Context, s *Session, all bool) error {
+	root, err := s.flushLocked(ctx, false, all)
 	if err != nil {
 		return err
 	}
@@ -576,7 +593,7 @@ func (e *Engine) Capture(ctx context.Context, session, msg string, handles map[s
 	}
 	s.freeze.Lock()
 	defer s.freeze.Unlock()
-	root, err := s.flushLocked(ctx, false)
+	root, err := s.flushLocked(ctx, false, true)
 	if err != nil {
 		return nil, "", err
 	}

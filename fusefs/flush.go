@@ -17,10 +17,13 @@ func (p batchPutter) Put(_ context.Context, data []byte) (cas.Ref, error) { retu
 // flushLocked stores every change since the last flush and returns the new
 // root. Its cost is the changed chunks plus the directories on the paths
 // from changed entries to the root, never the size of the tree. The caller
-// holds s.freeze exclusively, so the result is one point in time.
-func (s *Session) flushLocked(ctx context.Context, durable bool) (cas.Ref, error) {
+// holds s.freeze exclusively, so the result is one point in time. With all
+// unset, staged files still open and not fsynced keep the content they
+// were last absorbed with (staged.go): such a flush serves durability, not
+// a snapshot.
+func (s *Session) flushLocked(ctx context.Context, durable, all bool) (cas.Ref, error) {
 	// What passthrough writers appended is part of this point in time.
-	if err := s.ingestAll(ctx); err != nil {
+	if err := s.ingestAll(ctx, all); err != nil {
 		return cas.Ref{}, err
 	}
 	s.dirtyMu.Lock()

@@ -112,6 +112,10 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		n.mu.Lock()
 		if b := n.data.backing; b != nil {
 			b.opens--
+			if b.opens == 0 && b.staged {
+				// The next flush absorbs the content and drops the file.
+				n.sess.markContent(n)
+			}
 		}
 		n.mu.Unlock()
 	}
@@ -141,12 +145,19 @@ func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, error) {
 	if n.kind == manifest.KindFile && (f.ptOpens > 0 || f.opens == 0) {
 		n.mu.Lock()
 		var err error
-		if f.ptOpens > 0 || f.m.releasing.Load() == 0 && n.eligible(flags) {
+		kind := appendPassthrough // joining the node's backing file
+		if f.ptOpens == 0 {
+			kind = noPassthrough
+			if f.m.releasing.Load() == 0 {
+				kind = n.eligible(flags)
+			}
+		}
+		if kind != noPassthrough {
 			var b *backing
-			if b, err = n.openBacking(ctx); err == nil {
+			if b, err = n.openBacking(ctx, kind); err == nil {
 				h.pt, h.fd = true, int(b.f.Fd())
 				b.opens++
-				if flags&syscall.O_ACCMODE != syscall.O_RDONLY && flags&syscall.O_APPEND == 0 || flags&syscall.O_ACCMODE == syscall.O_RDWR {
+				if !b.staged && (flags&syscall.O_ACCMODE != syscall.O_RDONLY && flags&syscall.O_APPEND == 0 || flags&syscall.O_ACCMODE == syscall.O_RDWR) {
 					b.wild = true // may write before the end, or map the file
 				}
 			}
@@ -157,7 +168,7 @@ func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, error) {
 		}
 		if err != nil {
 			// The daemon can serve the open itself (a full disk, say).
-			f.m.log.Warn("no passthrough for an appender", "mount", f.m.dir, "err", err)
+			f.m.log.Warn("no passthrough for a writer", "mount", f.m.dir, "err", err)
 		}
 	}
 	f.opens++

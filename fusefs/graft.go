@@ -27,7 +27,7 @@ func (e *Engine) Root(ctx context.Context, session string) (cas.Ref, error) {
 	}
 	s.freeze.Lock()
 	defer s.freeze.Unlock()
-	if err := e.syncLocked(ctx, s); err != nil {
+	if err := e.syncLocked(ctx, s, true); err != nil {
 		return cas.Ref{}, err
 	}
 	return s.synced, nil
@@ -94,7 +94,7 @@ func (e *Engine) edit(ctx context.Context, session, path string, create bool, fn
 	err = func() error {
 		defer s.freeze.Unlock()
 		// Flush first so the current entry reflects every write.
-		if _, err := s.flushLocked(ctx, false); err != nil {
+		if _, err := s.flushLocked(ctx, false, true); err != nil {
 			return err
 		}
 		s.treeMu.Lock()
@@ -122,7 +122,7 @@ func (e *Engine) edit(ctx context.Context, session, path string, create bool, fn
 		if err != nil {
 			return err
 		}
-		return e.syncLocked(ctx, s)
+		return e.syncLocked(ctx, s, true)
 	}()
 	if err != nil {
 		return fmt.Errorf("edit %s in %s: %w", path, session, err)
@@ -215,7 +215,7 @@ func (e *Engine) SetHandle(ctx context.Context, session, provider string, h mani
 	defer s.freeze.Unlock()
 	// Moving the head makes the journal stale: make everything durable in
 	// the head first, so that nothing the journal held is lost.
-	if err := e.syncLocked(ctx, s); err != nil {
+	if err := e.syncLocked(ctx, s, true); err != nil {
 		return err
 	}
 	head, err := e.cat.SetHandles(ctx, session, handles)

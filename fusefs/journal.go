@@ -151,13 +151,18 @@ func (j *journal) reset(gen uint64) error {
 }
 
 // journalRecord is one write: data at off of the file at path, whose size
-// is then size.
+// is then size. A stage record (off == stageOff) says instead that the
+// file's content is the first size bytes of the staging file named by data
+// (staged.go).
 type journalRecord struct {
 	path string
 	off  int64
 	size int64
 	data []byte
 }
+
+// stageOff marks a stage record.
+const stageOff = -1
 
 // recordFixed is a record's framing (length, CRC) and its nonce, offset
 // and size; a valid record is never shorter.
@@ -310,7 +315,18 @@ func decodeRecord(p []byte) (journalRecord, bool) {
 	rec.off = int64(binary.LittleEndian.Uint64(p))
 	rec.size = int64(binary.LittleEndian.Uint64(p[8:]))
 	rec.data = p[16:]
-	if rec.off < 0 || rec.size < 0 || rec.off+int64(len(rec.data)) > maxFileSize || manifest.ValidatePath(rec.path) != nil {
+	if rec.size < 0 || manifest.ValidatePath(rec.path) != nil {
+		return journalRecord{}, false
+	}
+	if rec.off == stageOff {
+		// The staging file's name: one plain name in the backing directory.
+		name := string(rec.data)
+		if rec.size > maxFileSize || name == "" || name == "." || name == ".." || len(name) > 255 || strings.ContainsAny(name, "/\x00") {
+			return journalRecord{}, false
+		}
+		return rec, true
+	}
+	if rec.off < 0 || rec.off+int64(len(rec.data)) > maxFileSize {
 		return journalRecord{}, false
 	}
 	return rec, true
@@ -362,22 +378,7 @@ func (e *Engine) journalFsync(ctx context.Context, s *Session, n *node) (bool, e
 	}
 	s.freeze.RLock()
 	defer s.freeze.RUnlock()
-
-	// Under treeMu the namespace cannot change: the path found is the
-	// file's path in the durable head, unless metaDirty says otherwise.
-	s.treeMu.Lock()
-	s.dirtyMu.Lock()
-	meta, epoch := s.metaDirty, s.epoch
-	s.dirtyMu.Unlock()
-	path, named := n.jpath, n.jpath != "" && n.jepoch == epoch
-	if !meta && !named {
-		// Walking up costs a scan of each directory on the way; the path
-		// holds until the namespace changes, which starts a new epoch.
-		if path, named = s.pathOf(n); named {
-			n.jpath, n.jepoch = path, epoch
-		}
-	}
-	s.treeMu.Unlock()
+	path, meta, named := s.durablePath(n)
 	if meta || !named {
 		return false, nil
 	}
@@ -431,6 +432,28 @@ func (e *Engine) journalFsync(ctx context.Context, s *Session, n *node) (bool, e
 	return true, nil
 }
 
+// durablePath returns n's path, which is its path in the durable head
+// unless meta reports that the namespace changed since; named is false for
+// a file with no name. Called with freeze held.
+func (s *Session) durablePath(n *node) (path string, meta, named bool) {
+	// Under treeMu the namespace cannot change: the path found is the
+	// file's path in the durable head, unless metaDirty says otherwise.
+	s.treeMu.Lock()
+	defer s.treeMu.Unlock()
+	s.dirtyMu.Lock()
+	meta, epoch := s.metaDirty, s.epoch
+	s.dirtyMu.Unlock()
+	path, named = n.jpath, n.jpath != "" && n.jepoch == epoch
+	if !meta && !named {
+		// Walking up costs a scan of each directory on the way; the path
+		// holds until the namespace changes, which starts a new epoch.
+		if path, named = s.pathOf(n); named {
+			n.jpath, n.jepoch = path, epoch
+		}
+	}
+	return path, meta, named
+}
+
 // replayJournal applies the journal of s, if it belongs to the head s was
 // loaded from, and reports whether it applied anything. Called before the
 // session is shown anywhere.
@@ -451,6 +474,13 @@ func (s *Session) replayJournal(ctx context.Context, path string) (bool, error) 
 		n, err := s.walkFile(ctx, r.path)
 		if err != nil {
 			return false, fmt.Errorf("replay journal of %s: %s: %w", s.name, r.path, err)
+		}
+		if r.off == stageOff {
+			if err := s.restage(ctx, n, string(r.data), r.size); err != nil {
+				return false, fmt.Errorf("replay journal of %s: %s: %w", s.name, r.path, err)
+			}
+			s.markDirty(n)
+			continue
 		}
 		n.mu.Lock()
 		err = n.writeAt(ctx, r.data, r.off)
@@ -490,6 +520,9 @@ func (s *Session) walkFile(ctx context.Context, path string) (*node, error) {
 // fsync makes everything written to n durable: through the journal when
 // that is enough, else by flushing the whole session.
 func (e *Engine) fsync(ctx context.Context, s *Session, n *node) error {
+	if staged, err := e.fsyncStaged(ctx, s, n); staged || err != nil {
+		return err
+	}
 	if _, err := s.ingestNode(ctx, n); err != nil {
 		return err
 	}
@@ -497,5 +530,5 @@ func (e *Engine) fsync(ctx context.Context, s *Session, n *node) error {
 	if err != nil || done {
 		return err
 	}
-	return e.sync(ctx, s)
+	return e.syncPartial(ctx, s)
 }

@@ -386,6 +386,20 @@ func (s *Session) Setattr(ctx context.Context, n *node, a SetAttr) error {
 	defer done()
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.data != nil && n.data.backing != nil && a.Size == nil {
+		b := n.data.backing
+		// Writes passed through before this change happened before it
+		// (a chmod +s after them keeps its bits).
+		var err error
+		if b.staged {
+			_, err = n.observe()
+		} else {
+			_, err = n.ingest(ctx)
+		}
+		if err != nil {
+			return err
+		}
+	}
 	t := now()
 	if a.Size != nil {
 		if n.kind != manifest.KindFile {
@@ -723,8 +737,14 @@ type Attr struct {
 
 // Getattr returns n's attributes.
 func (s *Session) Getattr(ctx context.Context, n *node) (Attr, error) {
-	if _, err := s.ingestNode(ctx, n); err != nil {
+	staged, err := s.observeStaged(n)
+	if err != nil {
 		return Attr{}, err
+	}
+	if staged < 0 {
+		if _, err := s.ingestNode(ctx, n); err != nil {
+			return Attr{}, err
+		}
 	}
 	var nlink uint32 = 1
 	if n.isDir() {
@@ -744,12 +764,31 @@ func (s *Session) Getattr(ctx context.Context, n *node) (Attr, error) {
 	switch n.kind {
 	case manifest.KindFile:
 		a.Size = n.data.size
+		if b := n.data.backing; b != nil && b.staged {
+			a.Size = b.size
+		}
 	case manifest.KindSymlink:
 		a.Size = int64(len(n.target))
 	case manifest.KindDir:
 		a.Size = 4096
 	}
 	return a, nil
+}
+
+// observeStaged observes n's staging file if n has one and returns its
+// size, or -1 when n is not staged.
+func (s *Session) observeStaged(n *node) (int64, error) {
+	if n.kind != manifest.KindFile || s.readOnly {
+		return -1, nil
+	}
+	s.freeze.RLock()
+	defer s.freeze.RUnlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if b := n.data.backing; b == nil || !b.staged {
+		return -1, nil
+	}
+	return n.observe()
 }
 
 // Readlink returns a symlink's stored target.

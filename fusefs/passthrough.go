@@ -47,13 +47,22 @@ import (
 const maxBacked = 64 << 20
 
 // backing is a node's local copy that passthrough opens read and write.
-// GUARDED_BY(node.mu) for every field but f, which is fixed.
+// GUARDED_BY(node.mu) for every field but f and name, which are fixed.
 type backing struct {
 	f        *os.File
 	ingested int64 // bytes of f the node's content holds
 	wild     bool  // a passthrough open may have written before ingested
 	mtime    int64 // f's mtime when last ingested
 	opens    int   // passthrough handles open, in every mount
+
+	// A staged backing file (staged.go) holds the file's content; the
+	// node holds it only as of the last absorb.
+	staged   bool
+	name     string      // staged: the file's name in the backing directory
+	named    bool        // staged: that name is durable
+	fsynced  bool        // staged: an fsync made content durable that no durable head holds
+	absorbed fingerprint // staged: f as of the last absorb
+	size     int64       // staged: f's size when last observed
 }
 
 // backingDir holds the backing files of session s under the store
@@ -62,27 +71,47 @@ func backingDir(storeDir, session string) string {
 	return filepath.Join(storeDir, "backing", session)
 }
 
-// eligible reports whether an open with flags may start passthrough of n.
-// Called with n.mu held.
-func (n *node) eligible(flags uint32) bool {
+// passthroughKind is how an open may start passthrough of a node.
+type passthroughKind int
+
+const (
+	noPassthrough passthroughKind = iota
+	appendPassthrough
+	stagedPassthrough
+)
+
+// eligible reports how an open with flags may start passthrough of n: a
+// write-only appender of a file up to maxBacked bytes, or a write-only
+// writer of an empty file (staged.go). Called with n.mu held.
+func (n *node) eligible(flags uint32) passthroughKind {
 	if n.kind != manifest.KindFile || n.sess.readOnly || n.sess.backingDir == "" {
-		return false
+		return noPassthrough
 	}
-	if flags&syscall.O_ACCMODE != syscall.O_WRONLY || flags&syscall.O_APPEND == 0 {
-		return false
+	if flags&syscall.O_ACCMODE != syscall.O_WRONLY {
+		return noPassthrough
 	}
 	if n.mode&(syscall.S_ISUID|syscall.S_ISGID) != 0 {
-		return false
+		return noPassthrough
 	}
 	if _, ok := n.xattrs[capabilityXattr]; ok {
-		return false
+		return noPassthrough
 	}
-	return n.data.backing != nil || n.data.size <= maxBacked
+	if flags&syscall.O_APPEND == 0 {
+		if n.data.backing == nil && n.data.size == 0 && n.sess.stagingOK() {
+			return stagedPassthrough
+		}
+		return noPassthrough
+	}
+	if n.data.backing != nil || n.data.size <= maxBacked {
+		return appendPassthrough
+	}
+	return noPassthrough
 }
 
-// openBacking returns n's backing file, copying the content into a new one
-// if n has none. Called with n.mu held.
-func (n *node) openBacking(ctx context.Context) (*backing, error) {
+// openBacking returns n's backing file, making one if n has none: a copy
+// of the content for an appender, an empty staged file for a writer of an
+// empty file. Called with n.mu held.
+func (n *node) openBacking(ctx context.Context, kind passthroughKind) (*backing, error) {
 	d := n.data
 	if d.backing != nil {
 		return d.backing, nil
@@ -94,6 +123,18 @@ func (n *node) openBacking(ctx context.Context) (*backing, error) {
 	f, err := os.CreateTemp(dir, fmt.Sprintf("%d-*", n.ino))
 	if err != nil {
 		return nil, fmt.Errorf("create backing file: %w", err)
+	}
+	if kind == stagedPassthrough {
+		// The name stays: a journal record may point at it (staged.go).
+		fp, err := fingerprintOf(f)
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+			return nil, err
+		}
+		d.backing = &backing{f: f, staged: true, name: filepath.Base(f.Name()), absorbed: fp, mtime: fp.mtime}
+		n.sess.addBacked(n)
+		return d.backing, nil
 	}
 	// Nothing but this process needs the name.
 	_ = os.Remove(f.Name())
@@ -123,6 +164,17 @@ func (n *node) ingest(ctx context.Context) (int64, error) {
 	b := d.backing
 	if b == nil {
 		return d.size, nil
+	}
+	if b.staged {
+		// The daemon is about to use the content itself.
+		if err := n.unstage(ctx); err != nil {
+			return 0, err
+		}
+	}
+	if b.wild && n.sess.stagingOK() {
+		// Fingerprints tell whether anything changed, and what did.
+		fp, err := n.absorb(ctx)
+		return fp.size, err
 	}
 	st, err := b.f.Stat()
 	if err != nil {
@@ -232,6 +284,10 @@ func (n *node) copyOut(ctx context.Context, f *os.File, off, end int64) error {
 type backedSet struct {
 	mu    sync.Mutex
 	nodes map[*node]struct{} // GUARDED_BY(mu)
+	// stale names staging files to remove at the next journal reset;
+	// dirSynced is set once the backing directory's name is durable.
+	stale     []string // GUARDED_BY(mu)
+	dirSynced bool     // GUARDED_BY(mu)
 }
 
 func (s *Session) addBacked(n *node) {
@@ -254,50 +310,62 @@ func (s *Session) backedNodes() []*node {
 }
 
 // ingestAll ingests every backed node of s, again until a pass finds none
-// grown: each backed file then held the size it was ingested at from its
+// changed: each backed file then held what it was ingested with from its
 // ingest to the check, an interval that contains the last ingest, so at
 // that instant the session was exactly what the flush stores (everything
-// else is frozen). Backing files no open uses any more are dropped. Called
-// with freeze held exclusively.
-func (s *Session) ingestAll(ctx context.Context) error {
+// else is frozen). Appenders are checked by size, files ingested whole
+// (staged and wild ones) by fingerprint. Staged files are absorbed when
+// all is set, when closed, or when fsynced (staged.go). Backing files no
+// open uses any more are dropped. Called with freeze held exclusively.
+func (s *Session) ingestAll(ctx context.Context, all bool) error {
 	nodes := s.backedNodes()
 	if len(nodes) == 0 {
 		return nil
 	}
+	absorbed := make(map[*node]bool)
+	named := make(map[*node]bool, len(nodes))
+	s.treeMu.Lock()
+	for _, n := range nodes {
+		named[n] = n.nlink > 0
+	}
+	s.treeMu.Unlock()
 	const passes = 16
 	for pass := 0; ; pass++ {
-		sizes := make([]int64, len(nodes))
-		for i, n := range nodes {
+		var checks []func() (bool, error)
+		for _, n := range nodes {
 			n.mu.Lock()
-			size, err := n.ingest(ctx)
+			check, err := n.ingestForFlush(ctx, all, named[n], absorbed)
 			n.mu.Unlock()
 			if err != nil {
 				return err
 			}
-			sizes[i] = size
-		}
-		grown := false
-		for i, n := range nodes {
-			n.mu.Lock()
-			if b := n.data.backing; b != nil {
-				if st, err := b.f.Stat(); err == nil && st.Size() != sizes[i] {
-					grown = true
-				}
+			if check != nil {
+				checks = append(checks, check)
 			}
-			n.mu.Unlock()
 		}
-		if !grown {
+		changed := false
+		for _, check := range checks {
+			c, err := check()
+			if err != nil {
+				return err
+			}
+			changed = changed || c
+		}
+		if !changed {
 			break
 		}
 		if pass == passes {
-			return fmt.Errorf("backed files kept growing through %d passes: %w", passes, syscall.EAGAIN)
+			return fmt.Errorf("backed files kept changing through %d passes: %w", passes, syscall.EAGAIN)
 		}
 	}
 	for _, n := range nodes {
 		n.mu.Lock()
-		if b := n.data.backing; b != nil && b.opens == 0 {
+		if b := n.data.backing; b != nil && b.opens == 0 && (!b.staged || absorbed[n] || !named[n]) {
 			b.f.Close()
 			n.data.backing = nil
+			if b.name != "" {
+				s.staleBacking(b.name)
+			}
 			s.backed.mu.Lock()
 			delete(s.backed.nodes, n)
 			s.backed.mu.Unlock()
@@ -305,6 +373,45 @@ func (s *Session) ingestAll(ctx context.Context) error {
 		n.mu.Unlock()
 	}
 	return nil
+}
+
+// ingestForFlush ingests n for ingestAll and returns the check that n has
+// not changed since, or nil when n is left as it is (a staged file this
+// flush does not absorb). Called with freeze held exclusively and n.mu
+// held.
+func (n *node) ingestForFlush(ctx context.Context, all, named bool, absorbed map[*node]bool) (func() (bool, error), error) {
+	b := n.data.backing
+	if b == nil {
+		return nil, nil
+	}
+	if b.staged && !(named && (all || b.opens == 0 || b.fsynced || absorbed[n])) {
+		return nil, nil
+	}
+	if b.staged || b.wild && n.sess.stagingOK() {
+		fp, err := n.absorb(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if b.staged {
+			absorbed[n] = true
+			b.fsynced = false // the head this flush makes holds it
+		}
+		return func() (bool, error) {
+			now, err := fingerprintOf(b.f)
+			return now != fp, err
+		}, nil
+	}
+	size, err := n.ingest(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return func() (bool, error) {
+		st, err := b.f.Stat()
+		if err != nil {
+			return false, fmt.Errorf("backing file: %w", err)
+		}
+		return st.Size() != size, nil
+	}, nil
 }
 
 // closeBackings closes every backing file (the session is going away).

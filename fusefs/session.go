@@ -55,6 +55,11 @@ type Session struct {
 	// none (no store directory). backed lists the nodes that have one.
 	backingDir string
 	backed     backedSet
+	// staging says whether files may be staged (staged.go).
+	staging struct {
+		once sync.Once
+		ok   bool
+	}
 
 	// dirtyBytes counts buffered file bytes across the session.
 	dirtyBytes atomic.Int64
@@ -127,6 +132,14 @@ func (s *Session) markWritten(n *node, off, end int64) {
 	s.dirtyMu.Unlock()
 }
 
+// markContent records that n's content changed where the daemon did not
+// see it (a staged file's last writer closed).
+func (s *Session) markContent(n *node) {
+	s.dirtyMu.Lock()
+	s.dirty[n] = struct{}{}
+	s.dirtyMu.Unlock()
+}
+
 // durableAt records that the session head, at generation gen, durably
 // holds root and every change made so far: the journal starts afresh.
 // Called with freeze held exclusively.
@@ -137,8 +150,12 @@ func (s *Session) durableAt(gen uint64, root cas.Ref) error {
 	s.epoch++
 	s.dirtyMu.Unlock()
 	if s.journal != nil {
-		return s.journal.reset(gen)
+		if err := s.journal.reset(gen); err != nil {
+			return err
+		}
 	}
+	// No journal record names a dropped staged file any more.
+	s.removeStaleBackings()
 	return nil
 }
 

@@ -1,0 +1,401 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"homefs/cas"
+	"homefs/manifest"
+)
+
+// Staged files. A write-only open of an empty file (a file being created,
+// or rewritten from scratch: an output, a download, an untarred file, a
+// temp file before its rename) gets kernel passthrough to a staging file
+// in the backing directory, which then holds the file's content: writes
+// cost what they cost on the disk under the store, with no round trip and
+// no hashing on the write path. The content enters the store when it is
+// absorbed:
+//
+//   - by a capture, a graft, Sync and Close: every staged file, so that a
+//     snapshot holds everything written before it;
+//   - by any flush, once the last passthrough handle closed (the file is
+//     then dropped), or when an fsync made content durable that no durable
+//     head holds (see below);
+//   - when the daemon needs the content itself (a read, write, truncate,
+//     fallocate or copy_file_range it serves): the file is then unstaged,
+//     and kept current as a wild backing file is.
+//
+// Absorbing reads the staging file and stores the chunks that differ from
+// what the node holds, so a file absorbed again costs a read and a hash of
+// it, and nothing when its fingerprint (size, mtime, ctime) is unchanged.
+//
+// A flush absorbs under the freeze lock and then checks that no absorbed
+// file's fingerprint changed (retrying if one did, as for appenders), so a
+// snapshot holds each staged file as it was at one instant with the rest
+// of the session frozen. That check needs a ctime that changes on every
+// write, which Linux's multigrain timestamps give (6.13+, ext4, xfs,
+// btrfs, tmpfs); a session probes its backing directory once and stages
+// nothing where they are missing.
+//
+// Durability: an fsync of a staged file fdatasyncs the staging file and
+// appends a stage record (the file's path in the durable head, the staging
+// file's name and the size synced) to the journal; a replay reads the
+// content back from the staging file. Every durable head move empties the
+// journal, so a flush absorbs every staged file with such content
+// (b.fsynced) first, and a staging file's name is removed only once a
+// journal reset follows its drop (removeStaleBackings).
+
+// fingerprint identifies a staging file's state: with multigrain
+// timestamps every write changes ctime.
+type fingerprint struct{ size, mtime, ctime int64 }
+
+func fingerprintOf(f *os.File) (fingerprint, error) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return fingerprint{}, fmt.Errorf("backing file: %w", err)
+	}
+	return fingerprint{size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}, nil
+}
+
+// stagingOK reports whether the backing directory's filesystem changes a
+// file's ctime on every write that follows a stat, which a fingerprint
+// relies on; it is probed once per session.
+func (s *Session) stagingOK() bool {
+	s.staging.once.Do(func() {
+		ok, err := probeFineCtime(s.backingDir)
+		if err != nil {
+			s.log.Warn("no staged files", "session", s.name, "err", err)
+		}
+		s.staging.ok = ok
+	})
+	return s.staging.ok
+}
+
+func probeFineCtime(dir string) (bool, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return false, err
+	}
+	f, err := os.CreateTemp(dir, "probe-*")
+	if err != nil {
+		return false, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	prev, err := fingerprintOf(f)
+	if err != nil {
+		return false, err
+	}
+	for i := range 64 {
+		if _, err := f.WriteAt([]byte{byte(i)}, 0); err != nil {
+			return false, err
+		}
+		fp, err := fingerprintOf(f)
+		if err != nil {
+			return false, err
+		}
+		if fp.ctime == prev.ctime || fp.mtime == prev.mtime {
+			return false, nil
+		}
+		prev = fp
+	}
+	return true, nil
+}
+
+// observe updates n's times from its staged file, as a write through the
+// daemon would (and drops privileges likewise), and returns the file's
+// size. Called with freeze held shared and n.mu held.
+func (n *node) observe() (int64, error) {
+	b := n.data.backing
+	fp, err := fingerprintOf(b.f)
+	if err != nil {
+		return 0, err
+	}
+	n.noteWrite(b, fp)
+	b.size = fp.size
+	return fp.size, nil
+}
+
+// noteWrite applies what a write that changed b to fp implies for n's
+// attributes. Called with n.mu held.
+func (n *node) noteWrite(b *backing, fp fingerprint) {
+	if fp.mtime == b.mtime {
+		return
+	}
+	n.mtime, n.ctime = fp.mtime, fp.mtime
+	b.mtime = fp.mtime
+	if n.killPriv() {
+		n.sess.markDirty(n) // chmod +s since the open: drop it, as a write does
+	}
+}
+
+// absorb makes n's content what its backing file holds, writing only the
+// chunks that differ, and returns the file's fingerprint from before it
+// was read. Called with freeze held and n.mu held.
+func (n *node) absorb(ctx context.Context) (fingerprint, error) {
+	d, b := n.data, n.data.backing
+	fp, err := fingerprintOf(b.f)
+	if err != nil {
+		return fp, err
+	}
+	if fp == b.absorbed {
+		return fp, nil
+	}
+	if fp.size < d.size {
+		if err := n.truncate(ctx, fp.size); err != nil {
+			return fp, err
+		}
+		n.sess.markDirty(n)
+	}
+	buf := make([]byte, manifest.ChunkSize)
+	for i := 0; int64(i)*manifest.ChunkSize < fp.size; i++ {
+		off := int64(i) * manifest.ChunkSize
+		p := buf[:chunkLen(fp.size, i)]
+		k, err := b.f.ReadAt(p, off)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fp, fmt.Errorf("read backing file: %w", err)
+		}
+		clear(p[k:]) // it shrank meanwhile: the fingerprint check sees that
+		if same, err := n.holds(ctx, i, p); err != nil {
+			return fp, err
+		} else if same {
+			continue
+		}
+		if err := n.writeAt(ctx, p, off); err != nil {
+			return fp, err
+		}
+		n.sess.markWritten(n, off, off+int64(len(p)))
+		if err := n.sess.maybeSpill(ctx, n, -1); err != nil {
+			return fp, err
+		}
+	}
+	if d.size < fp.size {
+		n.growTo(fp.size)
+		n.sess.markWritten(n, fp.size, fp.size)
+	}
+	n.noteWrite(b, fp)
+	b.absorbed, b.size, b.ingested = fp, fp.size, fp.size
+	return fp, nil
+}
+
+// holds reports whether chunk i of n is stored, clean and exactly p.
+// Called with n.mu held.
+func (n *node) holds(ctx context.Context, i int, p []byte) (bool, error) {
+	d := n.data
+	if chunkLen(d.size, i) != len(p) {
+		return false, nil
+	}
+	if _, dirty := d.dirty[i]; dirty {
+		return false, nil
+	}
+	ref, err := n.storedRef(ctx, i)
+	if err != nil {
+		return false, err
+	}
+	if ref.IsZero() {
+		return isZero(p), nil
+	}
+	return cas.Sum(p) == ref, nil
+}
+
+// unstage absorbs n's staged file and makes it a wild backing file, whose
+// content the node holds from then on. Called with freeze held and n.mu
+// held.
+func (n *node) unstage(ctx context.Context) error {
+	b := n.data.backing
+	if _, err := n.absorb(ctx); err != nil {
+		return err
+	}
+	b.staged, b.wild = false, true
+	// A journal record may still point at the file until the next reset.
+	n.sess.staleBacking(b.name)
+	return nil
+}
+
+// staleBacking records a staging file name to remove at the next journal
+// reset.
+func (s *Session) staleBacking(name string) {
+	s.backed.mu.Lock()
+	defer s.backed.mu.Unlock()
+	s.backed.stale = append(s.backed.stale, name)
+}
+
+// removeStaleBackings removes the staging files no journal record can
+// name any more.
+func (s *Session) removeStaleBackings() {
+	s.backed.mu.Lock()
+	stale := s.backed.stale
+	s.backed.stale = nil
+	s.backed.mu.Unlock()
+	for _, name := range stale {
+		if err := os.Remove(filepath.Join(s.backingDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.log.Warn("remove staging file", "session", s.name, "err", err)
+		}
+	}
+}
+
+// clearBackingDir removes what an earlier daemon left in the backing
+// directory, once the journal that might name it has been replayed.
+func (s *Session) clearBackingDir() {
+	entries, err := os.ReadDir(s.backingDir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if err := os.Remove(filepath.Join(s.backingDir, e.Name())); err != nil {
+			s.log.Warn("remove staging file", "session", s.name, "err", err)
+		}
+	}
+}
+
+// fsyncStaged makes n's staged content durable, if n is staged: it
+// reports false when it is not.
+func (e *Engine) fsyncStaged(ctx context.Context, s *Session, n *node) (bool, error) {
+	if n.kind != manifest.KindFile || s.journal == nil {
+		return false, nil
+	}
+	n.mu.Lock()
+	b := n.data.backing
+	staged := b != nil && b.staged
+	n.mu.Unlock()
+	if !staged {
+		return false, nil
+	}
+	// A handle is open (this fsync came through one), so b is not
+	// dropped meanwhile and b.f stays open.
+	fp, err := fingerprintOf(b.f)
+	if err != nil {
+		return true, err
+	}
+	if err := fdatasync(b.f); err != nil {
+		return true, fmt.Errorf("sync staging file: %w", err)
+	}
+	if err := s.syncBackingNames(n, b); err != nil {
+		return true, err
+	}
+	for range 3 {
+		done, err := e.journalStage(ctx, s, n, b, fp.size)
+		if err != nil || done {
+			return true, err
+		}
+		// The namespace changed since the durable head: move it first.
+		if err := e.syncPartial(ctx, s); err != nil {
+			return true, err
+		}
+	}
+	// The namespace keeps changing: let a flush absorb the file.
+	n.mu.Lock()
+	if b.staged {
+		b.fsynced = true
+	}
+	n.mu.Unlock()
+	return true, e.syncPartial(ctx, s)
+}
+
+// syncBackingNames makes b's name (and, once per session, the backing
+// directory's) durable.
+func (s *Session) syncBackingNames(n *node, b *backing) error {
+	s.backed.mu.Lock()
+	dirSynced := s.backed.dirSynced
+	s.backed.mu.Unlock()
+	n.mu.Lock()
+	named := b.named
+	n.mu.Unlock()
+	if named && dirSynced {
+		return nil
+	}
+	dirs := []string{s.backingDir}
+	if !dirSynced {
+		dirs = append(dirs, filepath.Dir(s.backingDir), filepath.Dir(filepath.Dir(s.backingDir)))
+	}
+	for _, dir := range dirs {
+		d, err := os.Open(dir)
+		if err != nil {
+			return fmt.Errorf("sync backing directory: %w", err)
+		}
+		err = d.Sync()
+		d.Close()
+		if err != nil {
+			return fmt.Errorf("sync backing directory: %w", err)
+		}
+	}
+	s.backed.mu.Lock()
+	s.backed.dirSynced = true
+	s.backed.mu.Unlock()
+	n.mu.Lock()
+	b.named = true
+	n.mu.Unlock()
+	return nil
+}
+
+// journalStage appends a stage record for n (staged in b, size bytes
+// synced) to the journal. It reports false when the durable head does
+// not have n's path (the namespace changed since).
+func (e *Engine) journalStage(ctx context.Context, s *Session, n *node, b *backing, size int64) (bool, error) {
+	s.freeze.RLock()
+	defer s.freeze.RUnlock()
+	path, meta, named := s.durablePath(n)
+	if meta {
+		return false, nil
+	}
+	n.mu.Lock()
+	if n.data.backing != b || !b.staged {
+		// Unstaged meanwhile: the node holds the content now.
+		n.mu.Unlock()
+		done, err := e.journalFsync(ctx, s, n)
+		if err != nil || done {
+			return true, err
+		}
+		return false, nil
+	}
+	if !named {
+		n.mu.Unlock()
+		return true, nil // no durable name: nothing to bring back
+	}
+	// Set first: should the append fail, a flush absorbs the file.
+	b.fsynced = true
+	n.mu.Unlock()
+	err := s.journal.append([]journalRecord{{path: path, off: stageOff, size: size, data: []byte(b.name)}})
+	if errors.Is(err, errJournalFull) {
+		return true, e.syncPartial(ctx, s)
+	}
+	// b.fsynced stays set: the journal holds the record only until the
+	// head next moves, and the flush that moves it absorbs the file.
+	return true, err
+}
+
+// restage replays a stage record: n's content becomes the first size
+// bytes of the staging file name. Called before the session is shown.
+func (s *Session) restage(ctx context.Context, n *node, name string, size int64) error {
+	f, err := os.Open(filepath.Join(s.backingDir, name))
+	if err != nil {
+		return fmt.Errorf("staging file of a journaled fsync: %w", err)
+	}
+	defer f.Close()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.truncate(ctx, 0); err != nil {
+		return err
+	}
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < size; {
+		p := buf[:min(int64(len(buf)), size-off)]
+		k, err := f.ReadAt(p, off)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("read staging file: %w", err)
+		}
+		clear(p[k:])
+		if err := n.writeAt(ctx, p, off); err != nil {
+			return err
+		}
+		off += int64(len(p))
+		if err := s.maybeSpill(ctx, n, -1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
