@@ -554,6 +554,14 @@ func (e *Engine) syncLocked(ctx context.Context, s *Session, all bool) error {
 	if root == s.synced {
 		// The durable head already holds every change: an fsync of a
 		// directory after its file, or of a file nobody wrote, costs nothing.
+		// Staging files dropped by this flush go now: the journal can
+		// start afresh, since every record in it is in the head.
+		if s.hasStaleBackings() && s.journal != nil {
+			if err := s.journal.reset(s.gen); err != nil {
+				return err
+			}
+			s.removeStaleBackings()
+		}
 		return nil
 	}
 	h, err := e.cat.SetRoot(ctx, s.name, s.gen, root, true)

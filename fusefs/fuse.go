@@ -145,7 +145,7 @@ func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, error) {
 	if n.kind == manifest.KindFile && (f.ptOpens > 0 || f.opens == 0) {
 		n.mu.Lock()
 		var err error
-		kind := appendPassthrough // joining the node's backing file
+		kind := backedPassthrough // joining the node's backing file
 		if f.ptOpens == 0 {
 			kind = noPassthrough
 			if f.m.releasing.Load() == 0 {
@@ -169,6 +169,17 @@ func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, error) {
 		if err != nil {
 			// The daemon can serve the open itself (a full disk, say).
 			f.m.log.Warn("no passthrough for a writer", "mount", f.m.dir, "err", err)
+		}
+	}
+	if !h.pt && n.kind == manifest.KindFile && !f.sess().readOnly {
+		// The daemon serves this open: it takes over a backing file no
+		// passthrough handle uses any more, rather than ingesting it at
+		// every request until a flush drops it.
+		n.mu.Lock()
+		err := n.takeOver(ctx)
+		n.mu.Unlock()
+		if err != nil {
+			return nil, err
 		}
 	}
 	f.opens++

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -68,6 +69,34 @@ func TestJournalRecords(t *testing.T) {
 
 // TestJournalReuse: a reset journal is overwritten in place, and replays
 // only the records written since the reset, however many were there before.
+// TestJournalStageRecords: a stage record names one plain file of the
+// backing directory; any other name ends the records.
+func TestJournalStageRecords(t *testing.T) {
+	const nonce = 5
+	for name, ok := range map[string]bool{
+		"12-345678": true, "": false, ".": false, "..": false, "../x": false, "a/b": false,
+		"a\x00b": false, strings.Repeat("x", 256): false, strings.Repeat("x", 255): true,
+	} {
+		rec := journalRecord{path: "w/out", off: stageOff, size: 10, data: []byte(name)}
+		_, got, err := readJournal(bytes.NewReader(rec.appendTo(encodeJournalHeader(1, nonce), nonce)))
+		require.NoError(t, err)
+		if !ok {
+			require.Empty(t, got, "name %q", name)
+			continue
+		}
+		require.Len(t, got, 1, "name %q", name)
+		require.Equal(t, rec.path, got[0].path)
+		require.Equal(t, int64(stageOff), got[0].off)
+		require.Equal(t, int64(10), got[0].size)
+		require.Equal(t, name, string(got[0].data))
+	}
+	// Other negative offsets are not records.
+	rec := journalRecord{path: "w/out", off: -2, size: 10}
+	_, got, err := readJournal(bytes.NewReader(rec.appendTo(encodeJournalHeader(1, nonce), nonce)))
+	require.NoError(t, err)
+	require.Empty(t, got)
+}
+
 func TestJournalReuse(t *testing.T) {
 	j, err := openJournal(t.TempDir(), "s")
 	require.NoError(t, err)
@@ -212,6 +241,8 @@ func FuzzReadJournal(f *testing.F) {
 	f.Add(r.appendTo(encodeJournalHeader(0, 9), 9))
 	f.Add(append(encodeJournalHeader(1, 2), "garbage"...))
 	f.Add([]byte(journalMagicV1 + "\x01\x00\x00\x00\x00\x00\x00\x00garbage"))
+	st := journalRecord{path: "workspace/out.bin", off: stageOff, size: 1 << 30, data: []byte("17-123456")}
+	f.Add(st.appendTo(encodeJournalHeader(3, 4), 4))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		gen, recs, err := readJournal(bytes.NewReader(data))
 		if err != nil {
@@ -220,7 +251,11 @@ func FuzzReadJournal(f *testing.F) {
 		const nonce = 77
 		again := encodeJournalHeader(gen, nonce)
 		for i := range recs {
-			if recs[i].off < 0 || recs[i].size < 0 || recs[i].off+int64(len(recs[i].data)) > maxFileSize {
+			if recs[i].off == stageOff {
+				if name := string(recs[i].data); recs[i].size > maxFileSize || name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
+					t.Fatalf("stage record names no staging file: %+v", recs[i])
+				}
+			} else if recs[i].off < 0 || recs[i].size < 0 || recs[i].off+int64(len(recs[i].data)) > maxFileSize {
 				t.Fatalf("record out of bounds: %+v", recs[i])
 			}
 			again = recs[i].appendTo(again, nonce)

@@ -76,16 +76,25 @@ type passthroughKind int
 
 const (
 	noPassthrough passthroughKind = iota
-	appendPassthrough
+	// backedPassthrough uses the node's backing file, copying the content
+	// into a new one if it has none (appenders).
+	backedPassthrough
+	// stagedPassthrough makes an empty staging file (staged.go).
 	stagedPassthrough
 )
 
 // eligible reports how an open with flags may start passthrough of n: a
-// write-only appender of a file up to maxBacked bytes, or a write-only
-// writer of an empty file (staged.go). Called with n.mu held.
+// write-only appender of a file up to maxBacked bytes, a write-only writer
+// of an empty file (staged.go), or a reader of a staged file. Called with
+// n.mu held.
 func (n *node) eligible(flags uint32) passthroughKind {
 	if n.kind != manifest.KindFile || n.sess.readOnly || n.sess.backingDir == "" {
 		return noPassthrough
+	}
+	if b := n.data.backing; b != nil && b.staged && flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		// A reader of a staged file reads the staging file, rather than
+		// making the daemon take the content over.
+		return backedPassthrough
 	}
 	if flags&syscall.O_ACCMODE != syscall.O_WRONLY {
 		return noPassthrough
@@ -103,7 +112,7 @@ func (n *node) eligible(flags uint32) passthroughKind {
 		return noPassthrough
 	}
 	if n.data.backing != nil || n.data.size <= maxBacked {
-		return appendPassthrough
+		return backedPassthrough
 	}
 	return noPassthrough
 }
@@ -361,14 +370,7 @@ func (s *Session) ingestAll(ctx context.Context, all bool) error {
 	for _, n := range nodes {
 		n.mu.Lock()
 		if b := n.data.backing; b != nil && b.opens == 0 && (!b.staged || absorbed[n] || !named[n]) {
-			b.f.Close()
-			n.data.backing = nil
-			if b.name != "" {
-				s.staleBacking(b.name)
-			}
-			s.backed.mu.Lock()
-			delete(s.backed.nodes, n)
-			s.backed.mu.Unlock()
+			n.dropBacking()
 		}
 		n.mu.Unlock()
 	}
@@ -412,6 +414,35 @@ func (n *node) ingestForFlush(ctx context.Context, all, named bool, absorbed map
 		}
 		return st.Size() != size, nil
 	}, nil
+}
+
+// takeOver ingests and drops n's backing file if no passthrough handle
+// uses it. Called with freeze held shared and n.mu held.
+func (n *node) takeOver(ctx context.Context) error {
+	b := n.data.backing
+	if b == nil || b.opens > 0 {
+		return nil
+	}
+	if _, err := n.ingest(ctx); err != nil {
+		return err
+	}
+	n.dropBacking()
+	return nil
+}
+
+// dropBacking closes n's backing file and forgets it. Called with n.mu
+// held.
+func (n *node) dropBacking() {
+	b := n.data.backing
+	b.f.Close()
+	n.data.backing = nil
+	if b.name != "" {
+		n.sess.staleBacking(b.name)
+	}
+	s := n.sess
+	s.backed.mu.Lock()
+	delete(s.backed.nodes, n)
+	s.backed.mu.Unlock()
 }
 
 // closeBackings closes every backing file (the session is going away).

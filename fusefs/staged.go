@@ -224,6 +224,12 @@ func (s *Session) staleBacking(name string) {
 	s.backed.stale = append(s.backed.stale, name)
 }
 
+func (s *Session) hasStaleBackings() bool {
+	s.backed.mu.Lock()
+	defer s.backed.mu.Unlock()
+	return len(s.backed.stale) > 0
+}
+
 // removeStaleBackings removes the staging files no journal record can
 // name any more.
 func (s *Session) removeStaleBackings() {

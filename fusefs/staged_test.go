@@ -1,0 +1,266 @@
+package fusefs
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"homefs/cas"
+	"homefs/internal/catalog"
+)
+
+// stagedState reports whether the file at path of session s is staged,
+// and how many passthrough handles it has (-1 without a backing file).
+func stagedState(t *testing.T, e *Engine, session, path string) (bool, int) {
+	t.Helper()
+	s, err := e.live(context.Background(), session)
+	require.NoError(t, err)
+	n, err := s.walkFile(context.Background(), path)
+	require.NoError(t, err)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.data.backing == nil {
+		return false, -1
+	}
+	return n.data.backing.staged, n.data.backing.opens
+}
+
+// TestStagedFile: a write-only writer of a new file writes to a staging
+// file; stat, readers, captures and forks see every byte at once, and once
+// it is closed a flush stores the content and removes the staging file.
+func TestStagedFile(t *testing.T) {
+	t.Parallel()
+	e, _, p := mountedFile(t, "out.bin")
+	ctx := context.Background()
+	w, err := openT(t, p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	require.NoError(t, err)
+	want := randBytes(1, 3<<20+123)
+	_, err = w.Write(want[:2<<20])
+	require.NoError(t, err)
+	staged, opens := stagedState(t, e, "s", "out.bin")
+	require.True(t, staged, "a write-only open of an empty file is staged")
+	require.Equal(t, 1, opens)
+	require.Equal(t, int64(2<<20), stat(t, p).Size)
+
+	// A reader joins the passthrough and sees what was written.
+	r, err := openT(t, p, os.O_RDONLY, 0)
+	require.NoError(t, err)
+	got := make([]byte, 2<<20)
+	_, err = r.ReadAt(got, 0)
+	require.NoError(t, err)
+	require.Equal(t, want[:2<<20], got)
+
+	_, snap := captureMount(t, e, "s")
+	require.Equal(t, want[:2<<20], []byte(read(t, filepath.Join(snap, "out.bin"))))
+	_, err = w.Write(want[2<<20:])
+	require.NoError(t, err)
+	// The snapshot does not change; a fork (captured now) has the rest.
+	require.Equal(t, want[:2<<20], []byte(read(t, filepath.Join(snap, "out.bin"))))
+	_, err = e.Fork(ctx, "s", "f")
+	require.NoError(t, err)
+	fork := MountForTest(t, e, "f", "", MountOptions{})
+	require.Equal(t, want, []byte(read(t, filepath.Join(fork.Dir(), "out.bin"))))
+	// The times are the writes'.
+	var st unix.Stat_t
+	require.NoError(t, unix.Fstat(int(w.Fd()), &st))
+	mtime := stat(t, p).Mtim
+	require.Equal(t, st.Mtim, unix.Timespec(mtime))
+
+	require.NoError(t, w.Close())
+	require.NoError(t, r.Close())
+	// Once no one has it open, a new reader still reads the staging file.
+	require.Eventually(t, func() bool {
+		_, opens := stagedState(t, e, "s", "out.bin")
+		return opens == 0
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, want, []byte(read(t, p)))
+	staged, _ = stagedState(t, e, "s", "out.bin")
+	require.True(t, staged, "reading did not unstage it")
+	require.Eventually(t, func() bool {
+		require.NoError(t, e.Sync(ctx, "s"))
+		_, opens := stagedState(t, e, "s", "out.bin")
+		return opens == -1
+	}, 5*time.Second, 10*time.Millisecond, "a flush drops the closed staging file")
+	require.Equal(t, want, []byte(read(t, p)))
+	s, err := e.live(ctx, "s")
+	require.NoError(t, err)
+	left, err := os.ReadDir(s.backingDir)
+	require.NoError(t, err)
+	require.Empty(t, left, "the staging file is removed once no journal record names it")
+	_, snap = captureMount(t, e, "s")
+	require.Equal(t, want, []byte(read(t, filepath.Join(snap, "out.bin"))))
+}
+
+// TestStagedUnstage: when the daemon must serve a staged file's content
+// itself (truncate, copy_file_range, a read in a mount without the
+// passthrough), it takes the content over and stays correct.
+func TestStagedUnstage(t *testing.T) {
+	t.Parallel()
+	e, m, p := mountedFile(t, "f")
+	w, err := openT(t, p, os.O_WRONLY|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	_, err = w.WriteString("hello world")
+	require.NoError(t, err)
+	require.NoError(t, w.Truncate(5))
+	staged, _ := stagedState(t, e, "s", "f")
+	require.False(t, staged, "truncate unstages")
+	_, err = w.WriteAt([]byte("!!"), 5)
+	require.NoError(t, err)
+	require.Equal(t, "hello!!", read(t, p))
+	_, snap := captureMount(t, e, "s")
+	require.Equal(t, "hello!!", read(t, filepath.Join(snap, "f")))
+
+	// copy_file_range out of a staged file, and into one.
+	src := filepath.Join(m.Dir(), "src")
+	sw, err := openT(t, src, os.O_WRONLY|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	_, err = sw.WriteString("0123456789")
+	require.NoError(t, err)
+	dst := filepath.Join(m.Dir(), "dst")
+	dw, err := openT(t, dst, os.O_WRONLY|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	sr, err := openT(t, src, os.O_RDONLY, 0)
+	require.NoError(t, err)
+	offIn, offOut := int64(2), int64(0)
+	k, err := unix.CopyFileRange(int(sr.Fd()), &offIn, int(dw.Fd()), &offOut, 5, 0)
+	require.NoError(t, err)
+	require.Equal(t, 5, k)
+	_, err = dw.WriteAt([]byte("X"), 5)
+	require.NoError(t, err)
+	require.Equal(t, "23456X", read(t, dst))
+
+	// A second mount of the same tree reads through the daemon.
+	o := filepath.Join(m.Dir(), "other")
+	ow, err := openT(t, o, os.O_WRONLY|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	_, err = ow.WriteString("first")
+	require.NoError(t, err)
+	sub := MountForTest(t, e, "s", "", MountOptions{})
+	require.Equal(t, "first", read(t, filepath.Join(sub.Dir(), "other")))
+	_, err = ow.WriteString(" second")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return read(t, filepath.Join(sub.Dir(), "other")) == "first second"
+	}, 3*shortCacheTimeout, 20*time.Millisecond)
+}
+
+// TestStagedConcurrentCapture: captures taken while a writer streams
+// records into a staged file each hold a prefix of the stream.
+func TestStagedConcurrentCapture(t *testing.T) {
+	t.Parallel()
+	e, _, p := mountedFile(t, "stream")
+	w, err := openT(t, p, os.O_WRONLY|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	var stream []byte
+	for i := range 20000 {
+		stream = fmt.Appendf(stream, "record %08d %s\n", i, "................................................")
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for off := 0; off < len(stream); off += 4000 {
+			if _, err := w.Write(stream[off:min(off+4000, len(stream))]); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	var snaps []string
+	for range 8 {
+		_, snap := captureMount(t, e, "s")
+		snaps = append(snaps, snap)
+	}
+	wg.Wait()
+	_, last := captureMount(t, e, "s")
+	snaps = append(snaps, last)
+	for _, snap := range snaps {
+		got := []byte(read(t, filepath.Join(snap, "stream")))
+		require.True(t, isPrefix(got, stream), "snapshot of %d bytes is a prefix of the stream", len(got))
+	}
+	require.Len(t, read(t, filepath.Join(last, "stream")), len(stream))
+}
+
+// TestStagedDurability kills the daemon after fsyncs of staged files:
+// what was fsynced is back, at the names made durable, and the staging
+// files are gone once the new daemon has replayed them.
+func TestStagedDurability(t *testing.T) {
+	t.Parallel()
+	d := startDurable(t)
+	storeDir, mnt := d.storeDir, d.mnt
+	write := func(name string, data []byte, sync bool) *os.File {
+		f, err := openT(t, filepath.Join(mnt, name), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		require.NoError(t, err)
+		_, err = f.Write(data)
+		require.NoError(t, err)
+		if sync {
+			require.NoError(t, f.Sync())
+		}
+		return f
+	}
+	big := randBytes(31, 9<<20+5)
+	bigF := write("big.bin", big, true)
+	links := backingLinks(t, d.cmd.Process.Pid, storeDir)
+	require.NotEmpty(t, links, "the daemon holds a staging file")
+	_, err := bigF.Write([]byte("not synced"))
+	require.NoError(t, err)
+
+	// Claude Code's replace: temp file, fsync, rename, fsync the directory.
+	tmp := write("settings.json.tmp", []byte(`{"v":2}`), true)
+	require.NoError(t, tmp.Close())
+	require.NoError(t, os.Rename(filepath.Join(mnt, "settings.json.tmp"), filepath.Join(mnt, "settings.json")))
+	require.NoError(t, syncDir(mnt))
+
+	// Written and fsynced again after another file's fsync moved the head.
+	log := write("log", []byte("one\n"), true)
+	write("other", []byte("x"), true)
+	_, err = log.Write([]byte("two\n"))
+	require.NoError(t, err)
+	require.NoError(t, log.Sync())
+
+	d.kill(t)
+
+	store, err := cas.OpenBadger(storeDir, cas.BadgerOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, store.Close()) })
+	e := New(store, catalog.New(store), Options{StoreDir: storeDir, FlushInterval: -1})
+	t.Cleanup(func() { require.NoError(t, e.Close(context.Background())) })
+	m := MountForTest(t, e, "d", "", MountOptions{})
+	got := []byte(read(t, filepath.Join(m.Dir(), "big.bin")))
+	require.True(t, isPrefix(big, got), "every fsynced byte is back (%d bytes, want at least %d)", len(got), len(big))
+	require.True(t, len(got) == len(big) || string(got[len(big):]) == "not synced", "the rest is whole or absent")
+	require.Equal(t, `{"v":2}`, read(t, filepath.Join(m.Dir(), "settings.json")))
+	_, err = os.Stat(filepath.Join(m.Dir(), "settings.json.tmp"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+	require.Equal(t, "one\ntwo\n", read(t, filepath.Join(m.Dir(), "log")))
+	require.Equal(t, "x", read(t, filepath.Join(m.Dir(), "other")))
+	left, err := os.ReadDir(backingDir(storeDir, "d"))
+	require.NoError(t, err)
+	require.Empty(t, left, "replayed staging files are removed")
+}
+
+// TestStagedKillPriv: privileges set after a staged write stay; a write
+// passed through after them drops them. The daemon cannot tell who wrote,
+// so it drops them as for an unprivileged writer (ext4 keeps them for a
+// writer with CAP_FSETID).
+func TestStagedKillPriv(t *testing.T) {
+	t.Parallel()
+	_, _, p := mountedFile(t, "tool")
+	w, err := openT(t, p, os.O_WRONLY|os.O_CREATE, 0o755)
+	require.NoError(t, err)
+	_, err = w.WriteString("#!/bin/sh\n")
+	require.NoError(t, err)
+	require.NoError(t, unix.Chmod(p, 0o4755))
+	require.Equal(t, uint32(syscall.S_IFREG|0o4755), stat(t, p).Mode)
+	_, err = w.WriteString("echo hi\n")
+	require.NoError(t, err)
+	require.Equal(t, uint32(syscall.S_IFREG|0o755), stat(t, p).Mode, "a write after chmod +s drops it")
+}
