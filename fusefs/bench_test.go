@@ -13,6 +13,8 @@ package fusefs
 //     minute); unset or "full" uses the sizes of the issue.
 //   - HOMEFS_BENCH_DIR puts the store, the native directory and the
 //     mountpoint below that directory instead of the default temp dir.
+//   - HOMEFS_BENCH_NOSTAGING=1 turns staged files off (Options.NoStaging),
+//     for a before/after of staging in one build.
 //
 // Page cache: before each timed sequential read, every dirty page is
 // written back and the page cache is dropped (echo 3 >
@@ -114,7 +116,7 @@ func newBenchRig(b *testing.B) *benchRig {
 		b.Fatal(err)
 	}
 	cat := catalog.New(store)
-	r.engine = New(store, cat, Options{StoreDir: storeDir, Logger: quiet})
+	r.engine = New(store, cat, Options{StoreDir: storeDir, Logger: quiet, NoStaging: os.Getenv("HOMEFS_BENCH_NOSTAGING") != ""})
 	ctx := context.Background()
 	if _, err := cat.CreateSession(ctx, r.session, ""); err != nil {
 		b.Fatal(err)

@@ -45,6 +45,10 @@ type Options struct {
 	// Claude Code's transcripts) lose at most that much to a crash. 0 means
 	// 5 s; a negative value turns it off.
 	FlushInterval time.Duration
+	// NoStaging serves writers of new files through the daemon instead of
+	// staging them (staged.go), as homefs did before staging: for
+	// measuring it, or for a backing filesystem one would rather not use.
+	NoStaging bool
 }
 
 // Engine serves sessions of one store: it mounts them and implements
@@ -53,6 +57,7 @@ type Engine struct {
 	store    cas.Store
 	cat      *catalog.Catalog
 	storeDir string
+	noStage  bool
 	log      *slog.Logger
 	cache    *chunkCache
 	inos     atomic.Uint64
@@ -83,6 +88,7 @@ func New(store cas.Store, cat *catalog.Catalog, opts Options) *Engine {
 		store:    store,
 		cat:      cat,
 		storeDir: opts.StoreDir,
+		noStage:  opts.NoStaging,
 		log:      log,
 		cache:    newChunkCache(store, cacheChunks),
 		sessions: make(map[string]*Session),
@@ -154,6 +160,7 @@ func (e *Engine) live(ctx context.Context, name string) (*Session, error) {
 	s.gen = h.Gen
 	if e.storeDir != "" {
 		s.backingDir = backingDir(e.storeDir, name)
+		s.noStage = e.noStage
 		if err := e.openJournal(ctx, s); err != nil {
 			return nil, err
 		}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"homefs/manifest"
 )
 
@@ -47,7 +49,7 @@ import (
 const maxBacked = 64 << 20
 
 // backing is a node's local copy that passthrough opens read and write.
-// GUARDED_BY(node.mu) for every field but f and name, which are fixed.
+// GUARDED_BY(node.mu) for every field but f, which is fixed.
 type backing struct {
 	f        *os.File
 	ingested int64 // bytes of f the node's content holds
@@ -58,17 +60,101 @@ type backing struct {
 	// A staged backing file (staged.go) holds the file's content; the
 	// node holds it only as of the last absorb.
 	staged   bool
-	name     string      // staged: the file's name in the backing directory
-	named    bool        // staged: that name is durable
+	name     string      // staged: the file's durable name in the backing directory, once an fsync gave it one
 	fsynced  bool        // staged: an fsync made content durable that no durable head holds
 	absorbed fingerprint // staged: f as of the last absorb
 	size     int64       // staged: f's size when last observed
 }
 
 // backingDir holds the backing files of session s under the store
-// directory; it holds nothing that survives the daemon.
+// directory. A backing file has no name there (O_TMPFILE) but for a staged
+// file an fsync named (staged.go); a new daemon removes what an earlier
+// one left, once it has replayed the journal.
 func backingDir(storeDir, session string) string {
 	return filepath.Join(storeDir, "backing", session)
+}
+
+// newBackingFile returns an unnamed file in the backing directory, from
+// the session's pool of empty ones when it has one ready: making the file
+// costs an ext4 inode (20-50 µs here), which a writer of a small file would
+// otherwise wait for in its create.
+func (s *Session) newBackingFile() (*os.File, error) {
+	s.backed.mu.Lock()
+	if k := len(s.backed.pool); k > 0 {
+		f := s.backed.pool[k-1]
+		s.backed.pool = s.backed.pool[:k-1]
+		refill := !s.backed.filling && !s.backed.closed && k-1 < backingPool/2
+		s.backed.filling = s.backed.filling || refill
+		s.backed.mu.Unlock()
+		if refill {
+			go s.fillBackingPool()
+		}
+		return f, nil
+	}
+	start := !s.backed.filling && !s.backed.closed
+	s.backed.filling = s.backed.filling || start
+	s.backed.mu.Unlock()
+	if start {
+		go s.fillBackingPool()
+	}
+	return s.makeBackingFile()
+}
+
+// backingPool is how many empty backing files a session keeps ready.
+const backingPool = 8
+
+// fillBackingPool tops the pool up; one runs at a time (backed.filling).
+func (s *Session) fillBackingPool() {
+	for {
+		s.backed.mu.Lock()
+		if s.backed.closed || len(s.backed.pool) >= backingPool {
+			s.backed.filling = false
+			s.backed.mu.Unlock()
+			return
+		}
+		s.backed.mu.Unlock()
+		f, err := s.makeBackingFile()
+		s.backed.mu.Lock()
+		if err != nil || s.backed.closed {
+			s.backed.filling = false
+			s.backed.mu.Unlock()
+			if f != nil {
+				f.Close()
+			}
+			return
+		}
+		s.backed.pool = append(s.backed.pool, f)
+		s.backed.mu.Unlock()
+	}
+}
+
+// makeBackingFile makes an unnamed file in the backing directory.
+func (s *Session) makeBackingFile() (*os.File, error) {
+	s.backed.mu.Lock()
+	made := s.backed.dirMade
+	s.backed.mu.Unlock()
+	if !made {
+		if err := os.MkdirAll(s.backingDir, 0o700); err != nil {
+			return nil, fmt.Errorf("backing directory: %w", err)
+		}
+		s.backed.mu.Lock()
+		s.backed.dirMade = true
+		s.backed.mu.Unlock()
+	}
+	fd, err := unix.Open(s.backingDir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err == nil {
+		return os.NewFile(uintptr(fd), filepath.Join(s.backingDir, "(unnamed)")), nil
+	}
+	// A filesystem without O_TMPFILE: a name removed at once.
+	f, err := os.CreateTemp(s.backingDir, "tmp-*")
+	if err != nil {
+		return nil, fmt.Errorf("create backing file: %w", err)
+	}
+	if err := os.Remove(f.Name()); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("create backing file: %w", err)
+	}
+	return f, nil
 }
 
 // passthroughKind is how an open may start passthrough of a node.
@@ -125,28 +211,20 @@ func (n *node) openBacking(ctx context.Context, kind passthroughKind) (*backing,
 	if d.backing != nil {
 		return d.backing, nil
 	}
-	dir := n.sess.backingDir
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("backing directory: %w", err)
-	}
-	f, err := os.CreateTemp(dir, fmt.Sprintf("%d-*", n.ino))
+	f, err := n.sess.newBackingFile()
 	if err != nil {
-		return nil, fmt.Errorf("create backing file: %w", err)
+		return nil, err
 	}
 	if kind == stagedPassthrough {
-		// The name stays: a journal record may point at it (staged.go).
 		fp, err := fingerprintOf(f)
 		if err != nil {
 			f.Close()
-			os.Remove(f.Name())
 			return nil, err
 		}
-		d.backing = &backing{f: f, staged: true, name: filepath.Base(f.Name()), absorbed: fp, mtime: fp.mtime}
+		d.backing = &backing{f: f, staged: true, absorbed: fp, mtime: fp.mtime}
 		n.sess.addBacked(n)
 		return d.backing, nil
 	}
-	// Nothing but this process needs the name.
-	_ = os.Remove(f.Name())
 	if err := n.copyOut(ctx, f, 0, d.size); err != nil {
 		f.Close()
 		return nil, err
@@ -297,6 +375,13 @@ type backedSet struct {
 	// dirSynced is set once the backing directory's name is durable.
 	stale     []string // GUARDED_BY(mu)
 	dirSynced bool     // GUARDED_BY(mu)
+	dirMade   bool     // GUARDED_BY(mu)
+	// pool holds empty backing files made ahead; filling is set while a
+	// goroutine tops it up, closed once the session closed its files.
+	pool    []*os.File // GUARDED_BY(mu)
+	filling bool       // GUARDED_BY(mu)
+	closed  bool       // GUARDED_BY(mu)
+	seq       uint64   // numbers staging file names; GUARDED_BY(mu)
 }
 
 func (s *Session) addBacked(n *node) {
@@ -318,14 +403,26 @@ func (s *Session) backedNodes() []*node {
 	return out
 }
 
+// exactPasses bounds the passes ingestAll makes to find one instant.
+const exactPasses = 4
+
 // ingestAll ingests every backed node of s, again until a pass finds none
 // changed: each backed file then held what it was ingested with from its
 // ingest to the check, an interval that contains the last ingest, so at
 // that instant the session was exactly what the flush stores (everything
 // else is frozen). Appenders are checked by size, files ingested whole
 // (staged and wild ones) by fingerprint. Staged files are absorbed when
-// all is set, when closed, or when fsynced (staged.go). Backing files no
-// open uses any more are dropped. Called with freeze held exclusively.
+// all is set, when closed, or when fsynced (staged.go).
+//
+// Passthrough writers are not held back by the freeze, so one that never
+// pauses could keep every pass from finding an instant; after exactPasses
+// the flush goes ahead with each such file as its last pass read it: an
+// appender's as a prefix of what it appended (a state it had), a file
+// written in place with each chunk as it was when read. A capture then
+// still succeeds while a download or a log is being written.
+//
+// Backing files no open uses any more are dropped. Called with freeze
+// held exclusively.
 func (s *Session) ingestAll(ctx context.Context, all bool) error {
 	nodes := s.backedNodes()
 	if len(nodes) == 0 {
@@ -338,9 +435,9 @@ func (s *Session) ingestAll(ctx context.Context, all bool) error {
 		named[n] = n.nlink > 0
 	}
 	s.treeMu.Unlock()
-	const passes = 16
-	for pass := 0; ; pass++ {
+	for pass := 1; ; pass++ {
 		var checks []func() (bool, error)
+		var checked []*node
 		for _, n := range nodes {
 			n.mu.Lock()
 			check, err := n.ingestForFlush(ctx, all, named[n], absorbed)
@@ -350,21 +447,27 @@ func (s *Session) ingestAll(ctx context.Context, all bool) error {
 			}
 			if check != nil {
 				checks = append(checks, check)
+				checked = append(checked, n)
 			}
 		}
-		changed := false
-		for _, check := range checks {
+		var changed []uint64
+		for i, check := range checks {
 			c, err := check()
 			if err != nil {
 				return err
 			}
-			changed = changed || c
+			if c {
+				changed = append(changed, checked[i].ino)
+			}
 		}
-		if !changed {
+		if len(changed) == 0 {
 			break
 		}
-		if pass == passes {
-			return fmt.Errorf("backed files kept changing through %d passes: %w", passes, syscall.EAGAIN)
+		if pass == exactPasses {
+			// Writers the freeze cannot hold back kept writing: each of
+			// their files is held as the last pass read it (see above).
+			s.log.Warn("files written through the flush are held as last read", "session", s.name, "inodes", changed)
+			break
 		}
 	}
 	for _, n := range nodes {
@@ -434,7 +537,9 @@ func (n *node) takeOver(ctx context.Context) error {
 // held.
 func (n *node) dropBacking() {
 	b := n.data.backing
-	b.f.Close()
+	// Closing frees the file's blocks, journaled by the filesystem: off
+	// the caller's path (a flush holds every writer back).
+	go b.f.Close()
 	n.data.backing = nil
 	if b.name != "" {
 		n.sess.staleBacking(b.name)
@@ -457,5 +562,11 @@ func (s *Session) closeBackings() {
 	}
 	s.backed.mu.Lock()
 	s.backed.nodes = nil
+	s.backed.closed = true
+	pool := s.backed.pool
+	s.backed.pool = nil
 	s.backed.mu.Unlock()
+	for _, f := range pool {
+		f.Close()
+	}
 }

@@ -55,7 +55,9 @@ type Session struct {
 	// none (no store directory). backed lists the nodes that have one.
 	backingDir string
 	backed     backedSet
-	// staging says whether files may be staged (staged.go).
+	// staging says whether files may be staged (staged.go); noStage
+	// turns it off.
+	noStage bool
 	staging struct {
 		once sync.Once
 		ok   bool

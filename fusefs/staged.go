@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"homefs/cas"
 	"homefs/manifest"
 )
@@ -67,6 +69,9 @@ func fingerprintOf(f *os.File) (fingerprint, error) {
 // relies on; it is probed once per session.
 func (s *Session) stagingOK() bool {
 	s.staging.once.Do(func() {
+		if s.noStage {
+			return
+		}
 		ok, err := probeFineCtime(s.backingDir)
 		if err != nil {
 			s.log.Warn("no staged files", "session", s.name, "err", err)
@@ -211,8 +216,11 @@ func (n *node) unstage(ctx context.Context) error {
 		return err
 	}
 	b.staged, b.wild = false, true
-	// A journal record may still point at the file until the next reset.
-	n.sess.staleBacking(b.name)
+	if b.name != "" {
+		// A journal record may point at the file until the next reset.
+		n.sess.staleBacking(b.name)
+		b.name = ""
+	}
 	return nil
 }
 
@@ -280,11 +288,12 @@ func (e *Engine) fsyncStaged(ctx context.Context, s *Session, n *node) (bool, er
 	if err := fdatasync(b.f); err != nil {
 		return true, fmt.Errorf("sync staging file: %w", err)
 	}
-	if err := s.syncBackingNames(n, b); err != nil {
+	name, err := s.nameStaging(n, b)
+	if err != nil {
 		return true, err
 	}
 	for range 3 {
-		done, err := e.journalStage(ctx, s, n, b, fp.size)
+		done, err := e.journalStage(ctx, s, n, b, name, fp.size)
 		if err != nil || done {
 			return true, err
 		}
@@ -302,17 +311,30 @@ func (e *Engine) fsyncStaged(ctx context.Context, s *Session, n *node) (bool, er
 	return true, e.syncPartial(ctx, s)
 }
 
-// syncBackingNames makes b's name (and, once per session, the backing
-// directory's) durable.
-func (s *Session) syncBackingNames(n *node, b *backing) error {
+// nameStaging gives b's file a durable name in the backing directory, if
+// it has none yet, and returns it.
+func (s *Session) nameStaging(n *node, b *backing) (string, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if b.name != "" {
+		return b.name, nil
+	}
 	s.backed.mu.Lock()
 	dirSynced := s.backed.dirSynced
 	s.backed.mu.Unlock()
-	n.mu.Lock()
-	named := b.named
-	n.mu.Unlock()
-	if named && dirSynced {
-		return nil
+	var name string
+	for {
+		s.backed.mu.Lock()
+		s.backed.seq++
+		name = fmt.Sprintf("%d-%d", n.ino, s.backed.seq)
+		s.backed.mu.Unlock()
+		err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", b.f.Fd()), unix.AT_FDCWD, filepath.Join(s.backingDir, name), unix.AT_SYMLINK_FOLLOW)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EEXIST) {
+			return "", fmt.Errorf("name staging file: %w", err)
+		}
 	}
 	dirs := []string{s.backingDir}
 	if !dirSynced {
@@ -320,28 +342,26 @@ func (s *Session) syncBackingNames(n *node, b *backing) error {
 	}
 	for _, dir := range dirs {
 		d, err := os.Open(dir)
-		if err != nil {
-			return fmt.Errorf("sync backing directory: %w", err)
+		if err == nil {
+			err = d.Sync()
+			d.Close()
 		}
-		err = d.Sync()
-		d.Close()
 		if err != nil {
-			return fmt.Errorf("sync backing directory: %w", err)
+			_ = os.Remove(filepath.Join(s.backingDir, name))
+			return "", fmt.Errorf("sync backing directory: %w", err)
 		}
 	}
 	s.backed.mu.Lock()
 	s.backed.dirSynced = true
 	s.backed.mu.Unlock()
-	n.mu.Lock()
-	b.named = true
-	n.mu.Unlock()
-	return nil
+	b.name = name
+	return name, nil
 }
 
-// journalStage appends a stage record for n (staged in b, size bytes
-// synced) to the journal. It reports false when the durable head does
+// journalStage appends a stage record for n (staged in b, named name, size
+// bytes synced) to the journal. It reports false when the durable head does
 // not have n's path (the namespace changed since).
-func (e *Engine) journalStage(ctx context.Context, s *Session, n *node, b *backing, size int64) (bool, error) {
+func (e *Engine) journalStage(ctx context.Context, s *Session, n *node, b *backing, name string, size int64) (bool, error) {
 	s.freeze.RLock()
 	defer s.freeze.RUnlock()
 	path, meta, named := s.durablePath(n)
@@ -365,7 +385,7 @@ func (e *Engine) journalStage(ctx context.Context, s *Session, n *node, b *backi
 	// Set first: should the append fail, a flush absorbs the file.
 	b.fsynced = true
 	n.mu.Unlock()
-	err := s.journal.append([]journalRecord{{path: path, off: stageOff, size: size, data: []byte(b.name)}})
+	err := s.journal.append([]journalRecord{{path: path, off: stageOff, size: size, data: []byte(name)}})
 	if errors.Is(err, errJournalFull) {
 		return true, e.syncPartial(ctx, s)
 	}
