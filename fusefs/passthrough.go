@@ -381,7 +381,7 @@ type backedSet struct {
 	pool    []*os.File // GUARDED_BY(mu)
 	filling bool       // GUARDED_BY(mu)
 	closed  bool       // GUARDED_BY(mu)
-	seq       uint64   // numbers staging file names; GUARDED_BY(mu)
+	seq     uint64     // numbers staging file names; GUARDED_BY(mu)
 }
 
 func (s *Session) addBacked(n *node) {
