@@ -781,6 +781,12 @@ func (s *Session) observeStaged(n *node) (int64, error) {
 	if n.kind != manifest.KindFile || s.readOnly {
 		return -1, nil
 	}
+	n.mu.Lock()
+	staged := n.data.backing != nil && n.data.backing.staged
+	n.mu.Unlock()
+	if !staged {
+		return -1, nil // without the freeze lock: a flush does not hold up stat
+	}
 	s.freeze.RLock()
 	defer s.freeze.RUnlock()
 	n.mu.Lock()
