@@ -113,8 +113,10 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		if b := n.data.backing; b != nil {
 			b.opens--
 			if b.opens == 0 && b.staged {
-				// The next flush absorbs the content and drops the file.
+				// Absorbed and dropped in the background, so that a flush
+				// (which holds writers back) seldom has to.
 				n.sess.markContent(n)
+				n.sess.absorbLater(n)
 			}
 		}
 		n.mu.Unlock()

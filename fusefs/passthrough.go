@@ -382,6 +382,10 @@ type backedSet struct {
 	filling bool       // GUARDED_BY(mu)
 	closed  bool       // GUARDED_BY(mu)
 	seq     uint64     // numbers staging file names; GUARDED_BY(mu)
+	// queue holds closed staged files for the absorber goroutine, which
+	// runs while absorbing is set (staged.go).
+	queue     []*node // GUARDED_BY(mu)
+	absorbing bool    // GUARDED_BY(mu)
 }
 
 func (s *Session) addBacked(n *node) {

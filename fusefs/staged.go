@@ -224,6 +224,59 @@ func (n *node) unstage(ctx context.Context) error {
 	return nil
 }
 
+// absorbLater queues n, a staged file whose last passthrough handle
+// closed, for the session's absorber, which absorbs and drops it under the
+// freeze lock held shared, as a writer would, rather than in a flush.
+func (s *Session) absorbLater(n *node) {
+	s.backed.mu.Lock()
+	defer s.backed.mu.Unlock()
+	if s.backed.closed {
+		return
+	}
+	s.backed.queue = append(s.backed.queue, n)
+	if !s.backed.absorbing {
+		s.backed.absorbing = true
+		go s.absorber()
+	}
+}
+
+// absorber takes over the queued nodes until the queue is empty.
+func (s *Session) absorber() {
+	ctx := context.Background()
+	for {
+		s.backed.mu.Lock()
+		queue := s.backed.queue
+		s.backed.queue = nil
+		if len(queue) == 0 || s.backed.closed {
+			s.backed.absorbing = false
+			s.backed.mu.Unlock()
+			return
+		}
+		s.backed.mu.Unlock()
+		for _, n := range queue {
+			s.freeze.RLock()
+			s.treeMu.Lock() // before n.mu (lock order)
+			named := n.nlink > 0
+			s.treeMu.Unlock()
+			n.mu.Lock()
+			var err error
+			if b := n.data.backing; b != nil && b.staged && b.opens == 0 {
+				if named {
+					err = n.takeOver(ctx)
+				} else {
+					n.dropBacking() // unlinked and closed: nothing to keep
+				}
+			}
+			n.mu.Unlock()
+			s.freeze.RUnlock()
+			if err != nil {
+				// The next flush tries again, and reports it.
+				s.log.Warn("absorb a staged file", "session", s.name, "err", err)
+			}
+		}
+	}
+}
+
 // staleBacking records a staging file name to remove at the next journal
 // reset.
 func (s *Session) staleBacking(name string) {
