@@ -455,6 +455,14 @@ func (s *Session) restage(ctx context.Context, n *node, name string, size int64)
 		return fmt.Errorf("staging file of a journaled fsync: %w", err)
 	}
 	defer f.Close()
+	// The file may have been truncated since the fsync (then unstaged, its
+	// staging file kept current): what it holds now is a state the file
+	// had, where zeros past its end would not be.
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("staging file of a journaled fsync: %w", err)
+	}
+	size = min(size, st.Size())
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if err := n.truncate(ctx, 0); err != nil {
