@@ -1,8 +1,10 @@
 package fusefs
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -31,6 +33,18 @@ func stagedState(t *testing.T, e *Engine, session, path string) (bool, int) {
 		return false, -1
 	}
 	return n.data.backing.staged, n.data.backing.opens
+}
+
+// stagedWriter mounts a new session "s" and opens name in it write-only
+// and new (the open that is staged), having written first through it.
+func stagedWriter(t *testing.T, name, first string) (*Engine, *Mount, string, *os.File) {
+	t.Helper()
+	e, m, p := mountedFile(t, name)
+	w, err := openT(t, p, os.O_WRONLY|os.O_CREATE, 0o755)
+	require.NoError(t, err)
+	_, err = w.WriteString(first)
+	require.NoError(t, err)
+	return e, m, p, w
 }
 
 // TestStagedFile: a write-only writer of a new file writes to a staging
@@ -98,15 +112,11 @@ func TestStagedFile(t *testing.T) {
 // passthrough), it takes the content over and stays correct.
 func TestStagedUnstage(t *testing.T) {
 	t.Parallel()
-	e, m, p := mountedFile(t, "f")
-	w, err := openT(t, p, os.O_WRONLY|os.O_CREATE, 0o644)
-	require.NoError(t, err)
-	_, err = w.WriteString("hello world")
-	require.NoError(t, err)
+	e, m, p, w := stagedWriter(t, "f", "hello world")
 	require.NoError(t, w.Truncate(5))
 	staged, _ := stagedState(t, e, "s", "f")
 	require.False(t, staged, "truncate unstages")
-	_, err = w.WriteAt([]byte("!!"), 5)
+	_, err := w.WriteAt([]byte("!!"), 5)
 	require.NoError(t, err)
 	require.Equal(t, "hello!!", read(t, p))
 	_, snap := captureMount(t, e, "s")
@@ -256,14 +266,66 @@ func TestStagedDurability(t *testing.T) {
 // writer with CAP_FSETID).
 func TestStagedKillPriv(t *testing.T) {
 	t.Parallel()
-	_, _, p := mountedFile(t, "tool")
-	w, err := openT(t, p, os.O_WRONLY|os.O_CREATE, 0o755)
-	require.NoError(t, err)
-	_, err = w.WriteString("#!/bin/sh\n")
-	require.NoError(t, err)
+	_, _, p, w := stagedWriter(t, "tool", "#!/bin/sh\n")
 	require.NoError(t, unix.Chmod(p, 0o4755))
 	require.Equal(t, uint32(syscall.S_IFREG|0o4755), stat(t, p).Mode)
-	_, err = w.WriteString("echo hi\n")
+	_, err := w.WriteString("echo hi\n")
 	require.NoError(t, err)
 	require.Equal(t, uint32(syscall.S_IFREG|0o755), stat(t, p).Mode, "a write after chmod +s drops it")
+}
+
+// TestStagedModel: random writes (sparse, overlapping, past the end)
+// through a staged file, with captures, flushes and reads between them:
+// stat, a reader, every snapshot and the file once closed always agree
+// with a byte model; a snapshot never changes afterwards.
+func TestStagedModel(t *testing.T) {
+	t.Parallel()
+	e, _, p, w := stagedWriter(t, "model", "")
+	r, err := openT(t, p, os.O_RDONLY, 0)
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(11, 12))
+	model := []byte{}
+	type snap struct {
+		dir  string
+		want []byte
+	}
+	var snaps []snap
+	for op := range 300 {
+		switch k := rng.IntN(100); {
+		case k < 75:
+			off := rng.IntN(len(model) + 200<<10)
+			data := randBytes(uint64(op), 1+rng.IntN(150<<10))
+			if rng.IntN(4) == 0 {
+				clear(data) // zeros: holes for the store
+			}
+			_, err := w.WriteAt(data, int64(off))
+			require.NoError(t, err)
+			if end := off + len(data); end > len(model) {
+				model = append(model, make([]byte, end-len(model))...)
+			}
+			copy(model[off:], data)
+		case k < 82 && len(snaps) < 8:
+			_, dir := captureMount(t, e, "s")
+			snaps = append(snaps, snap{dir, bytes.Clone(model)})
+			require.Equal(t, model, []byte(read(t, filepath.Join(dir, "model"))), "op %d: snapshot", op)
+		case k < 90:
+			require.Equal(t, int64(len(model)), stat(t, p).Size, "op %d: stat", op)
+		case k < 95:
+			got := make([]byte, len(model)+1)
+			n, _ := r.ReadAt(got, 0)
+			require.Equal(t, model, got[:n], "op %d: reader", op)
+		default:
+			require.NoError(t, e.Sync(context.Background(), "s"))
+		}
+	}
+	require.NoError(t, w.Close())
+	require.NoError(t, r.Close())
+	require.Eventually(t, func() bool {
+		_, opens := stagedState(t, e, "s", "model")
+		return opens == -1
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, model, []byte(read(t, p)))
+	for i, sn := range snaps {
+		require.Equal(t, sn.want, []byte(read(t, filepath.Join(sn.dir, "model"))), "snapshot %d changed", i)
+	}
 }
