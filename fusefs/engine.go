@@ -537,6 +537,7 @@ func (e *Engine) Mounts() []*Mount {
 // sync makes every change of s durable: after it returns, a kill -9 of the
 // daemon loses nothing written before it started.
 func (e *Engine) sync(ctx context.Context, s *Session) error {
+	s.preflush(ctx, true)
 	s.freeze.Lock()
 	defer s.freeze.Unlock()
 	return e.syncLocked(ctx, s, true)
@@ -546,6 +547,7 @@ func (e *Engine) sync(ctx context.Context, s *Session) error {
 // files wrote since their last fsync (staged.go): the flush of an fsync,
 // and the periodic one.
 func (e *Engine) syncPartial(ctx context.Context, s *Session) error {
+	s.preflush(ctx, false)
 	s.freeze.Lock()
 	defer s.freeze.Unlock()
 	return e.syncLocked(ctx, s, false)
@@ -606,6 +608,7 @@ func (e *Engine) Capture(ctx context.Context, session, msg string, handles map[s
 		}
 		return e.cat.Capture(ctx, session, h.Root, msg, handles)
 	}
+	s.preflush(ctx, true)
 	s.freeze.Lock()
 	defer s.freeze.Unlock()
 	root, err := s.flushLocked(ctx, false, true)

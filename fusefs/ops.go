@@ -478,6 +478,38 @@ func (s *Session) spillAll(ctx context.Context) error {
 	if s.dirtyBytes.Load() < sessionSpillThreshold {
 		return nil
 	}
+	return s.spillBuffers(ctx)
+}
+
+// preflush does what it can of a flush's work with writers still running
+// (the freeze lock held shared): it absorbs the staged files the flush
+// would absorb (all of them for a capture) and stores every file's write
+// buffers, so that the flush that follows holds writers back only for
+// what changed meanwhile. Errors are left for the flush to meet.
+func (s *Session) preflush(ctx context.Context, all bool) {
+	if s.readOnly {
+		return
+	}
+	s.freeze.RLock()
+	defer s.freeze.RUnlock()
+	for _, n := range s.backedNodes() {
+		s.treeMu.Lock()
+		named := n.nlink > 0
+		s.treeMu.Unlock()
+		n.mu.Lock()
+		if b := n.data.backing; b != nil && b.staged && named && (all || b.opens == 0 || b.fsynced) {
+			_, _ = n.absorb(ctx)
+		}
+		n.mu.Unlock()
+	}
+	if s.dirtyBytes.Load() > 0 {
+		_ = s.spillBuffers(ctx)
+	}
+}
+
+// spillBuffers moves every changed file's write buffers into the store.
+// Called with freeze held shared and no node lock.
+func (s *Session) spillBuffers(ctx context.Context) error {
 	s.dirtyMu.Lock()
 	files := make([]*node, 0, len(s.dirty))
 	for n := range s.dirty {
