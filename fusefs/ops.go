@@ -497,7 +497,7 @@ func (s *Session) preflush(ctx context.Context, all bool) {
 		named := n.nlink > 0
 		s.treeMu.Unlock()
 		n.mu.Lock()
-		if b := n.data.backing; b != nil && b.staged && named && (all || b.opens == 0 || b.fsynced) {
+		if b := n.data.backing; b != nil && b.staged && b.absorbDue(all, named) {
 			_, _ = n.absorb(ctx)
 		}
 		n.mu.Unlock()

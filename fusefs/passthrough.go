@@ -493,7 +493,7 @@ func (n *node) ingestForFlush(ctx context.Context, all, named bool, absorbed map
 	if b == nil {
 		return nil, nil
 	}
-	if b.staged && !(named && (all || b.opens == 0 || b.fsynced || absorbed[n])) {
+	if b.staged && !absorbed[n] && !b.absorbDue(all, named) {
 		return nil, nil
 	}
 	if b.staged || b.wild && n.sess.stagingOK() {

@@ -224,6 +224,14 @@ func (n *node) unstage(ctx context.Context) error {
 	return nil
 }
 
+// absorbDue reports whether a flush absorbs b's staged file: one that has
+// a name, when the flush takes everything (all: a capture, Sync, Close) or
+// the file is closed or holds fsynced content no durable head has. Called
+// with the node's mu held.
+func (b *backing) absorbDue(all, named bool) bool {
+	return named && (all || b.opens == 0 || b.fsynced)
+}
+
 // absorbLater queues n, a staged file whose last passthrough handle
 // closed, for the session's absorber, which absorbs and drops it under the
 // freeze lock held shared, as a writer would, rather than in a flush.
