@@ -493,9 +493,7 @@ func (s *Session) preflush(ctx context.Context, all bool) {
 	s.freeze.RLock()
 	defer s.freeze.RUnlock()
 	for _, n := range s.backedNodes() {
-		s.treeMu.Lock()
-		named := n.nlink > 0
-		s.treeMu.Unlock()
+		named := s.hasName(n)
 		n.mu.Lock()
 		if b := n.data.backing; b != nil && b.staged && b.absorbDue(all, named) {
 			_, _ = n.absorb(ctx)

@@ -263,9 +263,7 @@ func (s *Session) absorber() {
 		s.backed.mu.Unlock()
 		for _, n := range queue {
 			s.freeze.RLock()
-			s.treeMu.Lock() // before n.mu (lock order)
-			named := n.nlink > 0
-			s.treeMu.Unlock()
+			named := s.hasName(n) // before n.mu (lock order)
 			n.mu.Lock()
 			var err error
 			if b := n.data.backing; b != nil && b.staged && b.opens == 0 {
@@ -306,11 +304,7 @@ func (s *Session) removeStaleBackings() {
 	stale := s.backed.stale
 	s.backed.stale = nil
 	s.backed.mu.Unlock()
-	for _, name := range stale {
-		if err := os.Remove(filepath.Join(s.backingDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			s.log.Warn("remove staging file", "session", s.name, "err", err)
-		}
-	}
+	s.removeBackingNames(stale)
 }
 
 // clearBackingDir removes what an earlier daemon left in the backing
@@ -320,11 +314,27 @@ func (s *Session) clearBackingDir() {
 	if err != nil {
 		return
 	}
-	for _, e := range entries {
-		if err := os.Remove(filepath.Join(s.backingDir, e.Name())); err != nil {
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name()
+	}
+	s.removeBackingNames(names)
+}
+
+func (s *Session) removeBackingNames(names []string) {
+	for _, name := range names {
+		if err := os.Remove(filepath.Join(s.backingDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			s.log.Warn("remove staging file", "session", s.name, "err", err)
 		}
 	}
+}
+
+// hasName reports whether n has a name in the tree (an unlinked file has
+// none). Takes treeMu: call it with no node lock held.
+func (s *Session) hasName(n *node) bool {
+	s.treeMu.Lock()
+	defer s.treeMu.Unlock()
+	return n.nlink > 0
 }
 
 // fsyncStaged makes n's staged content durable, if n is staged: it
