@@ -159,6 +159,9 @@ func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, error) {
 			if b, err = n.openBacking(ctx, kind); err == nil {
 				h.pt, h.fd = true, int(b.f.Fd())
 				b.opens++
+				if flags&syscall.O_ACCMODE != syscall.O_WRONLY {
+					b.readable = true
+				}
 				if !b.staged && (flags&syscall.O_ACCMODE != syscall.O_RDONLY && flags&syscall.O_APPEND == 0 || flags&syscall.O_ACCMODE == syscall.O_RDWR) {
 					b.wild = true // may write before the end, or map the file
 				}

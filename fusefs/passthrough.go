@@ -56,6 +56,15 @@ type backing struct {
 	wild     bool  // a passthrough open may have written before ingested
 	mtime    int64 // f's mtime when last ingested
 	opens    int   // passthrough handles open, in every mount
+	// readable is set once a passthrough open could read f: only such an
+	// open can map it, and a mapping outlives every open, so f is then
+	// never recycled for another file (see recycleBacking).
+	readable bool
+	// linked is set once f got a name in the backing directory: an
+	// O_TMPFILE cannot be linked again once its name is gone, and a journal
+	// record may lead to the name until the next reset, so f is then never
+	// recycled either.
+	linked bool
 
 	// A staged backing file (staged.go) holds the file's content; the
 	// node holds it only as of the last absorb.
@@ -100,8 +109,46 @@ func (s *Session) newBackingFile() (*os.File, error) {
 	return s.makeBackingFile()
 }
 
-// backingPool is how many empty backing files a session keeps ready.
-const backingPool = 8
+// backingPool is how many empty backing files a session keeps ready, and
+// recycledPool how many it keeps at most.
+const (
+	backingPool  = 8
+	recycledPool = 4 * backingPool
+)
+
+// recycleBacking empties a backing file no open uses and puts it back in
+// the pool, rather than closing it: a new ext4 inode is dear where a file
+// is made and dropped per file written (untar), since without a journal
+// ext4 skips every inode freed in the last minute, one at a time, when it
+// allocates one (recently_deleted in ialloc.c); that scan, growing with
+// the files just dropped, was a third of the daemon's time in an untar.
+//
+// Only a file that no open could map is recycled: every passthrough open
+// of it was write-only (mmap needs read access), so nothing can reach its
+// blocks once the last is closed. A file an fsync named is not either
+// (backing.linked).
+func (s *Session) recycleBacking(f *os.File) {
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return
+	}
+	// ext4 takes a truncate to size 0 for the first half of a replace
+	// (auto_da_alloc) and writes the file back at its next close: the
+	// kernel's close of the next writer's passthrough open, which would
+	// wait for the disk. Any close clears that: one of a second open here.
+	if g, err := os.Open(fmt.Sprintf("/proc/self/fd/%d", f.Fd())); err == nil {
+		g.Close()
+	}
+	s.backed.mu.Lock()
+	keep := !s.backed.closed && len(s.backed.pool) < recycledPool
+	if keep {
+		s.backed.pool = append(s.backed.pool, f)
+	}
+	s.backed.mu.Unlock()
+	if !keep {
+		f.Close()
+	}
+}
 
 // fillBackingPool tops the pool up; one runs at a time (backed.filling).
 func (s *Session) fillBackingPool() {
@@ -537,13 +584,17 @@ func (n *node) takeOver(ctx context.Context) error {
 	return nil
 }
 
-// dropBacking closes n's backing file and forgets it. Called with n.mu
-// held.
+// dropBacking closes or recycles n's backing file and forgets it. Called
+// with n.mu held.
 func (n *node) dropBacking() {
 	b := n.data.backing
-	// Closing frees the file's blocks, journaled by the filesystem: off
-	// the caller's path (a flush holds every writer back).
-	go b.f.Close()
+	// Truncating or closing frees the file's blocks: off the caller's path
+	// (a flush holds every writer back).
+	if b.readable || b.linked {
+		go b.f.Close()
+	} else {
+		go n.sess.recycleBacking(b.f)
+	}
 	n.data.backing = nil
 	if b.name != "" {
 		n.sess.staleBacking(b.name)

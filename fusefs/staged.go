@@ -425,7 +425,7 @@ func (s *Session) nameStaging(n *node, b *backing) (string, error) {
 	s.backed.mu.Lock()
 	s.backed.dirSynced = true
 	s.backed.mu.Unlock()
-	b.name = name
+	b.name, b.linked = name, true
 	return name, nil
 }
 

@@ -360,3 +360,110 @@ func TestNoStaging(t *testing.T) {
 	require.Equal(t, -1, opens, "no backing file")
 	require.Equal(t, "through the daemon", read(t, p))
 }
+
+// backingFileOf returns the backing file of the file at path of session
+// s, or nil when it has none.
+func backingFileOf(t *testing.T, e *Engine, session, path string) *os.File {
+	t.Helper()
+	s, err := e.live(context.Background(), session)
+	require.NoError(t, err)
+	n, err := s.walkFile(context.Background(), path)
+	require.NoError(t, err)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.data.backing == nil {
+		return nil
+	}
+	return n.data.backing.f
+}
+
+// pooled reports whether f is in session s's pool of empty backing files.
+func pooled(t *testing.T, e *Engine, session string, f *os.File) bool {
+	t.Helper()
+	s, err := e.live(context.Background(), session)
+	require.NoError(t, err)
+	s.backed.mu.Lock()
+	defer s.backed.mu.Unlock()
+	for _, g := range s.backed.pool {
+		if g == f {
+			return true
+		}
+	}
+	return false
+}
+
+// TestStagedRecycle: the staging file of a closed write-only file goes
+// back, empty, into the pool and serves the next files, which hold their
+// own bytes only; one a reader could map is closed instead, and its
+// mapping keeps showing what it mapped.
+func TestStagedRecycle(t *testing.T) {
+	t.Parallel()
+	needStaging(t)
+	e, m, _ := mountedFile(t, "unused")
+	path := func(i int) string { return filepath.Join(m.Dir(), fmt.Sprintf("f%d", i)) }
+	content := func(i int) []byte { return randBytes(uint64(100+i), 3000+1000*(i%7)) }
+	absorbed := func(name string) {
+		require.Eventually(t, func() bool { return backingFileOf(t, e, "s", name) == nil },
+			10*time.Second, 5*time.Millisecond, "%s is absorbed after its close", name)
+	}
+
+	// A file a reader joined and mapped.
+	mapped := bytes.Repeat([]byte("mapped!\n"), 1024)
+	w, err := openT(t, filepath.Join(m.Dir(), "mapped"), os.O_WRONLY|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	_, err = w.Write(mapped)
+	require.NoError(t, err)
+	r, err := openT(t, filepath.Join(m.Dir(), "mapped"), os.O_RDONLY, 0)
+	require.NoError(t, err)
+	mappedBacking := backingFileOf(t, e, "s", "mapped")
+	require.NotNil(t, mappedBacking)
+	view, err := syscall.Mmap(int(r.Fd()), 0, len(mapped), syscall.PROT_READ, syscall.MAP_SHARED)
+	require.NoError(t, err)
+	t.Cleanup(func() { syscall.Munmap(view) })
+	require.NoError(t, w.Close())
+	require.NoError(t, r.Close())
+	absorbed("mapped")
+	require.Never(t, func() bool { return pooled(t, e, "s", mappedBacking) },
+		50*time.Millisecond, time.Millisecond, "a file a reader could map is never recycled")
+
+	seen := map[*os.File]int{}
+	recycled := 0
+	for i := range 40 {
+		f, err := openT(t, path(i), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		require.NoError(t, err)
+		b := backingFileOf(t, e, "s", fmt.Sprintf("f%d", i))
+		require.NotNil(t, b, "f%d is staged", i)
+		require.NotSame(t, mappedBacking, b)
+		if _, ok := seen[b]; ok {
+			recycled++
+		}
+		seen[b] = i
+		st, err := b.Stat()
+		require.NoError(t, err)
+		require.Zero(t, st.Size(), "a recycled staging file starts empty")
+		_, err = f.Write(content(i))
+		require.NoError(t, err)
+		// An fsync names the staging file: it can never be named again.
+		synced := i%4 == 3
+		if synced {
+			require.NoError(t, f.Sync(), "fsync of f%d", i)
+		}
+		require.NoError(t, f.Close())
+		absorbed(fmt.Sprintf("f%d", i))
+		if synced {
+			require.Never(t, func() bool { return pooled(t, e, "s", b) },
+				50*time.Millisecond, time.Millisecond, "f%d's named staging file is not recycled", i)
+			continue
+		}
+		require.Eventually(t, func() bool { return pooled(t, e, "s", b) },
+			10*time.Second, time.Millisecond, "f%d's staging file is back in the pool", i)
+	}
+	require.Greater(t, recycled, 20, "staging files are reused")
+	require.Equal(t, mapped, view, "the mapping still shows the mapped file")
+
+	_, snap := captureMount(t, e, "s")
+	for i := range 40 {
+		require.Equal(t, content(i), []byte(read(t, path(i))), "f%d", i)
+		require.Equal(t, content(i), []byte(read(t, filepath.Join(snap, fmt.Sprintf("f%d", i)))), "f%d in the snapshot", i)
+	}
+}
