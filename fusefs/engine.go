@@ -256,6 +256,10 @@ func (e *Engine) Mount(ctx context.Context, session, subtree, dir string, opts M
 	if err != nil {
 		return nil, err
 	}
+	if s.backingDir != "" && s.stagingOK() {
+		// A new file is staged only with a staging file ready.
+		s.primeBackingPool()
+	}
 	return e.mount(ctx, s, subtree, dir, opts)
 }
 

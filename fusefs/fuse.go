@@ -171,7 +171,7 @@ func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, error) {
 		if err != nil && f.ptOpens > 0 {
 			return nil, err
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, errNoStagingFile) {
 			// The daemon can serve the open itself (a full disk, say).
 			f.m.log.Warn("no passthrough for a writer", "mount", f.m.dir, "err", err)
 		}

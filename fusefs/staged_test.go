@@ -467,3 +467,39 @@ func TestStagedRecycle(t *testing.T) {
 		require.Equal(t, content(i), []byte(read(t, filepath.Join(snap, fmt.Sprintf("f%d", i)))), "f%d in the snapshot", i)
 	}
 }
+
+// TestStagedPoolEmpty: with no staging file ready, a new file is served by
+// the daemon rather than waiting for one, and loses nothing.
+func TestStagedPoolEmpty(t *testing.T) {
+	t.Parallel()
+	needStaging(t)
+	e, m, p := mountedFile(t, "f")
+	s, err := e.live(context.Background(), "s")
+	require.NoError(t, err)
+	s.backed.mu.Lock()
+	require.NotEmpty(t, s.backed.pool, "a mount starts with staging files ready")
+	pool := s.backed.pool
+	s.backed.pool = nil
+	s.backed.filling = true // no refill meanwhile
+	s.backed.mu.Unlock()
+
+	w, err := openT(t, p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	require.NoError(t, err)
+	staged, opens := stagedState(t, e, "s", "f")
+	require.False(t, staged)
+	require.Equal(t, -1, opens, "no backing file")
+	_, err = w.WriteString("served by the daemon")
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	require.Equal(t, "served by the daemon", read(t, p))
+
+	s.backed.mu.Lock()
+	s.backed.pool, s.backed.filling = pool, false
+	s.backed.mu.Unlock()
+	g := filepath.Join(m.Dir(), "g")
+	w, err = openT(t, g, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	require.NoError(t, err)
+	staged, _ = stagedState(t, e, "s", "g")
+	require.True(t, staged, "staged again once a file is ready")
+	require.NoError(t, w.Close())
+}
