@@ -131,7 +131,9 @@ func report(w io.Writer, res map[string]*result, order []string) {
 			ratio := h / n
 			natS, hfsS = duration(n), duration(h)
 			ratioS = fmt.Sprintf("%.2f× time", ratio)
-			goalS, met = fmt.Sprintf("≤ %.0f× time", o.goal), yes(ratio <= o.goal)
+			if o.goal > 0 {
+				goalS, met = fmt.Sprintf("≤ %.0f× time", o.goal), yes(ratio <= o.goal)
+			}
 		}
 		if goalS == "" {
 			goalS, met = "—", "—"
