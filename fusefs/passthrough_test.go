@@ -47,14 +47,21 @@ func appender(t *testing.T, path string) *os.File {
 	return f
 }
 
-// backedOpens returns how many passthrough handles the file at path of
-// session s has open, or -1 when it has no backing file.
-func backedOpens(t *testing.T, e *Engine, session, path string) int {
+// fileNodeOf returns the node of the file at path of live session s.
+func fileNodeOf(t *testing.T, e *Engine, session, path string) *node {
 	t.Helper()
 	s, err := e.live(context.Background(), session)
 	require.NoError(t, err)
 	n, err := s.walkFile(context.Background(), path)
 	require.NoError(t, err)
+	return n
+}
+
+// backedOpens returns how many passthrough handles the file at path of
+// session s has open, or -1 when it has no backing file.
+func backedOpens(t *testing.T, e *Engine, session, path string) int {
+	t.Helper()
+	n := fileNodeOf(t, e, session, path)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.data.backing == nil {

@@ -23,10 +23,7 @@ import (
 // and how many passthrough handles it has (-1 without a backing file).
 func stagedState(t *testing.T, e *Engine, session, path string) (bool, int) {
 	t.Helper()
-	s, err := e.live(context.Background(), session)
-	require.NoError(t, err)
-	n, err := s.walkFile(context.Background(), path)
-	require.NoError(t, err)
+	n := fileNodeOf(t, e, session, path)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.data.backing == nil {
@@ -365,10 +362,7 @@ func TestNoStaging(t *testing.T) {
 // s, or nil when it has none.
 func backingFileOf(t *testing.T, e *Engine, session, path string) *os.File {
 	t.Helper()
-	s, err := e.live(context.Background(), session)
-	require.NoError(t, err)
-	n, err := s.walkFile(context.Background(), path)
-	require.NoError(t, err)
+	n := fileNodeOf(t, e, session, path)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.data.backing == nil {
