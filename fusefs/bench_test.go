@@ -9,8 +9,9 @@ package fusefs
 // the table of docs/BENCHMARKS.md.
 //
 // Environment:
-//   - HOMEFS_BENCH_SCALE=small shrinks every size for a smoke run (about a
-//     minute); unset or "full" uses the sizes of the issue.
+//   - HOMEFS_BENCH_SCALE=small shrinks every size for a smoke run (under
+//     three minutes, most of it the untimed waits of awaitInodeReuse);
+//     unset or "full" uses the sizes of the issue.
 //   - HOMEFS_BENCH_DIR puts the store, the native directory and the
 //     mountpoint below that directory instead of the default temp dir.
 //   - HOMEFS_BENCH_NOSTAGING=1 turns staged files off (Options.NoStaging),

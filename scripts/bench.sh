@@ -3,7 +3,7 @@
 # store and on a homefs mount, in the same run, then the ratio table
 # (internal/benchreport) and, when benchstat can be fetched, its summary.
 #
-#   HOMEFS_BENCH_SCALE=small  sizes for a ~1 minute smoke run (CI)
+#   HOMEFS_BENCH_SCALE=small  sizes for a smoke run (under 3 minutes)
 #   HOMEFS_BENCH_DIR=DIR      where the store, native dir and mount live
 #   BENCH=REGEXP              which benchmarks (default: all)
 #   BENCHTIME, BENCHCOUNT     go test -benchtime / -count (default 1s, 1)
