@@ -70,6 +70,7 @@ var (
 type handle struct {
 	appendMode bool
 	f          *fnode
+	n          *node // the file opened, for Session.open; nil for none
 	pt         bool
 	fd         int // the backing file, when pt
 }
@@ -103,6 +104,9 @@ func handleOf(fh fs.FileHandle) *handle {
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	f := h.f
+	if h.n != nil {
+		f.sess().open.remove(h.n)
+	}
 	f.openMu.Lock()
 	defer f.openMu.Unlock()
 	f.opens--
@@ -188,6 +192,10 @@ func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, error) {
 		}
 	}
 	f.opens++
+	if n.kind == manifest.KindFile && !f.sess().readOnly {
+		h.n = n
+		f.sess().open.add(n)
+	}
 	if h.pt {
 		f.ptOpens++
 		return ptHandle{h}, nil

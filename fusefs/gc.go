@@ -33,9 +33,10 @@ import (
 //     chunk put again during the sweep is either kept or stored anew.
 //  5. Stop recording.
 //
-// Known limit: the content of a file that is open but no longer named in
-// any session (unlinked, or replaced by a restore) is not a root; gc may
-// free it and later reads of that descriptor fail with EIO.
+// The chunks of every file open in a live session are roots too (marked
+// after the heads): a file unlinked, or replaced by a restore, while open
+// is named by no head, and its handles still read it. A file opened later
+// was named when the sessions were synced, or is one of those.
 
 // Recorder is a cas.Store that can record the refs put into it while a
 // garbage collection runs. An Engine wraps its store in one (see New); a
@@ -290,6 +291,9 @@ func (e *Engine) GC(ctx context.Context, progress func(GCProgress)) (*GCResult, 
 			return nil, fmt.Errorf("gc: mark read-only mount: %w", err)
 		}
 	}
+	if err := e.markOpenFiles(ctx, marked); err != nil {
+		return nil, fmt.Errorf("gc: mark open files: %w", err)
+	}
 	report(GCProgress{Phase: GCMark, Done: int64(len(marked))})
 
 	res := &GCResult{Reachable: int64(len(marked))}
@@ -347,6 +351,39 @@ func (e *Engine) readOnlyRoots() []cas.Ref {
 		}
 	}
 	return roots
+}
+
+// markOpenFiles adds the chunks of every file open in a live session to
+// marked. Chunks such a file stores later are recorded.
+func (e *Engine) markOpenFiles(ctx context.Context, marked map[cas.Ref]struct{}) error {
+	e.mu.Lock()
+	sessions := make([]*Session, 0, len(e.sessions))
+	for _, s := range e.sessions {
+		sessions = append(sessions, s)
+	}
+	e.mu.Unlock()
+	for _, s := range sessions {
+		for _, n := range s.open.list() {
+			n.mu.Lock()
+			var err error
+			if n.data != nil {
+				err = n.loadChunks(ctx)
+			}
+			if err == nil && n.data != nil {
+				cl := n.data.chunks
+				for i := range cl.Len() {
+					if ref := cl.At(i); !ref.IsZero() {
+						marked[ref] = struct{}{}
+					}
+				}
+			}
+			n.mu.Unlock()
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // markTree adds every ref reachable from root to marked.

@@ -259,3 +259,66 @@ func TestGCRacingWriters(t *testing.T) {
 		require.NoError(t, err, "snapshot %s", id)
 	}
 }
+
+// TestGCKeepsOpenFiles: the content of a file unlinked, or replaced by a
+// restore, while open is named by no head or snapshot, yet its descriptor
+// still reads it; gc keeps it until the last close.
+func TestGCKeepsOpenFiles(t *testing.T) {
+	ctx := context.Background()
+	e, rec := newGCEngine(t)
+	m := MountForTest(t, e, "s", "", MountOptions{})
+	_, before, err := e.Capture(ctx, "s", "before both files", nil)
+	require.NoError(t, err)
+	open := func(name string, data []byte) (*os.File, []cas.Ref) {
+		p := filepath.Join(m.Dir(), name)
+		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644) // served by the daemon
+		require.NoError(t, err)
+		t.Cleanup(func() { f.Close() })
+		_, err = f.Write(data)
+		require.NoError(t, err)
+		require.NoError(t, e.Sync(ctx, "s"))
+		root, err := e.Root(ctx, "s")
+		require.NoError(t, err)
+		return f, chunkRefs(t, rec, root, name)
+	}
+	present := func(refs []cas.Ref) bool {
+		has, err := rec.HasMany(ctx, refs)
+		require.NoError(t, err)
+		for _, h := range has {
+			if !h {
+				return false
+			}
+		}
+		return true
+	}
+	reads := func(f *os.File, want []byte) {
+		got := make([]byte, len(want))
+		_, err := f.ReadAt(got, 0)
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+	}
+	unlinkedData := randBytes(41, 3*manifest.ChunkSize+100)
+	unlinked, unlinkedRefs := open("unlinked", unlinkedData)
+	require.NoError(t, os.Remove(filepath.Join(m.Dir(), "unlinked")))
+	require.NoError(t, e.Sync(ctx, "s"))
+	restoredData := randBytes(42, 2*manifest.ChunkSize+7)
+	restored, restoredRefs := open("restored", restoredData)
+	require.NoError(t, e.Restore(ctx, "s", before))
+	_, err = os.Stat(filepath.Join(m.Dir(), "restored"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+
+	_, err = e.GC(ctx, nil)
+	require.NoError(t, err)
+	require.True(t, present(unlinkedRefs), "the chunks of an unlinked open file are kept")
+	require.True(t, present(restoredRefs), "the chunks of a file open across a restore are kept")
+	reads(unlinked, unlinkedData)
+	reads(restored, restoredData)
+
+	require.NoError(t, unlinked.Close())
+	require.NoError(t, restored.Close())
+	require.Eventually(t, func() bool { // the kernel releases asynchronously
+		_, err := e.GC(ctx, nil)
+		require.NoError(t, err)
+		return !present(unlinkedRefs) && !present(restoredRefs)
+	}, 5*time.Second, 50*time.Millisecond, "freed once the last descriptor is closed")
+}

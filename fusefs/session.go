@@ -66,6 +66,11 @@ type Session struct {
 	// dirtyBytes counts buffered file bytes across the session.
 	dirtyBytes atomic.Int64
 
+	// open counts the open handles of each file, in every mount: gc keeps
+	// the content of an open file that no head names any more (unlinked,
+	// or replaced by a restore), which its handles still read.
+	open openFiles
+
 	// flushed is the root stored by the last flush; synced the root the
 	// session head durably holds, written with head generation gen.
 	// GUARDED_BY(freeze, exclusive)
