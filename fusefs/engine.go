@@ -119,13 +119,7 @@ func (e *Engine) flushEvery(interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		e.mu.Lock()
-		sessions := make([]*Session, 0, len(e.sessions))
-		for _, s := range e.sessions {
-			sessions = append(sessions, s)
-		}
-		e.mu.Unlock()
-		for _, s := range sessions {
+		for _, s := range e.liveSessions() {
 			s.dirtyMu.Lock()
 			dirty := len(s.dirty) > 0
 			s.dirtyMu.Unlock()
@@ -774,10 +768,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	for _, m := range e.mounts {
 		mounts = append(mounts, m)
 	}
-	sessions := make([]*Session, 0, len(e.sessions))
-	for _, s := range e.sessions {
-		sessions = append(sessions, s)
-	}
+	sessions := e.liveSessionsLocked()
 	e.mu.Unlock()
 	e.flusher.Wait()
 	var errs []error
@@ -814,4 +805,20 @@ func mountFS(dir string, m *Mount, opts *fs.Options) (*fuse.Server, error) {
 		return nil, err
 	}
 	return server, nil
+}
+
+// liveSessions returns the engine's live sessions as of now.
+func (e *Engine) liveSessions() []*Session {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.liveSessionsLocked()
+}
+
+// liveSessionsLocked is liveSessions, called with e.mu held.
+func (e *Engine) liveSessionsLocked() []*Session {
+	sessions := make([]*Session, 0, len(e.sessions))
+	for _, s := range e.sessions {
+		sessions = append(sessions, s)
+	}
+	return sessions
 }

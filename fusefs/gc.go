@@ -206,12 +206,7 @@ func (e *Engine) recorder() *Recorder {
 
 // SyncAll flushes every live session durably.
 func (e *Engine) SyncAll(ctx context.Context) error {
-	e.mu.Lock()
-	sessions := make([]*Session, 0, len(e.sessions))
-	for _, s := range e.sessions {
-		sessions = append(sessions, s)
-	}
-	e.mu.Unlock()
+	sessions := e.liveSessions()
 	var errs []error
 	for _, s := range sessions {
 		if err := e.sync(ctx, s); err != nil && !errors.Is(err, catalog.ErrNoSession) {
@@ -356,12 +351,7 @@ func (e *Engine) readOnlyRoots() []cas.Ref {
 // markOpenFiles adds the chunks of every file open in a live session to
 // marked. Chunks such a file stores later are recorded.
 func (e *Engine) markOpenFiles(ctx context.Context, marked map[cas.Ref]struct{}) error {
-	e.mu.Lock()
-	sessions := make([]*Session, 0, len(e.sessions))
-	for _, s := range e.sessions {
-		sessions = append(sessions, s)
-	}
-	e.mu.Unlock()
+	sessions := e.liveSessions()
 	for _, s := range sessions {
 		for _, n := range s.open.list() {
 			n.mu.Lock()
