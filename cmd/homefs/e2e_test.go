@@ -646,3 +646,43 @@ func TestForkDropsDerivedState(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(e.ok("session", "create", "c", "--from", snap, "--json")), &info))
 	require.Contains(t, info.DroppedDerived, "codex-home/state_5.sqlite")
 }
+
+// TestSecondSignalExits: a shutdown that waits (here for a mount a process
+// keeps busy) ends at once at a second SIGTERM, as a crash would, and the
+// next serve recovers.
+func TestSecondSignalExits(t *testing.T) {
+	e := newEnv(t)
+	e.start()
+	mnt := e.mkdir("mnt")
+	e.ok("session", "create", "s")
+	e.ok("mount", "s", mnt)
+	writeFile(t, filepath.Join(mnt, "kept.txt"), "kept\n")
+	e.ok("capture", "s", "-m", "before the shutdown")
+	busy := exec.Command("sleep", "60")
+	busy.Dir = mnt
+	require.NoError(t, busy.Start())
+	t.Cleanup(func() { _ = busy.Process.Kill(); _ = busy.Wait() })
+
+	require.NoError(t, e.proc.Process.Signal(syscall.SIGTERM))
+	require.Eventually(t, func() bool {
+		return strings.Contains(e.logs.String(), "a second SIGINT or SIGTERM exits at once")
+	}, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, e.proc.Process.Signal(syscall.SIGTERM))
+	var err error
+	select {
+	case err = <-e.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the second SIGTERM did not end the daemon:\n%s", e.logs.String())
+	}
+	e.proc = nil
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "killed by the signal, not a clean exit")
+	ws := ee.Sys().(syscall.WaitStatus)
+	require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGTERM, "exit status %v", ws)
+
+	_ = busy.Process.Kill()
+	_ = busy.Wait()
+	e.start()
+	e.ok("mount", "s", mnt)
+	require.Equal(t, "kept\n", readFile(t, filepath.Join(mnt, "kept.txt")))
+}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/urfave/cli/v2"
 
@@ -23,7 +25,8 @@ func serveCommand() *cli.Command {
 		Name:  "serve",
 		Usage: "run the homefs daemon (owns the store, serves the socket and the mounts)",
 		Description: `Runs in the foreground until SIGINT or SIGTERM, then unmounts every mount,
-flushes every session and closes the store. Only one daemon may use a root:
+flushes every session and closes the store; a second SIGINT or SIGTERM ends it at
+once, as a crash would (the next serve recovers). Only one daemon may use a root:
 a second one fails with a clear message. Mounts left by a crashed run are
 detached at start. The socket (default <root>/homefs.sock) is mode 0600 and
 answers only the daemon's own uid.`,
@@ -59,6 +62,21 @@ func runServe(ctx context.Context, o serveOptions) error {
 		return usageError{fmt.Errorf("--log-format %q: want text or json", o.logFormat)}
 	}
 	log := slog.New(h)
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-stopped:
+			return
+		}
+		// The first signal asked for a clean shutdown, which waits for
+		// every mount and the store (a store whose disk fails can keep it
+		// waiting): a second one ends the process at once, as a crash
+		// would, which the next serve recovers from.
+		signal.Reset(syscall.SIGINT, syscall.SIGTERM)
+		log.Info("shutting down: a second SIGINT or SIGTERM exits at once, as a crash would")
+	}()
 	err := daemon.Serve(ctx, daemon.Config{Root: o.root, Socket: o.socket, Logger: log})
 	if err != nil && ctx.Err() == nil {
 		return err
