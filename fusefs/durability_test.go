@@ -95,6 +95,18 @@ func (d *durableDaemon) kill(t *testing.T) {
 	require.NoError(t, unix.Unmount(d.mnt, unix.MNT_DETACH))
 }
 
+// remount opens the killed daemon's store in this process, as a new
+// daemon would (replaying the journal), and mounts its session.
+func (d *durableDaemon) remount(t *testing.T) *Mount {
+	t.Helper()
+	store, err := cas.OpenBadger(d.storeDir, cas.BadgerOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, store.Close()) })
+	e := New(store, catalog.New(store), Options{StoreDir: d.storeDir, FlushInterval: -1})
+	t.Cleanup(func() { require.NoError(t, e.Close(context.Background())) })
+	return MountForTest(t, e, "d", "", MountOptions{})
+}
+
 func writeSync(d, name string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(filepath.Join(d, name)), 0o755); err != nil {
 		return err

@@ -14,9 +14,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
-
-	"homefs/cas"
-	"homefs/internal/catalog"
 )
 
 // openT opens path and closes it when the test ends, so that a failing
@@ -370,12 +367,7 @@ func TestPassthroughDurability(t *testing.T) {
 	d.kill(t)
 	f.Close() // ENOTCONN: the daemon is gone
 
-	store, err := cas.OpenBadger(storeDir, cas.BadgerOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, store.Close()) })
-	e := New(store, catalog.New(store), Options{StoreDir: storeDir, FlushInterval: -1})
-	t.Cleanup(func() { require.NoError(t, e.Close(context.Background())) })
-	m := MountForTest(t, e, "d", "", MountOptions{})
+	m := d.remount(t)
 	got := read(t, filepath.Join(m.Dir(), "sessions/t.jsonl"))
 	require.True(t, isPrefix(want, []byte(got)), "every fsynced append is back (%d bytes, want at least %d)", len(got), len(want))
 	require.True(t, len(got) == len(want) || got == string(want)+"not synced\n", "the rest is whole or absent")

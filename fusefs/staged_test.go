@@ -248,12 +248,7 @@ func TestStagedDurability(t *testing.T) {
 
 	d.kill(t)
 
-	store, err := cas.OpenBadger(storeDir, cas.BadgerOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, store.Close()) })
-	e := New(store, catalog.New(store), Options{StoreDir: storeDir, FlushInterval: -1})
-	t.Cleanup(func() { require.NoError(t, e.Close(context.Background())) })
-	m := MountForTest(t, e, "d", "", MountOptions{})
+	m := d.remount(t)
 	got := []byte(read(t, filepath.Join(m.Dir(), "big.bin")))
 	require.True(t, isPrefix(big, got), "every fsynced byte is back (%d bytes, want at least %d)", len(got), len(big))
 	require.True(t, len(got) == len(big) || string(got[len(big):]) == "not synced", "the rest is whole or absent")
