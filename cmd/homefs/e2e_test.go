@@ -144,6 +144,18 @@ func (e *env) start() {
 	}
 }
 
+// startMounted starts a daemon of a new env with session "s" mounted at
+// the env directory name, and returns the env and the mountpoint.
+func startMounted(t *testing.T, name string) (*env, string) {
+	t.Helper()
+	e := newEnv(t)
+	e.start()
+	mnt := e.mkdir(name)
+	e.ok("session", "create", "s")
+	e.ok("mount", "s", mnt)
+	return e, mnt
+}
+
 // stop sends SIGTERM and waits for a clean exit.
 func (e *env) stop() {
 	e.t.Helper()
@@ -377,11 +389,7 @@ func TestSessionsMountsCaptureForkDiff(t *testing.T) {
 }
 
 func TestExportImport(t *testing.T) {
-	e := newEnv(t)
-	e.start()
-	src := e.mkdir("src")
-	e.ok("session", "create", "s")
-	e.ok("mount", "s", src)
+	e, src := startMounted(t, "src")
 	big := strings.Repeat("0123456789", 30000)
 	writeFile(t, filepath.Join(src, rollout), "{\"a\":1}\n")
 	writeFile(t, filepath.Join(src, "big.txt"), big)
@@ -479,11 +487,7 @@ func tarNames(t *testing.T, data []byte) []string {
 }
 
 func TestCrashRecovery(t *testing.T) {
-	e := newEnv(t)
-	e.start()
-	mnt := e.mkdir("mnt")
-	e.ok("session", "create", "s")
-	e.ok("mount", "s", mnt)
+	e, mnt := startMounted(t, "mnt")
 	writeFile(t, filepath.Join(mnt, "captured.txt"), "safe\n")
 	e.ok("capture", "s", "-m", "before the crash")
 
@@ -519,11 +523,7 @@ func TestNonOwner(t *testing.T) {
 }
 
 func TestGCRacingWriters(t *testing.T) {
-	e := newEnv(t)
-	e.start()
-	mnt := e.mkdir("mnt")
-	e.ok("session", "create", "s")
-	e.ok("mount", "s", mnt)
+	e, mnt := startMounted(t, "mnt")
 
 	want := make(map[string]string)
 	var mu sync.Mutex
@@ -582,11 +582,7 @@ func TestGCRacingWriters(t *testing.T) {
 }
 
 func TestFsckFindsCorruptChunk(t *testing.T) {
-	e := newEnv(t)
-	e.start()
-	mnt := e.mkdir("mnt")
-	e.ok("session", "create", "s")
-	e.ok("mount", "s", mnt)
+	e, mnt := startMounted(t, "mnt")
 	content := strings.Repeat("precious bytes ", 100)
 	writeFile(t, filepath.Join(mnt, "dir/victim.txt"), content)
 	writeFile(t, filepath.Join(mnt, "fine.txt"), "fine")
@@ -651,11 +647,7 @@ func TestForkDropsDerivedState(t *testing.T) {
 // keeps busy) ends at once at a second SIGTERM, as a crash would, and the
 // next serve recovers.
 func TestSecondSignalExits(t *testing.T) {
-	e := newEnv(t)
-	e.start()
-	mnt := e.mkdir("mnt")
-	e.ok("session", "create", "s")
-	e.ok("mount", "s", mnt)
+	e, mnt := startMounted(t, "mnt")
 	writeFile(t, filepath.Join(mnt, "kept.txt"), "kept\n")
 	e.ok("capture", "s", "-m", "before the shutdown")
 	busy := exec.Command("sleep", "60")
