@@ -351,29 +351,64 @@ func (e *Engine) readOnlyRoots() []cas.Ref {
 // markOpenFiles adds the chunks of every file open in a live session to
 // marked. Chunks such a file stores later are recorded.
 func (e *Engine) markOpenFiles(ctx context.Context, marked map[cas.Ref]struct{}) error {
-	sessions := e.liveSessions()
-	for _, s := range sessions {
+	for _, s := range e.liveSessions() {
 		for _, n := range s.open.list() {
-			n.mu.Lock()
-			var err error
-			if n.data != nil {
-				err = n.loadChunks(ctx)
-			}
-			if err == nil && n.data != nil {
-				cl := n.data.chunks
-				for i := range cl.Len() {
-					if ref := cl.At(i); !ref.IsZero() {
-						marked[ref] = struct{}{}
-					}
-				}
-			}
-			n.mu.Unlock()
-			if err != nil {
+			if err := n.markChunks(ctx, marked); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// markChunks adds the chunks file n refers to now to marked.
+func (n *node) markChunks(ctx context.Context, marked map[cas.Ref]struct{}) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.loadChunks(ctx); err != nil {
+		return err
+	}
+	cl := n.data.chunks
+	for i := range cl.Len() {
+		if ref := cl.At(i); !ref.IsZero() {
+			marked[ref] = struct{}{}
+		}
+	}
+	return nil
+}
+
+// openFiles counts the open handles of files, by node.
+type openFiles struct {
+	mu    sync.Mutex
+	nodes map[*node]int // GUARDED_BY(mu)
+}
+
+func (o *openFiles) add(n *node) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.nodes == nil {
+		o.nodes = make(map[*node]int)
+	}
+	o.nodes[n]++
+}
+
+func (o *openFiles) remove(n *node) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.nodes[n]--; o.nodes[n] <= 0 {
+		delete(o.nodes, n)
+	}
+}
+
+// list returns the files with an open handle.
+func (o *openFiles) list() []*node {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]*node, 0, len(o.nodes))
+	for n := range o.nodes {
+		out = append(out, n)
+	}
+	return out
 }
 
 // markTree adds every ref reachable from root to marked.

@@ -48,37 +48,3 @@ func (o *orphans) settle(batch cas.Batch) (done func(), err error) {
 		}
 	}, nil
 }
-
-// openFiles counts the open handles of files, by node.
-type openFiles struct {
-	mu    sync.Mutex
-	nodes map[*node]int // GUARDED_BY(mu)
-}
-
-func (o *openFiles) add(n *node) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.nodes == nil {
-		o.nodes = make(map[*node]int)
-	}
-	o.nodes[n]++
-}
-
-func (o *openFiles) remove(n *node) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.nodes[n]--; o.nodes[n] <= 0 {
-		delete(o.nodes, n)
-	}
-}
-
-// list returns the files with an open handle.
-func (o *openFiles) list() []*node {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	out := make([]*node, 0, len(o.nodes))
-	for n := range o.nodes {
-		out = append(out, n)
-	}
-	return out
-}

@@ -62,21 +62,14 @@ func runServe(ctx context.Context, o serveOptions) error {
 		return usageError{fmt.Errorf("--log-format %q: want text or json", o.logFormat)}
 	}
 	log := slog.New(h)
-	stopped := make(chan struct{})
-	defer close(stopped)
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-stopped:
-			return
-		}
-		// The first signal asked for a clean shutdown, which waits for
-		// every mount and the store (a store whose disk fails can keep it
-		// waiting): a second one ends the process at once, as a crash
-		// would, which the next serve recovers from.
+	// The first signal asks for a clean shutdown, which waits for every
+	// mount and the store (a store whose disk fails can keep it waiting):
+	// a second one ends the process at once, as a crash would, which the
+	// next serve recovers from.
+	defer context.AfterFunc(ctx, func() {
 		signal.Reset(syscall.SIGINT, syscall.SIGTERM)
 		log.Info("shutting down: a second SIGINT or SIGTERM exits at once, as a crash would")
-	}()
+	})()
 	err := daemon.Serve(ctx, daemon.Config{Root: o.root, Socket: o.socket, Logger: log})
 	if err != nil && ctx.Err() == nil {
 		return err
