@@ -94,16 +94,14 @@ func (s *Session) newBackingFile(create bool) (*os.File, error) {
 	if k := len(s.backed.pool); k > 0 {
 		f := s.backed.pool[k-1]
 		s.backed.pool = s.backed.pool[:k-1]
-		refill := !s.backed.filling && !s.backed.closed && k-1 < backingPool/2
-		s.backed.filling = s.backed.filling || refill
+		refill := k-1 < backingPool/2 && s.backed.claimFill()
 		s.backed.mu.Unlock()
 		if refill {
 			go s.fillBackingPool()
 		}
 		return f, nil
 	}
-	start := !s.backed.filling && !s.backed.closed
-	s.backed.filling = s.backed.filling || start
+	start := s.backed.claimFill()
 	s.backed.mu.Unlock()
 	if start {
 		go s.fillBackingPool()
@@ -141,7 +139,7 @@ func (s *Session) recycleBacking(f *os.File) {
 	// (auto_da_alloc) and writes the file back at its next close: the
 	// kernel's close of the next writer's passthrough open, which would
 	// wait for the disk. Any close clears that: one of a second open here.
-	if g, err := os.Open(fmt.Sprintf("/proc/self/fd/%d", f.Fd())); err == nil {
+	if g, err := os.Open(procPath(f)); err == nil {
 		g.Close()
 	}
 	s.backed.mu.Lock()
@@ -158,12 +156,21 @@ func (s *Session) recycleBacking(f *os.File) {
 // primeBackingPool fills the pool before the session's first open.
 func (s *Session) primeBackingPool() {
 	s.backed.mu.Lock()
-	start := !s.backed.filling && !s.backed.closed
-	s.backed.filling = s.backed.filling || start
+	start := s.backed.claimFill()
 	s.backed.mu.Unlock()
 	if start {
 		s.fillBackingPool()
 	}
+}
+
+// claimFill reports whether the caller is to top the pool up, and then
+// marks a fill as running. Called with b.mu held.
+func (b *backedSet) claimFill() bool {
+	if b.filling || b.closed {
+		return false
+	}
+	b.filling = true
+	return true
 }
 
 // fillBackingPool tops the pool up; one runs at a time (backed.filling).
@@ -219,6 +226,10 @@ func (s *Session) makeBackingFile() (*os.File, error) {
 	}
 	return f, nil
 }
+
+// procPath names f's open file in /proc, which reaches it when it has no
+// name (an O_TMPFILE).
+func procPath(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) }
 
 // errNoStagingFile: the pool had no staging file ready for a new file.
 var errNoStagingFile = errors.New("no staging file ready")

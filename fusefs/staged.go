@@ -399,7 +399,7 @@ func (s *Session) nameStaging(n *node, b *backing) (string, error) {
 		s.backed.seq++
 		name = fmt.Sprintf("%d-%d", n.ino, s.backed.seq)
 		s.backed.mu.Unlock()
-		err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", b.f.Fd()), unix.AT_FDCWD, filepath.Join(s.backingDir, name), unix.AT_SYMLINK_FOLLOW)
+		err := unix.Linkat(unix.AT_FDCWD, procPath(b.f), unix.AT_FDCWD, filepath.Join(s.backingDir, name), unix.AT_SYMLINK_FOLLOW)
 		if err == nil {
 			break
 		}
