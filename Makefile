@@ -14,9 +14,12 @@ all: lint build test
 build:
 	$(GO) build -o $(BIN) ./cmd/homefs
 
-# The test command (README): every package, with the race detector.
+# The test command (README): every package, with the race detector; then
+# the mount's suite again over FUSE over io_uring (the daemon's default
+# transport; fusefs tests use /dev/fuse unless told otherwise).
 test:
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+	HOMEFS_FUSE_URING=1 $(GO) test -race -count=1 -timeout 30m ./fusefs
 
 test-short:
 	$(GO) test -count=1 -short $(PKGS)

@@ -119,7 +119,7 @@ func newBenchRig(b *testing.B) *benchRig {
 		b.Fatal(err)
 	}
 	cat := catalog.New(store)
-	r.engine = New(store, cat, Options{StoreDir: storeDir, Logger: quiet, NoStaging: os.Getenv("HOMEFS_BENCH_NOSTAGING") != ""})
+	r.engine = New(store, cat, Options{StoreDir: storeDir, Logger: quiet, NoStaging: os.Getenv("HOMEFS_BENCH_NOSTAGING") != "", URing: true})
 	ctx := context.Background()
 	if _, err := cat.CreateSession(ctx, r.session, ""); err != nil {
 		b.Fatal(err)

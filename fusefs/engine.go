@@ -49,6 +49,12 @@ type Options struct {
 	// staging them (staged.go), as homefs did before staging: for
 	// measuring it, or for a backing filesystem one would rather not use.
 	NoStaging bool
+	// URing serves mounts through FUSE over io_uring (uring_linux.go) when
+	// the kernel has it, turning the kernel's switch on if it is off; a
+	// mount that cannot use it is served over /dev/fuse, as without it.
+	// HOMEFS_FUSE_URING=1 (or 0) in the environment overrides it, so that
+	// the test suite can run over either transport.
+	URing bool
 }
 
 // Engine serves sessions of one store: it mounts them and implements
@@ -58,6 +64,7 @@ type Engine struct {
 	cat      *catalog.Catalog
 	storeDir string
 	noStage  bool
+	uring    bool
 	log      *slog.Logger
 	cache    *chunkCache
 	inos     atomic.Uint64
@@ -89,10 +96,17 @@ func New(store cas.Store, cat *catalog.Catalog, opts Options) *Engine {
 		cat:      cat,
 		storeDir: opts.StoreDir,
 		noStage:  opts.NoStaging,
+		uring:    opts.URing,
 		log:      log,
 		cache:    newChunkCache(store, cacheChunks),
 		sessions: make(map[string]*Session),
 		mounts:   make(map[string]*Mount),
+	}
+	switch os.Getenv("HOMEFS_FUSE_URING") {
+	case "1":
+		e.uring = true
+	case "0":
+		e.uring = false
 	}
 	e.inos.Store(1) // FUSE reserves 1 for the root of each mount
 	interval := opts.FlushInterval
@@ -210,7 +224,10 @@ type Mount struct {
 	dir     string
 	root    *fnode
 	server  *fuse.Server
-	log     *slog.Logger
+	// uring serves the mount's requests when it uses FUSE over io_uring;
+	// such a mount was made by homefs, not go-fuse, and is unmounted so.
+	uring *uringServer
+	log   *slog.Logger
 	// shortCache is set while another mount shows part of what this one
 	// shows.
 	shortCache atomic.Bool
@@ -224,6 +241,15 @@ type Mount struct {
 
 // Dir is the mountpoint.
 func (m *Mount) Dir() string { return m.dir }
+
+// Transport says how the kernel's requests reach the mount: "io_uring" or
+// "/dev/fuse".
+func (m *Mount) Transport() string {
+	if m.uring != nil && m.uring.active.Load() {
+		return "io_uring"
+	}
+	return "/dev/fuse"
+}
 
 // Session is the name of the session shown (for a snapshot mount, the
 // snapshot's id).
@@ -424,7 +450,7 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 	if opts.ReadOnly {
 		mopts = append(mopts, "ro")
 	}
-	server, err := mountFS(real, m, &fs.Options{
+	server, err := e.mountFS(real, m, &fs.Options{
 		MountOptions: fuse.MountOptions{
 			DirectMount: true,
 			// Unmount errors (EBUSY) come back as they are, with no fallback
@@ -472,17 +498,24 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 // Unmount detaches the mount; the session's changes stay in memory until
 // the next flush (Sync, Capture or Close).
 func (m *Mount) Unmount() error {
-	err := m.server.Unmount()
+	unmount := m.server.Unmount
+	if m.uring != nil {
+		unmount = m.uring.unmount(m.dir)
+	}
+	err := unmount()
 	// The kernel releases a file closed just before asynchronously: give a
 	// busy mount up to a second more before calling it busy.
 	for wait := 100 * time.Millisecond; errors.Is(err, syscall.EBUSY) && wait <= 400*time.Millisecond; wait *= 2 {
 		time.Sleep(wait)
-		err = m.server.Unmount()
+		err = unmount()
 	}
 	if err != nil {
 		return fmt.Errorf("unmount %s: %w", m.dir, err)
 	}
 	m.server.Wait()
+	if m.uring != nil {
+		m.uring.wait()
+	}
 	e := m.engine
 	e.mu.Lock()
 	delete(e.mounts, m.dir)
@@ -793,9 +826,17 @@ func (e *Engine) Close(ctx context.Context) error {
 
 // mountFS mounts m's root at dir, as fs.Mount does, with the file system
 // wrapped in m's rawGate.
-func mountFS(dir string, m *Mount, opts *fs.Options) (*fuse.Server, error) {
+func (e *Engine) mountFS(dir string, m *Mount, opts *fs.Options) (*fuse.Server, error) {
 	raw := &rawGate{RawFileSystem: fs.NewNodeFS(m.root, opts), m: m}
 	m.gate = raw
+	if e.uring {
+		server, us, err := mountURing(dir, raw, opts, m.log)
+		if err == nil {
+			m.uring = us
+			return server, nil
+		}
+		m.log.Warn("serving over /dev/fuse", "mount", dir, "err", err)
+	}
 	server, err := fuse.NewServer(raw, dir, &opts.MountOptions)
 	if err != nil {
 		return nil, err

@@ -18,6 +18,7 @@ type serveOptions struct {
 	socket    string
 	logFormat string
 	logLevel  string
+	uring     bool
 }
 
 func serveCommand() *cli.Command {
@@ -33,6 +34,7 @@ answers only the daemon's own uid.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn or error"},
+			&cli.BoolFlag{Name: "fuse-uring", Value: true, Usage: "serve mounts through FUSE over io_uring where the kernel has it (Linux 6.14+; turns on /sys/module/fuse/parameters/enable_uring); --fuse-uring=false serves them over /dev/fuse only"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := args(c, 0, 0); err != nil {
@@ -41,6 +43,7 @@ answers only the daemon's own uid.`,
 			return runServe(c.Context, serveOptions{
 				root: c.String("root"), socket: c.String("socket"),
 				logFormat: c.String("log-format"), logLevel: c.String("log-level"),
+				uring: c.Bool("fuse-uring"),
 			})
 		},
 	}
@@ -70,7 +73,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		signal.Reset(syscall.SIGINT, syscall.SIGTERM)
 		log.Info("shutting down: a second SIGINT or SIGTERM exits at once, as a crash would")
 	})()
-	err := daemon.Serve(ctx, daemon.Config{Root: o.root, Socket: o.socket, Logger: log})
+	err := daemon.Serve(ctx, daemon.Config{Root: o.root, Socket: o.socket, Logger: log, URing: o.uring})
 	if err != nil && ctx.Err() == nil {
 		return err
 	}

@@ -33,6 +33,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Badger tunes the store.
 	Badger cas.BadgerOptions
+	// URing serves mounts through FUSE over io_uring where the kernel has
+	// it (fusefs.Options.URing).
+	URing bool
 	// Ready, when set, is called once the socket accepts requests.
 	Ready func()
 }
@@ -86,7 +89,7 @@ func Serve(ctx context.Context, cfg Config) error {
 		log.Info("cleaned mounts left by an earlier run", "count", len(cleaned))
 	}
 
-	svc, err := NewService(ctx, root, store, log)
+	svc, err := NewService(ctx, root, store, log, cfg.URing)
 	if err != nil {
 		return err
 	}

@@ -44,7 +44,7 @@ type Service struct {
 // fetched, checked and kept), and the catalog and the engine share one
 // recording store, so that gc sees every put. The Service owns store from
 // here on: CloseStore closes it.
-func NewService(ctx context.Context, root string, store cas.Store, log *slog.Logger) (*Service, error) {
+func NewService(ctx context.Context, root string, store cas.Store, log *slog.Logger, uring bool) (*Service, error) {
 	rt := remote.NewReadThrough(store, remote.ReadThroughOptions{Logger: log.With("component", "remote")})
 	remotes, err := remote.NewService(root, rt, remote.Options{Logger: log.With("component", "remote")})
 	if err != nil {
@@ -57,7 +57,7 @@ func NewService(ctx context.Context, root string, store cas.Store, log *slog.Log
 	}
 	rec := fusefs.Record(rt)
 	cat := catalog.New(rec)
-	eng := fusefs.New(rec, cat, fusefs.Options{StoreDir: root, Logger: log})
+	eng := fusefs.New(rec, cat, fusefs.Options{StoreDir: root, Logger: log, URing: uring})
 	return &Service{root: root, rt: rt, remotes: remotes, rec: rec, cat: cat, eng: eng, log: log, started: time.Now(), mounts: make(map[string]MountInfo)}, nil
 }
 
@@ -197,7 +197,7 @@ func (s *Service) Mount(ctx context.Context, req MountRequest) (*MountInfo, erro
 	if err != nil {
 		s.log.Error("could not record mounts", "err", err)
 	}
-	s.log.Info("mounted", "session", info.Session, "subtree", info.Subtree, "snapshot", info.Snapshot, "dir", info.Dir, "read_only", info.ReadOnly)
+	s.log.Info("mounted", "session", info.Session, "subtree", info.Subtree, "snapshot", info.Snapshot, "dir", info.Dir, "read_only", info.ReadOnly, "transport", m.Transport())
 	return &info, nil
 }
 
