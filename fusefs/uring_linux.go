@@ -676,15 +676,16 @@ func (r *uringRing) commit(e *uringEnt) {
 }
 
 // uringDeferred tells which requests go to a goroutine rather than being
-// served on the ring thread: reads (which may fetch from the store, and
-// come in parallel from read-ahead), large writes, and waits. FSYNC stays
-// inline: the caller waits for it anyway, and handing it to a goroutine
-// and back cost two cross-CPU wakeups (4 KiB random write + fsync: 12
-// MB/s deferred, 15 MB/s inline).
+// served on the ring thread: large writes, and requests that may wait for
+// long. Everything else is inline, READ and FSYNC included: their callers
+// wait for them anyway, and handing one to a goroutine and back costs two
+// cross-CPU wakeups (measured: 4 KiB random write + fsync, 12 MB/s with
+// FSYNC handed off, 15 MB/s inline; git status on Go's tree 1.5× native
+// with READ handed off, 1.03× inline; sequential read the same).
 func uringDeferred(e *uringEnt) bool {
 	h := (*fuse.InHeader)(unsafe.Pointer(&e.in[0]))
 	switch h.Opcode {
-	case opRead, opSetlkw, opFallocate, opCopyFileRange:
+	case opSetlkw, opFallocate, opCopyFileRange:
 		return true
 	case opWrite:
 		return (*fuse.WriteIn)(unsafe.Pointer(&e.in[0])).Size > uringInlineWrite
