@@ -262,12 +262,13 @@ func (r *ioRing) close() {
 	unix.Close(r.fd)
 }
 
-// sqe returns the next submission entry, zeroed, or nil when the ring is
-// full (it never is: every entry has at most one SQE outstanding).
+// sqe returns the next submission entry, zeroed. The ring is never full:
+// it has a slot for each entry and the eventfd read, and each has at most
+// one command outstanding.
 func (r *ioRing) sqe() []byte {
 	tail := *r.sqTail
 	if tail-atomic.LoadUint32(r.sqHead) >= r.sqN {
-		return nil
+		panic("fuse ring: submission queue full")
 	}
 	i := tail & r.sqMask
 	s := r.sqeMem[int(i)*sqeSize : int(i+1)*sqeSize]
@@ -279,13 +280,14 @@ func (r *ioRing) sqe() []byte {
 }
 
 // enter submits the queued SQEs and, when wait is set, waits for a
-// completion.
+// completion. SQEs the kernel did not take yet stay queued for the next
+// call.
 func (r *ioRing) enter(wait bool) error {
+	var minComplete, flags uintptr
+	if wait {
+		minComplete, flags = 1, ioringEnterGetEvents
+	}
 	for {
-		var minComplete, flags uintptr
-		if wait {
-			minComplete, flags = 1, ioringEnterGetEvents
-		}
 		n, _, errno := syscall.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(r.pending), minComplete, flags, 0, 0)
 		if errno == syscall.EINTR {
 			continue
@@ -294,9 +296,7 @@ func (r *ioRing) enter(wait bool) error {
 			return fmt.Errorf("io_uring_enter: %w", errno)
 		}
 		r.pending -= uint32(n)
-		if r.pending == 0 || !wait {
-			return nil
-		}
+		return nil
 	}
 }
 
@@ -312,13 +312,12 @@ func (r *ioRing) reap(fn func(userData uint64, res int32)) {
 
 // uringServer serves one mount's requests from its rings.
 type uringServer struct {
-	fs     fuse.RawFileSystem
-	devFD  int
-	log    func(msg string, args ...any)
-	debug  bool // log every request, as go-fuse's Debug does
-	queues int
-	rings  []*uringRing
-	wg     sync.WaitGroup
+	fs    fuse.RawFileSystem
+	devFD int
+	log   func(msg string, args ...any)
+	debug bool // log every request, as go-fuse's Debug does
+	rings []*uringRing
+	wg    sync.WaitGroup
 	// served counts the requests answered through the rings.
 	served atomic.Int64
 	// active is set once every entry is registered: the kernel sends the
@@ -381,7 +380,7 @@ func newURingServer(fs fuse.RawFileSystem, maxWrite int, log func(string, ...any
 	// pages), with max_pages rounded up from max_write.
 	page := os.Getpagesize()
 	payload := max(8192, (maxWrite+page-1)/page*page)
-	s := &uringServer{fs: fs, log: log, queues: ncpu, devFD: -1}
+	s := &uringServer{fs: fs, log: log, devFD: -1}
 	threads := min(ncpu, uringMaxThreads)
 	for t := range threads {
 		r := &uringRing{srv: s, cpu: -1, evfd: -1}
@@ -545,8 +544,10 @@ func (r *uringRing) register() (int, error) {
 	deadline := time.Now().Add(10 * time.Second)
 	for i := 0; i < len(r.ents); {
 		r.submitCmd(r.ents[i], fuseURingCmdRegister)
-		if err := r.ring.enter(false); err != nil {
-			return i, err
+		for r.ring.pending > 0 {
+			if err := r.ring.enter(false); err != nil {
+				return i, err
+			}
 		}
 		again := false
 		var failed error
