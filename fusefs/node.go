@@ -607,31 +607,41 @@ func (n *node) spill(ctx context.Context, b cas.Batch, keep int, overlays bool) 
 		}
 		jobs = append(jobs, &job{i: i, c: c})
 	}
-	// Hashing and compressing dominate a spill; the batch takes puts from
-	// several goroutines, so use every core.
-	work := make(chan *job)
-	var wg sync.WaitGroup
-	for w := 0; w < min(len(jobs), runtime.GOMAXPROCS(0)); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range work {
-				buf := j.c.buf
-				if !j.c.whole {
-					// Overlays read their base here, on every core.
-					if buf, j.err = n.merged(ctx, j.c); j.err != nil {
-						continue
-					}
-				}
-				j.ref, j.err = putChunk(b, buf, chunkLen(d.size, j.i))
+	do := func(j *job) {
+		buf := j.c.buf
+		if !j.c.whole {
+			// Overlays read their base here, on every core.
+			if buf, j.err = n.merged(ctx, j.c); j.err != nil {
+				return
 			}
-		}()
+		}
+		j.ref, j.err = putChunk(b, buf, chunkLen(d.size, j.i))
 	}
-	for _, j := range jobs {
-		work <- j
+	if len(jobs) == 1 {
+		// A small file: handing its one chunk to a goroutine costs a
+		// wakeup of another thread, which an untar pays per file (Go's
+		// tree over the rings: 2.0-2.5 s handed off, 1.3-1.5 s here).
+		do(jobs[0])
+	} else {
+		// Hashing and compressing dominate a spill; the batch takes puts
+		// from several goroutines, so use every core.
+		work := make(chan *job)
+		var wg sync.WaitGroup
+		for w := 0; w < min(len(jobs), runtime.GOMAXPROCS(0)); w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range work {
+					do(j)
+				}
+			}()
+		}
+		for _, j := range jobs {
+			work <- j
+		}
+		close(work)
+		wg.Wait()
 	}
-	close(work)
-	wg.Wait()
 	for _, j := range jobs {
 		if j.err != nil {
 			return j.err
