@@ -318,8 +318,6 @@ type uringServer struct {
 	debug bool // log every request, as go-fuse's Debug does
 	rings []*uringRing
 	wg    sync.WaitGroup
-	// served counts the requests answered through the rings.
-	served atomic.Int64
 	// active is set once every entry is registered: the kernel sends the
 	// connection's requests through the rings.
 	active atomic.Bool
@@ -339,6 +337,9 @@ type uringRing struct {
 	evfd int // closed under mu (free), written under mu (deferred replies)
 	evb  [8]byte
 	live int
+	// served counts the requests this ring answered: one counter a ring,
+	// so that rings on different CPUs share no cache line per request.
+	served atomic.Int64
 	// backlog holds completions reaped while registering.
 	backlog [][2]uint64
 
@@ -482,6 +483,15 @@ func (s *uringServer) unmount(dir string) func() error {
 		s.unmounted = true
 		return nil
 	}
+}
+
+// served counts the requests answered through the rings.
+func (s *uringServer) served() int64 {
+	var n int64
+	for _, r := range s.rings {
+		n += r.served.Load()
+	}
+	return n
 }
 
 // wait waits for every ring thread to end.
@@ -672,7 +682,7 @@ func (r *uringRing) complete(ud uint64, res int32) {
 }
 
 func (r *uringRing) commit(e *uringEnt) {
-	r.srv.served.Add(1)
+	r.served.Add(1)
 	r.submitCmd(e, fuseURingCmdCommitAndFetch)
 }
 

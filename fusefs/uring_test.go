@@ -82,7 +82,7 @@ func TestURingServes(t *testing.T) {
 	require.Equal(t, "hello world", string(b))
 
 	us := m.uring
-	require.Greater(t, us.served.Load(), int64(20))
+	require.Greater(t, us.served(), int64(20))
 	require.NoError(t, m.Unmount())
 	us.wait() // returns once every ring thread has ended
 }
