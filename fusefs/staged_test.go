@@ -367,6 +367,16 @@ func backingFileOf(t *testing.T, e *Engine, session, path string) *os.File {
 }
 
 // pooled reports whether f is in session s's pool of empty backing files.
+// poolLen is how many staging files session has ready.
+func poolLen(t *testing.T, e *Engine, session string) int {
+	t.Helper()
+	s, err := e.live(context.Background(), session)
+	require.NoError(t, err)
+	s.backed.mu.Lock()
+	defer s.backed.mu.Unlock()
+	return len(s.backed.pool)
+}
+
 func pooled(t *testing.T, e *Engine, session string, f *os.File) bool {
 	t.Helper()
 	s, err := e.live(context.Background(), session)
@@ -418,6 +428,11 @@ func TestStagedRecycle(t *testing.T) {
 	seen := map[*os.File]int{}
 	recycled := 0
 	for i := range 40 {
+		// Each fsynced file keeps its staging file, and the pool refills in
+		// the background: a create with none ready is served by the daemon
+		// (TestStagedPoolEmpty), so wait for one.
+		require.Eventually(t, func() bool { return poolLen(t, e, "s") > 0 },
+			10*time.Second, time.Millisecond, "a staging file is ready for f%d", i)
 		f, err := openT(t, path(i), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 		require.NoError(t, err)
 		b := backingFileOf(t, e, "s", fmt.Sprintf("f%d", i))
