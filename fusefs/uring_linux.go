@@ -300,6 +300,12 @@ func (r *ioRing) enter(wait bool) error {
 	}
 }
 
+// cqe is a completion: the user data of its submission and the result.
+type cqe struct {
+	userData uint64
+	res      int32
+}
+
 // reap calls fn for each completion.
 func (r *ioRing) reap(fn func(userData uint64, res int32)) {
 	head := *r.cqHead
@@ -341,7 +347,7 @@ type uringRing struct {
 	// so that rings on different CPUs share no cache line per request.
 	served atomic.Int64
 	// backlog holds completions reaped while registering.
-	backlog [][2]uint64
+	backlog []cqe
 
 	mu    sync.Mutex
 	done  []*uringEnt
@@ -351,7 +357,6 @@ type uringRing struct {
 // uringEnt is one ring entry: the kernel's request header and payload
 // buffers, outside the Go heap.
 type uringEnt struct {
-	r        *uringRing
 	idx      int // in r.ents; the completion's user data is idx+1
 	qid      uint16
 	lastCmd  uint32
@@ -396,7 +401,7 @@ func newURingServer(fs fuse.RawFileSystem, maxWrite int, log func(string, ...any
 					s.close()
 					return nil, fmt.Errorf("ring buffer: %w", err)
 				}
-				r.ents = append(r.ents, &uringEnt{r: r, idx: len(r.ents), qid: uint16(q), mem: mem, hdr: mem[:uringHdrSize], payload: mem[page:]})
+				r.ents = append(r.ents, &uringEnt{idx: len(r.ents), qid: uint16(q), mem: mem, hdr: mem[:uringHdrSize], payload: mem[page:]})
 			}
 		}
 		if r.ring, err = newIORing(uint32(len(r.ents) + 1)); err != nil {
@@ -442,10 +447,10 @@ func (r *uringRing) free() {
 	r.ents = nil
 }
 
-// start registers the entries on devFD and serves them until the
-// connection ends. It returns at once; ready receives nil once every entry
-// is registered, or the error that stopped it.
-func (s *uringServer) start(devFD int) <-chan error {
+// start starts the ring threads, which register the entries on devFD and
+// serve them until the connection ends. It returns once every ring has
+// registered its entries, with the first error that stopped one.
+func (s *uringServer) start(devFD int) error {
 	s.devFD = devFD
 	ready := make(chan error, len(s.rings))
 	for _, r := range s.rings {
@@ -455,17 +460,14 @@ func (s *uringServer) start(devFD int) <-chan error {
 			r.run(ready)
 		}()
 	}
-	out := make(chan error, 1)
-	go func() {
-		var first error
-		for range s.rings {
-			if err := <-ready; err != nil && first == nil {
-				first = err
-			}
+	var first error
+	for range s.rings {
+		if err := <-ready; err != nil && first == nil {
+			first = err
 		}
-		out <- first
-	}()
-	return out
+	}
+	s.active.Store(first == nil)
+	return first
 }
 
 // unmount returns the unmount of a mount made by mountURing, which does
@@ -523,7 +525,7 @@ func (r *uringRing) run(ready chan<- error) {
 	r.live = n
 	r.armEvent()
 	for _, c := range r.backlog {
-		r.complete(c[0], int32(uint32(c[1])))
+		r.complete(c.userData, c.res)
 	}
 	r.backlog = nil
 	for r.live > 0 {
@@ -569,7 +571,7 @@ func (r *uringRing) register() (int, error) {
 				failed = fmt.Errorf("FUSE_IO_URING_CMD_REGISTER: %w", syscall.Errno(-res))
 			default:
 				// A request for an entry registered before, or its end.
-				r.backlog = append(r.backlog, [2]uint64{ud, uint64(uint32(res))})
+				r.backlog = append(r.backlog, cqe{ud, res})
 			}
 		})
 		if failed != nil {
@@ -1009,14 +1011,18 @@ func mountURing(dir string, raw fuse.RawFileSystem, opts *fs.Options, log *slog.
 		return nil, nil, err
 	}
 	us.debug = mo.Debug
+	started := false
+	defer func() {
+		if !started {
+			us.close()
+		}
+	}()
 	var st syscall.Stat_t
 	if err := syscall.Stat(dir, &st); err != nil {
-		us.close()
 		return nil, nil, err
 	}
 	fd, err := syscall.Open("/dev/fuse", syscall.O_RDWR|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		us.close()
 		return nil, nil, err
 	}
 	// As go-fuse's direct mount does.
@@ -1033,7 +1039,6 @@ func mountURing(dir string, raw fuse.RawFileSystem, opts *fs.Options, log *slog.
 	}
 	if err := syscall.Mount(mo.FsName, dir, "fuse."+mo.Name, syscall.MS_NOSUID|syscall.MS_NODEV, strings.Join(data, ",")); err != nil {
 		syscall.Close(fd)
-		us.close()
 		return nil, nil, fmt.Errorf("mount: %w", err)
 	}
 	// go-fuse serves a descriptor it is given as /dev/fd/N.
@@ -1043,23 +1048,20 @@ func mountURing(dir string, raw fuse.RawFileSystem, opts *fs.Options, log *slog.
 	if err != nil {
 		_ = syscall.Unmount(dir, syscall.MNT_DETACH)
 		syscall.Close(fd)
-		us.close()
 		return nil, nil, err
 	}
 	go server.Serve()
 	if err := server.WaitMount(); err != nil {
 		_ = syscall.Unmount(dir, syscall.MNT_DETACH)
 		server.Wait()
-		us.close()
 		return nil, nil, err
 	}
 	// Registration waits for go-fuse to answer INIT. A REGISTER the kernel
 	// refuses turns the connection back to /dev/fuse, which go-fuse serves:
 	// the mount works either way.
-	if err := <-us.start(fd); err != nil {
+	started = true
+	if err := us.start(fd); err != nil {
 		log.Warn("FUSE over io_uring refused; serving over /dev/fuse", "mount", dir, "err", err)
-	} else {
-		us.active.Store(true)
 	}
 	if err := pollHack(dir); err != nil {
 		log.Warn("poll hack", "mount", dir, "err", err)
