@@ -261,26 +261,56 @@ func (s *Session) absorber() {
 			return
 		}
 		s.backed.mu.Unlock()
-		for _, n := range queue {
-			s.freeze.RLock()
-			named := s.hasName(n) // before n.mu (lock order)
-			n.mu.Lock()
-			var err error
-			if b := n.data.backing; b != nil && b.staged && b.opens == 0 {
-				if named {
-					err = n.takeOver(ctx)
-				} else {
-					n.dropBacking() // unlinked and closed: nothing to keep
-				}
-			}
-			n.mu.Unlock()
-			s.freeze.RUnlock()
-			if err != nil {
-				// The next flush tries again, and reports it.
-				s.log.Warn("absorb a staged file", "session", s.name, "err", err)
-			}
+		for len(queue) > 0 {
+			queue = queue[s.absorbSome(ctx, queue):]
 		}
 	}
+}
+
+// absorbBatch bounds the content one batch of the absorber stores: the
+// freeze lock is held shared until the batch is committed (a flush must
+// not record chunks that are not in the store yet), so a flush waits for
+// at most this much.
+const absorbBatch = 8 << 20
+
+// absorbSome takes over the first of the queued nodes, storing their
+// content in one batch, up to absorbBatch bytes, and reports how many it
+// took. Storing here, rather than leaving the content in write buffers,
+// keeps the hashing and compressing off the threads that serve requests:
+// buffers that pile up are spilled by the next write the daemon serves
+// (spillAll), which a writer would wait for.
+func (s *Session) absorbSome(ctx context.Context, queue []*node) int {
+	s.freeze.RLock()
+	defer s.freeze.RUnlock()
+	batch := s.newBatch()
+	defer batch.Discard()
+	var size int64
+	k := 0
+	for ; k < len(queue) && size < absorbBatch; k++ {
+		n := queue[k]
+		named := s.hasName(n) // before n.mu (lock order)
+		n.mu.Lock()
+		var err error
+		if b := n.data.backing; b != nil && b.staged && b.opens == 0 {
+			if named {
+				if err = n.takeOver(ctx); err == nil {
+					size += n.data.dirtyBytes
+					err = n.spill(ctx, batch, -1, true)
+				}
+			} else {
+				n.dropBacking() // unlinked and closed: nothing to keep
+			}
+		}
+		n.mu.Unlock()
+		if err != nil {
+			// The next flush tries again, and reports it.
+			s.log.Warn("absorb a staged file", "session", s.name, "err", err)
+		}
+	}
+	if err := batch.Commit(ctx, false); err != nil {
+		s.log.Warn("absorb staged files", "session", s.name, "err", err)
+	}
+	return k
 }
 
 // staleBacking records a staging file name to remove at the next journal
