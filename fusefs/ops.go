@@ -471,14 +471,46 @@ func (s *Session) maybeSpill(ctx context.Context, n *node, keep int) error {
 	return b.Commit(ctx, false)
 }
 
-// spillAll moves every file's write buffers into the store, one file at a
-// time, when the session's buffers together pass sessionSpillThreshold.
-// Called with freeze held shared and no node lock.
+// spillAll bounds the session's write buffers together: past
+// sessionSpillThreshold a goroutine moves them into the store, one file at
+// a time, so that the request that crossed the line (served on a ring
+// thread, which its CPU's other requests wait for) does not do it; past
+// twice that the caller spills them itself, which holds a writer that
+// outruns the store back. Called with freeze held shared and no node lock.
 func (s *Session) spillAll(ctx context.Context) error {
-	if s.dirtyBytes.Load() < sessionSpillThreshold {
+	switch dirty := s.dirtyBytes.Load(); {
+	case dirty < sessionSpillThreshold:
+		return nil
+	case dirty < 2*sessionSpillThreshold:
+		s.spillLater()
 		return nil
 	}
 	return s.spillBuffers(ctx)
+}
+
+// spillLater starts a goroutine that spills the session's write buffers,
+// unless one runs already or the session is closed.
+func (s *Session) spillLater() {
+	s.backed.mu.Lock()
+	defer s.backed.mu.Unlock()
+	if s.backed.spilling || s.backed.closed {
+		return
+	}
+	s.backed.spilling = true
+	s.backed.work.Add(1)
+	go func() {
+		defer s.backed.work.Done()
+		s.freeze.RLock()
+		err := s.spillBuffers(context.Background())
+		s.freeze.RUnlock()
+		s.backed.mu.Lock()
+		s.backed.spilling = false
+		s.backed.mu.Unlock()
+		if err != nil {
+			// The buffers stay; the next flush stores them or reports it.
+			s.log.Warn("spill write buffers", "session", s.name, "err", err)
+		}
+	}()
 }
 
 // preflush does what it can of a flush's work with writers still running

@@ -468,6 +468,13 @@ type backedSet struct {
 	// runs while absorbing is set (staged.go).
 	queue     []*node // GUARDED_BY(mu)
 	absorbing bool    // GUARDED_BY(mu)
+	// spilling is set while a goroutine spills the session's write
+	// buffers (spillLater).
+	spilling bool // GUARDED_BY(mu)
+	// work counts the goroutines that use the store for the session (the
+	// absorber, a spill); one starts only while closed is unset, and the
+	// session's closer waits for them before the store may go.
+	work sync.WaitGroup
 }
 
 func (s *Session) addBacked(n *node) {
@@ -659,4 +666,5 @@ func (s *Session) closeBackings() {
 	for _, f := range pool {
 		f.Close()
 	}
+	s.backed.work.Wait()
 }

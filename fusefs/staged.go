@@ -244,12 +244,14 @@ func (s *Session) absorbLater(n *node) {
 	s.backed.queue = append(s.backed.queue, n)
 	if !s.backed.absorbing {
 		s.backed.absorbing = true
+		s.backed.work.Add(1)
 		go s.absorber()
 	}
 }
 
 // absorber takes over the queued nodes until the queue is empty.
 func (s *Session) absorber() {
+	defer s.backed.work.Done()
 	ctx := context.Background()
 	for {
 		s.backed.mu.Lock()
