@@ -134,6 +134,7 @@ func (e *Engine) flushEvery(interval time.Duration) {
 		case <-t.C:
 		}
 		for _, s := range e.liveSessions() {
+			s.trimBackingPool()
 			s.dirtyMu.Lock()
 			dirty := len(s.dirty) > 0
 			s.dirtyMu.Unlock()

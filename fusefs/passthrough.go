@@ -83,40 +83,52 @@ func backingDir(storeDir, session string) string {
 	return filepath.Join(storeDir, "backing", session)
 }
 
+// spare is an empty backing file in a session's pool, with its
+// fingerprint, taken off the path of the open it serves.
+type spare struct {
+	f  *os.File
+	fp fingerprint
+}
+
 // newBackingFile returns an unnamed file in the backing directory, from
 // the session's pool of empty ones when it has one ready: making the file
 // costs an ext4 inode (20-50 µs here, far more while many were freed in
 // the last minute), which a writer of a small file would otherwise wait
 // for in its create. With an empty pool it makes one only if create is set,
-// and returns nil otherwise; either way the pool is topped up.
-func (s *Session) newBackingFile(create bool) (*os.File, error) {
+// and returns a zero spare otherwise; either way the pool is topped up.
+func (s *Session) newBackingFile(create bool) (spare, error) {
 	s.backed.mu.Lock()
 	if k := len(s.backed.pool); k > 0 {
-		f := s.backed.pool[k-1]
+		sp := s.backed.pool[k-1]
 		s.backed.pool = s.backed.pool[:k-1]
 		refill := k-1 < backingPool/2 && s.backed.claimFill()
 		s.backed.mu.Unlock()
 		if refill {
-			go s.fillBackingPool()
+			go s.fillBackingPool(backingPool)
 		}
-		return f, nil
+		return sp, nil
 	}
 	start := s.backed.claimFill()
 	s.backed.mu.Unlock()
 	if start {
-		go s.fillBackingPool()
+		go s.fillBackingPool(backingPool)
 	}
 	if !create {
-		return nil, nil
+		return spare{}, nil
 	}
-	return s.makeBackingFile()
+	return s.makeSpare()
 }
 
-// backingPool is how many empty backing files a session keeps ready, and
-// recycledPool how many it keeps at most.
+// backingPool is how many empty backing files a session keeps ready
+// (primedPool of them before a mount returns), and recycledPool how many
+// it keeps at most, until the next periodic flush trims the pool: over an
+// untar the absorber gives staging files back a few hundred files behind
+// the writer, and with the 8 a session kept before, about a third of the
+// files went unstaged for want of one.
 const (
-	backingPool  = 8
-	recycledPool = 4 * backingPool
+	primedPool   = 8
+	backingPool  = 32
+	recycledPool = 256
 )
 
 // recycleBacking empties a backing file no open uses and puts it back in
@@ -131,21 +143,32 @@ const (
 // blocks once the last is closed. A file an fsync named is not either
 // (backing.linked).
 func (s *Session) recycleBacking(f *os.File) {
-	if err := f.Truncate(0); err != nil {
+	fp, err := fingerprintOf(f)
+	if err != nil {
 		f.Close()
 		return
 	}
-	// ext4 takes a truncate to size 0 for the first half of a replace
-	// (auto_da_alloc) and writes the file back at its next close: the
-	// kernel's close of the next writer's passthrough open, which would
-	// wait for the disk. Any close clears that: one of a second open here.
-	if g, err := os.Open(procPath(f)); err == nil {
-		g.Close()
+	if fp.size > 0 {
+		if err := f.Truncate(0); err != nil {
+			f.Close()
+			return
+		}
+		// ext4 takes a truncate to size 0 for the first half of a replace
+		// (auto_da_alloc) and writes the file back at its next close: the
+		// kernel's close of the next writer's passthrough open, which would
+		// wait for the disk. Any close clears that: one of a second open here.
+		if g, err := os.Open(procPath(f)); err == nil {
+			g.Close()
+		}
+		if fp, err = fingerprintOf(f); err != nil {
+			f.Close()
+			return
+		}
 	}
 	s.backed.mu.Lock()
 	keep := !s.backed.closed && len(s.backed.pool) < recycledPool
 	if keep {
-		s.backed.pool = append(s.backed.pool, f)
+		s.backed.pool = append(s.backed.pool, spare{f: f, fp: fp})
 	}
 	s.backed.mu.Unlock()
 	if !keep {
@@ -153,13 +176,30 @@ func (s *Session) recycleBacking(f *os.File) {
 	}
 }
 
-// primeBackingPool fills the pool before the session's first open.
+// primeBackingPool makes primedPool staging files before the session's
+// first open, and the rest of the pool in the background.
 func (s *Session) primeBackingPool() {
 	s.backed.mu.Lock()
 	start := s.backed.claimFill()
 	s.backed.mu.Unlock()
-	if start {
-		s.fillBackingPool()
+	if start && s.fillBackingPool(primedPool) {
+		go s.fillBackingPool(backingPool)
+	}
+}
+
+// trimBackingPool closes the staging files a session keeps ready beyond
+// backingPool: the pool grows past it over a burst of new files (as many
+// as the absorber has yet to give back), and each holds a descriptor.
+func (s *Session) trimBackingPool() {
+	s.backed.mu.Lock()
+	var extra []spare
+	if k := len(s.backed.pool); k > backingPool {
+		extra = append(extra, s.backed.pool[backingPool:]...)
+		s.backed.pool = s.backed.pool[:backingPool]
+	}
+	s.backed.mu.Unlock()
+	for _, sp := range extra {
+		sp.f.Close()
 	}
 }
 
@@ -173,29 +213,49 @@ func (b *backedSet) claimFill() bool {
 	return true
 }
 
-// fillBackingPool tops the pool up; one runs at a time (backed.filling).
-func (s *Session) fillBackingPool() {
+// fillBackingPool tops the pool up to target files; one runs at a time
+// (backed.filling). It reports whether it stopped short of backingPool
+// still holding the claim to fill, for the caller to go on.
+func (s *Session) fillBackingPool(target int) bool {
 	for {
 		s.backed.mu.Lock()
 		if s.backed.closed || len(s.backed.pool) >= backingPool {
 			s.backed.filling = false
 			s.backed.mu.Unlock()
-			return
+			return false
+		}
+		if len(s.backed.pool) >= target {
+			s.backed.mu.Unlock()
+			return true
 		}
 		s.backed.mu.Unlock()
-		f, err := s.makeBackingFile()
+		sp, err := s.makeSpare()
 		s.backed.mu.Lock()
 		if err != nil || s.backed.closed {
 			s.backed.filling = false
 			s.backed.mu.Unlock()
-			if f != nil {
-				f.Close()
+			if sp.f != nil {
+				sp.f.Close()
 			}
-			return
+			return false
 		}
-		s.backed.pool = append(s.backed.pool, f)
+		s.backed.pool = append(s.backed.pool, sp)
 		s.backed.mu.Unlock()
 	}
+}
+
+// makeSpare makes an empty backing file and takes its fingerprint.
+func (s *Session) makeSpare() (spare, error) {
+	f, err := s.makeBackingFile()
+	if err != nil {
+		return spare{}, err
+	}
+	fp, err := fingerprintOf(f)
+	if err != nil {
+		f.Close()
+		return spare{}, err
+	}
+	return spare{f: f, fp: fp}, nil
 }
 
 // makeBackingFile makes an unnamed file in the backing directory.
@@ -290,19 +350,16 @@ func (n *node) openBacking(ctx context.Context, kind passthroughKind) (*backing,
 	}
 	// A file written write-only from empty is staged only with a staging
 	// file ready: the daemon serves it as fast as a new inode would come.
-	f, err := n.sess.newBackingFile(kind != stagedPassthrough)
+	sp, err := n.sess.newBackingFile(kind != stagedPassthrough)
 	if err != nil {
 		return nil, err
 	}
-	if f == nil {
+	if sp.f == nil {
 		return nil, errNoStagingFile
 	}
+	f := sp.f
 	if kind == stagedPassthrough {
-		fp, err := fingerprintOf(f)
-		if err != nil {
-			f.Close()
-			return nil, err
-		}
+		fp := sp.fp
 		d.backing = &backing{f: f, staged: true, absorbed: fp, mtime: fp.mtime}
 		n.sess.addBacked(n)
 		return d.backing, nil
@@ -460,10 +517,10 @@ type backedSet struct {
 	dirMade   bool     // GUARDED_BY(mu)
 	// pool holds empty backing files made ahead; filling is set while a
 	// goroutine tops it up, closed once the session closed its files.
-	pool    []*os.File // GUARDED_BY(mu)
-	filling bool       // GUARDED_BY(mu)
-	closed  bool       // GUARDED_BY(mu)
-	seq     uint64     // numbers staging file names; GUARDED_BY(mu)
+	pool    []spare // GUARDED_BY(mu)
+	filling bool    // GUARDED_BY(mu)
+	closed  bool    // GUARDED_BY(mu)
+	seq     uint64  // numbers staging file names; GUARDED_BY(mu)
 	// queue holds closed staged files for the absorber goroutine, which
 	// runs while absorbing is set (staged.go).
 	queue     []*node // GUARDED_BY(mu)
@@ -615,27 +672,44 @@ func (n *node) ingestForFlush(ctx context.Context, all, named bool, absorbed map
 // takeOver ingests and drops n's backing file if no passthrough handle
 // uses it. Called with freeze held shared and n.mu held.
 func (n *node) takeOver(ctx context.Context) error {
+	dispose, err := n.detachIngested(ctx)
+	if dispose != nil {
+		go dispose()
+	}
+	return err
+}
+
+// detachIngested is takeOver but for the backing file's disposal, which
+// it returns (nil if n kept its backing file) for the caller to run once
+// it holds no lock.
+func (n *node) detachIngested(ctx context.Context) (dispose func(), err error) {
 	b := n.data.backing
 	if b == nil || b.opens > 0 {
-		return nil
+		return nil, nil
 	}
 	if _, err := n.ingest(ctx); err != nil {
-		return err
+		return nil, err
 	}
-	n.dropBacking()
-	return nil
+	return n.detachBacking(), nil
 }
 
 // dropBacking closes or recycles n's backing file and forgets it. Called
 // with n.mu held.
 func (n *node) dropBacking() {
-	b := n.data.backing
 	// Truncating or closing frees the file's blocks: off the caller's path
 	// (a flush holds every writer back).
+	dispose := n.detachBacking()
+	go dispose()
+}
+
+// detachBacking forgets n's backing file and returns what closes or
+// recycles it, which the caller runs once it holds no lock. Called with
+// n.mu held.
+func (n *node) detachBacking() (dispose func()) {
+	b := n.data.backing
+	dispose = func() { n.sess.recycleBacking(b.f) }
 	if b.readable || b.linked {
-		go b.f.Close()
-	} else {
-		go n.sess.recycleBacking(b.f)
+		dispose = func() { b.f.Close() }
 	}
 	n.data.backing = nil
 	if b.name != "" {
@@ -645,6 +719,7 @@ func (n *node) dropBacking() {
 	s.backed.mu.Lock()
 	delete(s.backed.nodes, n)
 	s.backed.mu.Unlock()
+	return dispose
 }
 
 // closeBackings closes every backing file (the session is going away).
@@ -663,8 +738,8 @@ func (s *Session) closeBackings() {
 	pool := s.backed.pool
 	s.backed.pool = nil
 	s.backed.mu.Unlock()
-	for _, f := range pool {
-		f.Close()
+	for _, sp := range pool {
+		sp.f.Close()
 	}
 	s.backed.work.Wait()
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -249,70 +250,75 @@ func (s *Session) absorbLater(n *node) {
 	}
 }
 
+// The absorber polls its queue every absorbPoll for absorbLinger after it
+// emptied it, rather than ending and being started again by the next
+// release: starting a goroutine (or waking one) from a ring thread wakes a
+// thread on another CPU, which cost a release as much as the rest of it
+// (untar); a sleeping absorber wakes on its own timer instead.
+const (
+	absorbPoll   = 500 * time.Microsecond
+	absorbLinger = 20 * time.Millisecond
+)
+
 // absorber takes over the queued nodes until the queue is empty.
 func (s *Session) absorber() {
 	defer s.backed.work.Done()
 	ctx := context.Background()
+	var idle time.Duration
 	for {
 		s.backed.mu.Lock()
 		queue := s.backed.queue
 		s.backed.queue = nil
-		if len(queue) == 0 || s.backed.closed {
+		if s.backed.closed || len(queue) == 0 && idle >= absorbLinger {
 			s.backed.absorbing = false
 			s.backed.mu.Unlock()
 			return
 		}
 		s.backed.mu.Unlock()
-		for len(queue) > 0 {
-			queue = queue[s.absorbSome(ctx, queue):]
+		if len(queue) == 0 {
+			time.Sleep(absorbPoll)
+			idle += absorbPoll
+			continue
+		}
+		idle = 0
+		for _, n := range queue {
+			s.absorbQueued(ctx, n)
 		}
 	}
 }
 
-// absorbBatch bounds the content one batch of the absorber stores: the
-// freeze lock is held shared until the batch is committed (a flush must
-// not record chunks that are not in the store yet), so a flush waits for
-// at most this much.
-const absorbBatch = 8 << 20
-
-// absorbSome takes over the first of the queued nodes, storing their
-// content in one batch, up to absorbBatch bytes, and reports how many it
-// took. Storing here, rather than leaving the content in write buffers,
-// keeps the hashing and compressing off the threads that serve requests:
-// buffers that pile up are spilled by the next write the daemon serves
-// (spillAll), which a writer would wait for.
-func (s *Session) absorbSome(ctx context.Context, queue []*node) int {
+// absorbQueued takes over n, a queued staged file, into write buffers,
+// which frees its staging file for the next new file at once; the
+// buffers go to the store as any write's do (spillAll), in a goroutine
+// past sessionSpillThreshold, so that neither this nor a request served
+// on a ring thread waits for the hashing and compressing.
+func (s *Session) absorbQueued(ctx context.Context, n *node) {
 	s.freeze.RLock()
-	defer s.freeze.RUnlock()
-	batch := s.newBatch()
-	defer batch.Discard()
-	var size int64
-	k := 0
-	for ; k < len(queue) && size < absorbBatch; k++ {
-		n := queue[k]
-		named := s.hasName(n) // before n.mu (lock order)
-		n.mu.Lock()
-		var err error
-		if b := n.data.backing; b != nil && b.staged && b.opens == 0 {
-			if named {
-				if err = n.takeOver(ctx); err == nil {
-					size += n.data.dirtyBytes
-					err = n.spill(ctx, batch, -1, true)
-				}
-			} else {
-				n.dropBacking() // unlinked and closed: nothing to keep
-			}
-		}
-		n.mu.Unlock()
-		if err != nil {
-			// The next flush tries again, and reports it.
-			s.log.Warn("absorb a staged file", "session", s.name, "err", err)
+	named := s.hasName(n) // before n.mu (lock order)
+	n.mu.Lock()
+	var err error
+	var dispose func()
+	if b := n.data.backing; b != nil && b.staged && b.opens == 0 {
+		if named {
+			dispose, err = n.detachIngested(ctx)
+		} else {
+			dispose = n.detachBacking() // unlinked and closed: nothing to keep
 		}
 	}
-	if err := batch.Commit(ctx, false); err != nil {
-		s.log.Warn("absorb staged files", "session", s.name, "err", err)
+	n.mu.Unlock()
+	if err == nil {
+		err = s.spillAll(ctx)
 	}
-	return k
+	s.freeze.RUnlock()
+	if dispose != nil {
+		// Here rather than in a goroutine of its own: starting one per
+		// file wakes another thread per file.
+		dispose()
+	}
+	if err != nil {
+		// The next flush tries again, and reports it.
+		s.log.Warn("absorb a staged file", "session", s.name, "err", err)
+	}
 }
 
 // staleBacking records a staging file name to remove at the next journal

@@ -384,7 +384,7 @@ func pooled(t *testing.T, e *Engine, session string, f *os.File) bool {
 	s.backed.mu.Lock()
 	defer s.backed.mu.Unlock()
 	for _, g := range s.backed.pool {
-		if g == f {
+		if g.f == f {
 			return true
 		}
 	}
