@@ -68,6 +68,7 @@ type Engine struct {
 	log      *slog.Logger
 	cache    *chunkCache
 	inos     atomic.Uint64
+	buffers  buffers
 
 	mu       sync.Mutex
 	sessions map[string]*Session // live sessions by name; GUARDED_BY(mu)
@@ -102,6 +103,7 @@ func New(store cas.Store, cat *catalog.Catalog, opts Options) *Engine {
 		sessions: make(map[string]*Session),
 		mounts:   make(map[string]*Mount),
 	}
+	e.buffers.budget = bufferBudget()
 	switch os.Getenv("HOMEFS_FUSE_URING") {
 	case "1":
 		e.uring = true
@@ -165,7 +167,7 @@ func (e *Engine) live(ctx context.Context, name string) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := newSession(name, e.store, e.cache, &e.inos, h.Root, false, e.log)
+	s := newSession(name, e.store, e.cache, &e.inos, &e.buffers, h.Root, false, e.log)
 	s.gen = h.Gen
 	if e.storeDir != "" {
 		s.backingDir = backingDir(e.storeDir, name)
@@ -270,7 +272,7 @@ func (e *Engine) Mount(ctx context.Context, session, subtree, dir string, opts M
 		if err != nil {
 			return nil, err
 		}
-		s := newSession(session, e.store, e.cache, &e.inos, h.Root, true, e.log)
+		s := newSession(session, e.store, e.cache, &e.inos, &e.buffers, h.Root, true, e.log)
 		return e.mount(ctx, s, subtree, dir, opts)
 	}
 	s, err := e.live(ctx, session)
@@ -290,7 +292,7 @@ func (e *Engine) MountSnapshot(ctx context.Context, spec, subtree, dir string, o
 	if err != nil {
 		return nil, err
 	}
-	s := newSession(id, e.store, e.cache, &e.inos, snap.Root, true, e.log)
+	s := newSession(id, e.store, e.cache, &e.inos, &e.buffers, snap.Root, true, e.log)
 	opts.ReadOnly = true
 	return e.mount(ctx, s, subtree, dir, opts)
 }
@@ -720,7 +722,7 @@ func (e *Engine) Restore(ctx context.Context, session, spec string) error {
 		return err
 	}
 
-	fresh := newSession(session, e.store, e.cache, &e.inos, snap.Root, false, e.log)
+	fresh := newSession(session, e.store, e.cache, &e.inos, &e.buffers, snap.Root, false, e.log)
 	roots := make([]*node, len(mounts))
 	for i, m := range mounts {
 		fresh.treeMu.Lock()

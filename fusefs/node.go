@@ -85,6 +85,7 @@ func (n *node) charge(c *dirtyChunk, delta int64) {
 		n.data.overlayBytes += delta
 	}
 	n.sess.dirtyBytes.Add(delta)
+	n.sess.buffers.total.Add(delta)
 }
 
 // loadChunks makes sure n.data.chunks is loaded. Called with n.mu held.

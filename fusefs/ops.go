@@ -471,17 +471,21 @@ func (s *Session) maybeSpill(ctx context.Context, n *node, keep int) error {
 	return b.Commit(ctx, false)
 }
 
-// spillAll bounds the session's write buffers together: past
-// sessionSpillThreshold a goroutine moves them into the store, one file at
-// a time, so that the request that crossed the line (served on a ring
-// thread, which its CPU's other requests wait for) does not do it; past
-// twice that the caller spills them itself, which holds a writer that
-// outruns the store back. Called with freeze held shared and no node lock.
+// spillAll bounds the write buffers: a session's, past
+// sessionSpillThreshold, go to the store once the engine's together are
+// past their budget (buffers): in a goroutine, so that the request that
+// crossed the line (served on a ring thread, which its CPU's other
+// requests wait for) does not store them; past twice the budget the
+// caller stores them itself, which holds back a writer that outruns the
+// store. Called with freeze held shared and no node lock.
 func (s *Session) spillAll(ctx context.Context) error {
-	switch dirty := s.dirtyBytes.Load(); {
-	case dirty < sessionSpillThreshold:
+	if s.dirtyBytes.Load() < sessionSpillThreshold {
 		return nil
-	case dirty < 2*sessionSpillThreshold:
+	}
+	switch all := s.buffers.total.Load(); {
+	case all < s.buffers.budget:
+		return nil
+	case all < 2*s.buffers.budget:
 		s.spillLater()
 		return nil
 	}

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"homefs/cas"
 	"homefs/manifest"
 )
@@ -63,8 +65,10 @@ type Session struct {
 		ok   bool
 	}
 
-	// dirtyBytes counts buffered file bytes across the session.
+	// dirtyBytes counts buffered file bytes across the session, and
+	// buffers across the engine.
 	dirtyBytes atomic.Int64
+	buffers    *buffers
 
 	// open counts the open handles of each file, in every mount: gc keeps
 	// the content of an open file that no head names any more (unlinked,
@@ -94,17 +98,41 @@ const spillThreshold = 4 << 20
 // they are stored.
 const overlaySpillThreshold = 16 << 20
 
-// sessionSpillThreshold bounds the write buffers of all files of a session
-// together (many small files written and not yet flushed).
+// sessionSpillThreshold is what a session's write buffers may hold (many
+// small files written and not yet flushed) before they go to the store
+// ahead of the next flush, once the daemon's buffers together are past
+// their budget (buffers).
 const sessionSpillThreshold = 64 << 20
 
-func newSession(name string, store cas.Store, cache *chunkCache, inos *atomic.Uint64, root cas.Ref, readOnly bool, log logger) *Session {
+// buffers accounts for the write buffers of every session of an engine.
+// Below the budget a session's buffers wait for the next flush (the
+// periodic one comes within seconds), so that a burst of writes (an
+// untar, an install) is not hashed and compressed while it runs, on the
+// CPUs it runs on; past it they are stored in the background, and past
+// twice the budget by the writer itself.
+type buffers struct {
+	total  atomic.Int64
+	budget int64
+}
+
+// bufferBudget is a sixteenth of the machine's memory, between
+// sessionSpillThreshold and 1 GiB.
+func bufferBudget() int64 {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return sessionSpillThreshold
+	}
+	return min(max(int64(si.Totalram)*int64(si.Unit)/16, sessionSpillThreshold), 1<<30)
+}
+
+func newSession(name string, store cas.Store, cache *chunkCache, inos *atomic.Uint64, bufs *buffers, root cas.Ref, readOnly bool, log logger) *Session {
 	s := &Session{
 		name:     name,
 		store:    store,
 		chunks:   cache,
 		readOnly: readOnly,
 		inos:     inos,
+		buffers:  bufs,
 		log:      log,
 		links:    make(map[uint64]*node),
 		dirty:    make(map[*node]struct{}),
