@@ -260,7 +260,8 @@ const (
 	absorbLinger = 20 * time.Millisecond
 )
 
-// absorber takes over the queued nodes until the queue is empty.
+// absorber takes over the queued nodes; it ends once the queue stayed
+// empty for absorbLinger, or the session closed.
 func (s *Session) absorber() {
 	defer s.backed.work.Done()
 	ctx := context.Background()
@@ -289,9 +290,10 @@ func (s *Session) absorber() {
 
 // absorbQueued takes over n, a queued staged file, into write buffers,
 // which frees its staging file for the next new file at once; the
-// buffers go to the store as any write's do (spillAll), in a goroutine
-// past sessionSpillThreshold, so that neither this nor a request served
-// on a ring thread waits for the hashing and compressing.
+// buffers go to the store as any write's do (spillAll: with the next
+// flush, or in a goroutine past the engine's budget), so that neither
+// this nor a request served on a ring thread waits for the hashing and
+// compressing.
 func (s *Session) absorbQueued(ctx context.Context, n *node) {
 	s.freeze.RLock()
 	named := s.hasName(n) // before n.mu (lock order)

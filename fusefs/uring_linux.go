@@ -326,9 +326,9 @@ func (r *ioRing) waitKeepingP() (bool, error) {
 // is handed to it, both wakeups of halted CPUs on the way of a request.
 // Over an untar, ring threads that keep their P took 0.77-0.83 s against
 // 0.92-0.97 s. Each thread that keeps one adds one to GOMAXPROCS, so that
-// the rest of the daemon has as many as before; at most one a CPU does,
-// since only one ring thread runs on a CPU at a time (each is pinned), and
-// it keeps its P only while its ring is busy (waitKeepingP).
+// the rest of the daemon has as many as before; at most as many threads as
+// there are CPUs do (the first mounts' ones: more could not run at once),
+// and each keeps its P only while its ring is busy (waitKeepingP).
 var ringPs struct {
 	mu   sync.Mutex
 	held int // ring threads keeping a P
