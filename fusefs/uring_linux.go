@@ -300,68 +300,6 @@ func (r *ioRing) enter(wait bool) error {
 	}
 }
 
-// waitKeepingP submits what is pending and waits for a completion like
-// enter(true), but without telling the Go runtime that the thread is in a
-// system call, so the thread keeps its P (see keepP). It reports false if
-// a signal ended the wait: the runtime preempting a goroutine it saw
-// running for 10 ms (the ring was idle that long) or stopping the world;
-// the thread then yields, which lets either happen.
-func (r *ioRing) waitKeepingP() (bool, error) {
-	n, _, errno := syscall.RawSyscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(r.pending), 1, ioringEnterGetEvents, 0, 0)
-	switch errno {
-	case 0:
-		r.pending -= uint32(n)
-		return true, nil
-	case syscall.EINTR:
-		runtime.Gosched()
-		return false, nil
-	}
-	return false, fmt.Errorf("io_uring_enter: %w", errno)
-}
-
-// Ring threads that keep their P. A thread that waits in a system call
-// the usual way gives its P up once the wait is long, and on its way back
-// needs one again: a goroutine woken on another CPU takes the P over
-// meanwhile (sysmon's retake), and the ring thread then sleeps until a P
-// is handed to it, both wakeups of halted CPUs on the way of a request.
-// Over an untar, ring threads that keep their P took 0.77-0.83 s against
-// 0.92-0.97 s. Each thread that keeps one adds one to GOMAXPROCS, so that
-// the rest of the daemon has as many as before; at most as many threads as
-// there are CPUs do (the first mounts' ones: more could not run at once),
-// and each keeps its P only while its ring is busy (waitKeepingP).
-var ringPs struct {
-	mu   sync.Mutex
-	held int // ring threads keeping a P
-	base int // GOMAXPROCS when the first took one
-}
-
-// keepP reports whether the calling ring thread may keep its P; one that
-// may calls releaseP when it ends. Without asynchronous preemption (the
-// signal that ends a kept wait) none may.
-func keepP() bool {
-	if strings.Contains(os.Getenv("GODEBUG"), "asyncpreemptoff=1") {
-		return false
-	}
-	ringPs.mu.Lock()
-	defer ringPs.mu.Unlock()
-	if ringPs.held >= runtime.NumCPU() {
-		return false
-	}
-	if ringPs.held == 0 {
-		ringPs.base = runtime.GOMAXPROCS(0)
-	}
-	ringPs.held++
-	runtime.GOMAXPROCS(ringPs.base + ringPs.held)
-	return true
-}
-
-func releaseP() {
-	ringPs.mu.Lock()
-	defer ringPs.mu.Unlock()
-	ringPs.held--
-	runtime.GOMAXPROCS(ringPs.base + ringPs.held)
-}
-
 // cqe is a completion: the user data of its submission and the result.
 type cqe struct {
 	userData uint64
@@ -590,19 +528,8 @@ func (r *uringRing) run(ready chan<- error) {
 		r.complete(c.userData, c.res)
 	}
 	r.backlog = nil
-	keep := keepP()
-	if keep {
-		defer releaseP()
-	}
-	busy := true
 	for r.live > 0 {
-		var err error
-		if keep && busy {
-			busy, err = r.ring.waitKeepingP()
-		} else {
-			err, busy = r.ring.enter(true), true
-		}
-		if err != nil {
+		if err := r.ring.enter(true); err != nil {
 			r.srv.log("fuse ring stopped", "err", err)
 			return
 		}
