@@ -37,6 +37,7 @@ var ops = []op{
 	{"JSONLAppend", "JSONL append, fsync every 32 lines (O_WRONLY descriptor)", true, 0.5, "0.15×", ""},
 	{"JSONLAppendRW", "the same through O_RDWR (Codex's rollout descriptor)", true, 0.5, "0.15×", ""},
 	{"Tree/untar", "untar of Go's src/ (tar -xf)", false, 3, "20× time", ""},
+	{"Tree/untar+sync", "the same, then sync (homefs: and flush, the bytes stored)", false, 0, "—", ""},
 	{"SmallFile", "one file written as tar writes it (2 KiB)", false, 0, "—", ""},
 	{"Tree/git-status", "git status on it", false, 3, "5.8× time", ""},
 	{"Tree/rm-rf", "rm -rf of it", false, 3, "2.7× time", ""},
