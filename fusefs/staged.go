@@ -26,16 +26,18 @@ import (
 //
 //   - by a capture, a graft, Sync and Close: every staged file, so that a
 //     snapshot holds everything written before it;
-//   - by any flush, once the last passthrough handle closed (the file is
-//     then dropped), or when an fsync made content durable that no durable
-//     head holds (see below);
+//   - by the session's absorber once the last passthrough handle closed,
+//     or by any flush that finds it closed first (the file is then
+//     dropped), and by any flush when an fsync made content durable that
+//     no durable head holds (see below);
 //   - when the daemon needs the content itself (a read, write, truncate,
 //     fallocate or copy_file_range it serves): the file is then unstaged,
 //     and kept current as a wild backing file is.
 //
-// Absorbing reads the staging file and stores the chunks that differ from
-// what the node holds, so a file absorbed again costs a read and a hash of
-// it, and nothing when its fingerprint (size, mtime, ctime) is unchanged.
+// Absorbing reads the staging file and writes into the node the chunks
+// that differ from what it holds (into write buffers, which a flush
+// stores), so a file absorbed again costs a read and a hash of it, and
+// nothing when its fingerprint (size, mtime, ctime) is unchanged.
 //
 // A flush absorbs under the freeze lock and then checks that no absorbed
 // file's fingerprint changed (retrying if one did, as for appenders), so a
