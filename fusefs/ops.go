@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"math"
 	"sort"
 	"strings"
 	"syscall"
@@ -504,9 +505,7 @@ func (s *Session) spillLater() {
 	s.backed.work.Add(1)
 	go func() {
 		defer s.backed.work.Done()
-		s.freeze.RLock()
-		err := s.spillBuffers(context.Background())
-		s.freeze.RUnlock()
+		err := s.spillInSteps(context.Background())
 		s.backed.mu.Lock()
 		s.backed.spilling = false
 		s.backed.mu.Unlock()
@@ -527,7 +526,6 @@ func (s *Session) preflush(ctx context.Context, all bool) {
 		return
 	}
 	s.freeze.RLock()
-	defer s.freeze.RUnlock()
 	for _, n := range s.backedNodes() {
 		named := s.hasName(n)
 		n.mu.Lock()
@@ -536,33 +534,79 @@ func (s *Session) preflush(ctx context.Context, all bool) {
 		}
 		n.mu.Unlock()
 	}
+	s.freeze.RUnlock()
 	if s.dirtyBytes.Load() > 0 {
-		_ = s.spillBuffers(ctx)
+		_ = s.spillInSteps(ctx)
 	}
 }
 
 // spillBuffers moves every changed file's write buffers into the store.
 // Called with freeze held shared and no node lock.
 func (s *Session) spillBuffers(ctx context.Context) error {
+	files := s.dirtyFiles()
+	for len(files) > 0 {
+		var err error
+		if files, err = s.spillSome(ctx, files, math.MaxInt64); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// spillStep bounds what a step of spillInSteps stores.
+const spillStep = 8 << 20
+
+// spillInSteps is spillBuffers for a caller that holds no lock: it holds
+// freeze shared only for a step of about spillStep bytes at a time, each
+// committed before it lets go (a flush must not record a chunk the store
+// lacks), so that a flush waits for one step at most, and with it the
+// writers queued behind the flush, however much the buffers hold.
+func (s *Session) spillInSteps(ctx context.Context) error {
+	files := s.dirtyFiles()
+	for len(files) > 0 {
+		s.freeze.RLock()
+		var err error
+		files, err = s.spillSome(ctx, files, spillStep)
+		s.freeze.RUnlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dirtyFiles lists the files changed since the last flush.
+func (s *Session) dirtyFiles() []*node {
 	s.dirtyMu.Lock()
+	defer s.dirtyMu.Unlock()
 	files := make([]*node, 0, len(s.dirty))
 	for n := range s.dirty {
 		if n.kind == manifest.KindFile {
 			files = append(files, n)
 		}
 	}
-	s.dirtyMu.Unlock()
+	return files
+}
+
+// spillSome spills the buffers of the first of files, until about limit
+// bytes, in one batch, and returns the files left. Called with freeze
+// held shared and no node lock.
+func (s *Session) spillSome(ctx context.Context, files []*node, limit int64) ([]*node, error) {
 	b := s.newBatch()
 	defer b.Discard()
-	for _, n := range files {
+	var size int64
+	k := 0
+	for ; k < len(files) && size < limit; k++ {
+		n := files[k]
 		n.mu.Lock()
+		size += n.data.dirtyBytes + n.data.overlayBytes
 		err := n.spill(ctx, b, -1, true)
 		n.mu.Unlock()
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return b.Commit(ctx, false)
+	return files[k:], b.Commit(ctx, false)
 }
 
 // WriteOp says how a write lands: at the end (O_APPEND), and whether it
