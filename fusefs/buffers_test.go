@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ import (
 // bounded. Either way nothing written is lost.
 func TestBufferBudget(t *testing.T) {
 	t.Parallel()
-	const files = 80 // of 1 MiB: past sessionSpillThreshold together
+	const files = 68 // of 1 MiB: past sessionSpillThreshold together
 	for _, tc := range []struct {
 		name    string
 		budget  int64
@@ -43,13 +44,8 @@ func TestBufferBudget(t *testing.T) {
 			s, err := e.live(context.Background(), "s")
 			require.NoError(t, err)
 
-			rng := rand.New(rand.NewPCG(7, 7))
-			want := make([][]byte, files)
+			want := mebibyteFiles(files, 7)
 			for i := range want {
-				want[i] = make([]byte, 1<<20)
-				for j := range want[i] {
-					want[i][j] = byte('a' + rng.IntN(4)) // compressible, not trivially
-				}
 				require.NoError(t, os.WriteFile(filepath.Join(m.Dir(), fmt.Sprint(i)), want[i], 0o644))
 			}
 			if tc.spilled {
@@ -68,4 +64,103 @@ func TestBufferBudget(t *testing.T) {
 			require.Zero(t, e.buffers.total.Load(), "a flush stores every buffer")
 		})
 	}
+}
+
+// TestSpillDuringCaptures: captures taken while a writer keeps the
+// engine's buffers past their budget (so spills run in the background, a
+// step at a time, between the captures' flushes) each hold every file
+// closed before them whole, and any other file as a prefix of its bytes.
+func TestSpillDuringCaptures(t *testing.T) {
+	t.Parallel()
+	const files = 68 // of 1 MiB, past sessionSpillThreshold together
+	store := cas.NewMemory()
+	e := New(store, catalog.New(store), Options{StoreDir: t.TempDir(), NoStaging: true, FlushInterval: -1})
+	t.Cleanup(func() { require.NoError(t, e.Close(context.Background())) })
+	e.buffers.budget = sessionSpillThreshold
+	m := MountForTest(t, e, "s", "", MountOptions{})
+
+	want := mebibyteFiles(files, 9)
+	type snap struct {
+		id     string
+		closed int // files whose write returned before the capture began
+	}
+	var (
+		snaps   []snap
+		written atomic.Int64
+		done    = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		for i := range want {
+			if err := os.WriteFile(filepath.Join(m.Dir(), fmt.Sprint(i)), want[i], 0o644); err != nil {
+				t.Error(err)
+				return
+			}
+			written.Store(int64(i + 1))
+		}
+	}()
+	// A capture each time the writer has closed 8 more files, and one at
+	// the end: a dozen or so, each mounted below.
+	for last := -8; ; {
+		finished := false
+		select {
+		case <-done:
+			finished = true
+		case <-time.After(time.Millisecond):
+		}
+		closed := int(written.Load())
+		if closed-last < 8 && !finished {
+			continue
+		}
+		last = closed
+		_, id, err := e.Capture(context.Background(), "s", "", nil)
+		require.NoError(t, err)
+		snaps = append(snaps, snap{id, closed})
+		if finished {
+			break
+		}
+	}
+	require.Greater(t, len(snaps), 2, "captures raced the writer")
+	// Each snapshot is checked from the files the one before held whole
+	// (the last one from the first file): reading every file of every
+	// snapshot would be quadratic.
+	for k, sn := range snaps {
+		dir := mountSnapshot(t, e, sn.id)
+		from := 0
+		if k > 0 && k < len(snaps)-1 {
+			from = snaps[k-1].closed
+		}
+		for i := from; i < len(want); i++ {
+			got, err := os.ReadFile(filepath.Join(dir, fmt.Sprint(i)))
+			if i < sn.closed {
+				require.NoError(t, err, "snapshot %s, file %d", sn.id, i)
+				require.True(t, bytes.Equal(want[i], got), "snapshot %s holds file %d whole", sn.id, i)
+				continue
+			}
+			if err == nil {
+				require.True(t, bytes.HasPrefix(want[i], got), "snapshot %s holds a prefix of file %d", sn.id, i)
+			}
+		}
+	}
+}
+
+// mebibyteFiles returns n distinct files of 1 MiB, compressible but not
+// trivially, from seed.
+func mebibyteFiles(n int, seed uint64) [][]byte {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	base := make([]byte, 1<<20)
+	for j := 0; j < len(base); j += 8 {
+		v := rng.Uint64()
+		for k := range 8 {
+			base[j+k] = byte('a' + (v>>(8*k))&3)
+		}
+	}
+	files := make([][]byte, n)
+	for i := range files {
+		files[i] = bytes.Clone(base)
+		for j := 0; j < len(base); j += 4096 {
+			copy(files[i][j:], fmt.Sprintf("%d/%d", i, j)) // no two chunks alike
+		}
+	}
+	return files
 }
