@@ -164,3 +164,49 @@ func mebibyteFiles(n int, seed uint64) [][]byte {
 	}
 	return files
 }
+
+// TestCgroupMemoryLimit: the limit of the daemon's cgroup, v1 or v2, as
+// /proc/self/cgroup names it.
+func TestCgroupMemoryLimit(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	write := func(rel, content string) {
+		p := filepath.Join(root, rel)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
+	}
+	write("agents/a/memory.max", "2147483648\n")
+	write("agents/b/memory.max", "max\n")
+	write("memory/box/memory.limit_in_bytes", "1073741824\n")
+	for _, tc := range []struct {
+		name, self string
+		limit      int64
+		found      bool
+	}{
+		{"v2", "0::/agents/a\n", 2 << 30, true},
+		{"v2 without a limit", "0::/agents/b\n", 0, false},
+		{"v1 memory controller", "12:pids:/box\n4:memory:/box\n0::/\n", 1 << 30, true},
+		{"v1 joint controllers", "4:cpu,memory:/box\n", 1 << 30, true},
+		{"no such cgroup", "0::/gone\n", 0, false},
+		{"garbage", "not a cgroup line", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			limit, found := cgroupMemoryLimit(tc.self, root)
+			require.Equal(t, tc.found, found)
+			require.Equal(t, tc.limit, limit)
+		})
+	}
+}
+
+// TestBufferBudgetBounds: the budget is a sixteenth of the memory the
+// daemon may use, within its bounds.
+func TestBufferBudgetBounds(t *testing.T) {
+	t.Parallel()
+	mem, ok := memoryLimit()
+	require.True(t, ok, "the machine's memory is known")
+	require.Greater(t, mem, int64(0))
+	got := bufferBudget()
+	require.GreaterOrEqual(t, got, int64(sessionSpillThreshold))
+	require.LessOrEqual(t, got, int64(1<<30))
+	require.Equal(t, min(max(mem/16, sessionSpillThreshold), 1<<30), got)
+}

@@ -3,8 +3,14 @@ package fusefs
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -115,14 +121,63 @@ type buffers struct {
 	budget int64
 }
 
-// bufferBudget is a sixteenth of the machine's memory, between
-// sessionSpillThreshold and 1 GiB.
+// bufferBudget is a sixteenth of the daemon's memory (memoryLimit),
+// between sessionSpillThreshold and 1 GiB.
 func bufferBudget() int64 {
-	var si unix.Sysinfo_t
-	if err := unix.Sysinfo(&si); err != nil {
+	mem, ok := memoryLimit()
+	if !ok {
 		return sessionSpillThreshold
 	}
-	return min(max(int64(si.Totalram)*int64(si.Unit)/16, sessionSpillThreshold), 1<<30)
+	return min(max(mem/16, sessionSpillThreshold), 1<<30)
+}
+
+// memoryLimit is the machine's memory, or the memory limit of the daemon's
+// cgroup when that is lower: in a container the machine's figure is the
+// host's.
+func memoryLimit() (int64, bool) {
+	mem, ok := int64(math.MaxInt64), false
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) == nil {
+		mem, ok = int64(si.Totalram)*int64(si.Unit), true
+	}
+	if self, err := os.ReadFile("/proc/self/cgroup"); err == nil {
+		if limit, found := cgroupMemoryLimit(string(self), "/sys/fs/cgroup"); found && limit < mem {
+			mem, ok = limit, true
+		}
+	}
+	return mem, ok
+}
+
+// cgroupMemoryLimit reads the memory limit of the cgroup that self (the
+// content of /proc/self/cgroup) names, from the cgroup filesystem at root:
+// memory.max (v2), or memory.limit_in_bytes of the memory controller (v1).
+// A v2 cgroup without a limit says "max": none found; a v1 one says a huge
+// number, above any machine's memory.
+func cgroupMemoryLimit(self, root string) (int64, bool) {
+	for _, line := range strings.Split(self, "\n") {
+		// id:controllers:path; cgroup v2 lists no controllers.
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		var file string
+		switch {
+		case f[0] == "0" && f[1] == "":
+			file = filepath.Join(root, f[2], "memory.max")
+		case slices.Contains(strings.Split(f[1], ","), "memory"):
+			file = filepath.Join(root, "memory", f[2], "memory.limit_in_bytes")
+		default:
+			continue
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			continue
+		}
+		if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && v > 0 {
+			return v, true
+		}
+	}
+	return 0, false
 }
 
 func newSession(name string, store cas.Store, cache *chunkCache, inos *atomic.Uint64, bufs *buffers, root cas.Ref, readOnly bool, log logger) *Session {
