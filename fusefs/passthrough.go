@@ -104,14 +104,14 @@ func (s *Session) newBackingFile(create bool) (spare, error) {
 		refill := k-1 < backingPool/2 && s.backed.claimFill()
 		s.backed.mu.Unlock()
 		if refill {
-			go s.fillBackingPool(backingPool)
+			go s.fillBackingPool()
 		}
 		return sp, nil
 	}
 	start := s.backed.claimFill()
 	s.backed.mu.Unlock()
 	if start {
-		go s.fillBackingPool(backingPool)
+		go s.fillBackingPool()
 	}
 	if !create {
 		return spare{}, nil
@@ -119,14 +119,13 @@ func (s *Session) newBackingFile(create bool) (spare, error) {
 	return s.makeSpare()
 }
 
-// backingPool is how many empty backing files a session keeps ready
-// (primedPool of them before a mount returns), and recycledPool how many
-// it keeps at most, until the next periodic flush trims the pool: over an
+// backingPool is how many empty backing files a session keeps ready (all
+// of them made before a mount returns), and recycledPool how many it keeps
+// at most, until the next periodic flush trims the pool: over an
 // untar the absorber gives staging files back a few hundred files behind
 // the writer, and with the 8 a session kept before, about a third of the
 // files went unstaged for want of one.
 const (
-	primedPool   = 8
 	backingPool  = 32
 	recycledPool = 256
 )
@@ -176,14 +175,13 @@ func (s *Session) recycleBacking(f *os.File) {
 	}
 }
 
-// primeBackingPool makes primedPool staging files before the session's
-// first open, and the rest of the pool in the background.
+// primeBackingPool fills the pool before the session's first open.
 func (s *Session) primeBackingPool() {
 	s.backed.mu.Lock()
 	start := s.backed.claimFill()
 	s.backed.mu.Unlock()
-	if start && s.fillBackingPool(primedPool) {
-		go s.fillBackingPool(backingPool)
+	if start {
+		s.fillBackingPool()
 	}
 }
 
@@ -213,20 +211,14 @@ func (b *backedSet) claimFill() bool {
 	return true
 }
 
-// fillBackingPool tops the pool up to target files; one runs at a time
-// (backed.filling). It reports whether it stopped short of backingPool
-// still holding the claim to fill, for the caller to go on.
-func (s *Session) fillBackingPool(target int) bool {
+// fillBackingPool tops the pool up; one runs at a time (backed.filling).
+func (s *Session) fillBackingPool() {
 	for {
 		s.backed.mu.Lock()
 		if s.backed.closed || len(s.backed.pool) >= backingPool {
 			s.backed.filling = false
 			s.backed.mu.Unlock()
-			return false
-		}
-		if len(s.backed.pool) >= target {
-			s.backed.mu.Unlock()
-			return true
+			return
 		}
 		s.backed.mu.Unlock()
 		sp, err := s.makeSpare()
@@ -237,7 +229,7 @@ func (s *Session) fillBackingPool(target int) bool {
 			if sp.f != nil {
 				sp.f.Close()
 			}
-			return false
+			return
 		}
 		s.backed.pool = append(s.backed.pool, sp)
 		s.backed.mu.Unlock()

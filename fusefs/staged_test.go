@@ -482,15 +482,6 @@ func TestStagedPoolEmpty(t *testing.T) {
 	require.NoError(t, err)
 	s.backed.mu.Lock()
 	require.NotEmpty(t, s.backed.pool, "a mount starts with staging files ready")
-	s.backed.mu.Unlock()
-	// The rest of the pool is made in the background after the mount:
-	// wait for that fill to end, then take the pool and hold off refills.
-	require.Eventually(t, func() bool {
-		s.backed.mu.Lock()
-		defer s.backed.mu.Unlock()
-		return !s.backed.filling
-	}, 10*time.Second, time.Millisecond)
-	s.backed.mu.Lock()
 	pool := s.backed.pool
 	s.backed.pool = nil
 	s.backed.filling = true // no refill meanwhile
