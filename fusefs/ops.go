@@ -543,14 +543,8 @@ func (s *Session) preflush(ctx context.Context, all bool) {
 // spillBuffers moves every changed file's write buffers into the store.
 // Called with freeze held shared and no node lock.
 func (s *Session) spillBuffers(ctx context.Context) error {
-	files := s.dirtyFiles()
-	for len(files) > 0 {
-		var err error
-		if files, err = s.spillSome(ctx, files, math.MaxInt64); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err := s.spillSome(ctx, s.dirtyFiles(), math.MaxInt64)
+	return err
 }
 
 // spillStep bounds what a step of spillInSteps stores.
