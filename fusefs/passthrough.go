@@ -612,14 +612,35 @@ func (s *Session) ingestAll(ctx context.Context, all bool) error {
 			break
 		}
 	}
+	if s.afterChecks != nil {
+		s.afterChecks()
+	}
+	// A passthrough writer is not held back by the freeze, nor is its
+	// release: it may have written and closed its file since the last
+	// pass looked. Such a file keeps its backing file, whose bytes the
+	// next ingest takes (the absorber, for a staged file: its release
+	// queued it), and this flush what the passes found.
 	for _, n := range nodes {
 		n.mu.Lock()
-		if b := n.data.backing; b != nil && b.opens == 0 && (!b.staged || absorbed[n] || !named[n]) {
+		if b := n.data.backing; b != nil && b.opens == 0 && (!named[n] || (!b.staged || absorbed[n]) && n.ingestedAsIs()) {
 			n.dropBacking()
 		}
 		n.mu.Unlock()
 	}
 	return nil
+}
+
+// ingestedAsIs reports whether n's backing file still holds what n last
+// took from it (by fingerprint, or for an appender by size and mtime).
+// Called with n.mu held.
+func (n *node) ingestedAsIs() bool {
+	b := n.data.backing
+	if b.staged || b.wild && n.sess.stagingOK() {
+		fp, err := fingerprintOf(b.f)
+		return err == nil && fp == b.absorbed
+	}
+	st, err := b.f.Stat()
+	return err == nil && st.Size() == b.ingested && st.ModTime().UnixNano() == b.mtime
 }
 
 // ingestForFlush ingests n for ingestAll and returns the check that n has

@@ -70,6 +70,9 @@ type Session struct {
 		once sync.Once
 		ok   bool
 	}
+	// afterChecks, for tests, runs in ingestAll once its passes found an
+	// instant, before it drops backing files.
+	afterChecks func()
 
 	// dirtyBytes counts buffered file bytes across the session, and
 	// buffers across the engine.

@@ -507,3 +507,53 @@ func TestStagedPoolEmpty(t *testing.T) {
 	require.True(t, staged, "staged again once a file is ready")
 	require.NoError(t, w.Close())
 }
+
+// TestWrittenAfterChecks: a passthrough writer is not held back by a
+// flush, so between the flush's last check of its files and the drop of
+// the backing files no open uses any more, a writer may write a file and
+// close it. The flush keeps what it found; the file keeps every byte
+// written after (its backing file is not dropped with them unread).
+func TestWrittenAfterChecks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		flags int
+	}{
+		{"staged", os.O_WRONLY | os.O_CREATE | os.O_EXCL},
+		{"appender", os.O_WRONLY | os.O_CREATE | os.O_EXCL | os.O_APPEND},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if tc.name == "staged" {
+				needStaging(t)
+			}
+			e, _, p := mountedFile(t, "f")
+			w, err := os.OpenFile(p, tc.flags, 0o644)
+			require.NoError(t, err)
+			require.Equal(t, 1, backedOpens(t, e, "s", "f"), "passthrough open")
+			s, err := e.live(ctx, "s")
+			require.NoError(t, err)
+			n := fileNodeOf(t, e, "s", "f")
+			var once sync.Once
+			s.afterChecks = func() {
+				once.Do(func() {
+					_, err := w.WriteString("written after the checks")
+					require.NoError(t, err)
+					require.NoError(t, w.Close())
+					// The kernel sends RELEASE after close returns.
+					require.Eventually(t, func() bool {
+						n.mu.Lock()
+						defer n.mu.Unlock()
+						return n.data.backing == nil || n.data.backing.opens == 0
+					}, 10*time.Second, time.Millisecond)
+				})
+			}
+			require.NoError(t, e.Sync(ctx, "s"))
+			s.afterChecks = nil
+			require.Equal(t, "written after the checks", read(t, p))
+			_, snap := captureMount(t, e, "s")
+			require.Equal(t, "written after the checks", read(t, filepath.Join(snap, "f")))
+		})
+	}
+}
