@@ -563,8 +563,9 @@ const exactPasses = 4
 // written in place with each chunk as it was when read. A capture then
 // still succeeds while a download or a log is being written.
 //
-// Backing files no open uses any more are dropped. Called with freeze
-// held exclusively.
+// Backing files no open uses any more are dropped, once they hold what
+// their node took from them (ingestedAsIs). Called with freeze held
+// exclusively.
 func (s *Session) ingestAll(ctx context.Context, all bool) error {
 	nodes := s.backedNodes()
 	if len(nodes) == 0 {
