@@ -605,6 +605,28 @@ func BenchmarkSnapshot(b *testing.B) {
 	}
 }
 
+// BenchmarkRoundTrip: one op is an fchmod of an open file, which the
+// kernel cannot answer itself: one synchronous round trip to the daemon
+// (SETATTR) on the mount, a system call on the native disk. It is the unit
+// the per-file cost of an untar is made of (eight such round trips a file,
+// docs/ARCHITECTURE.md, "Known limits").
+func BenchmarkRoundTrip(b *testing.B) {
+	r := newBenchRig(b)
+	r.targets(b, func(b *testing.B, dir string) {
+		f, err := os.Create(filepath.Join(dir, "round-trip"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		fd := int(f.Fd())
+		for i := 0; b.Loop(); i++ {
+			if err := unix.Fchmod(fd, 0o644|uint32(i&1)<<6); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
 // BenchmarkSmallFile: one op is one file written as tar writes it (open
 // O_CREAT|O_EXCL, write 2 KiB, futimens, fchown, fchmod, close), 1,000
 // files per directory: untar's cost per file without the tar file, the

@@ -39,6 +39,7 @@ var ops = []op{
 	{"Tree/untar", "untar of Go's src/ (tar -xf)", false, 3, "20× time", ""},
 	{"Tree/untar+sync", "the same, then sync (homefs: and flush, the bytes stored)", false, 0, "—", ""},
 	{"SmallFile", "one file written as tar writes it (2 KiB)", false, 0, "—", ""},
+	{"RoundTrip", "one fchmod of an open file (homefs: one round trip)", false, 0, "—", ""},
 	{"Tree/git-status", "git status on it", false, 3, "5.8× time", ""},
 	{"Tree/rm-rf", "rm -rf of it", false, 3, "2.7× time", ""},
 }
