@@ -613,8 +613,8 @@ func (s *Session) ingestAll(ctx context.Context, all bool) error {
 			break
 		}
 	}
-	if s.afterChecks != nil {
-		s.afterChecks()
+	if hook := s.afterChecks.Load(); hook != nil {
+		(*hook)()
 	}
 	// A passthrough writer is not held back by the freeze, nor is its
 	// release: it may have written and closed its file since the last

@@ -72,7 +72,7 @@ type Session struct {
 	}
 	// afterChecks, for tests, runs in ingestAll once its passes found an
 	// instant, before it drops backing files.
-	afterChecks func()
+	afterChecks atomic.Pointer[func()]
 
 	// dirtyBytes counts buffered file bytes across the session, and
 	// buffers across the engine.

@@ -536,7 +536,7 @@ func TestWrittenAfterChecks(t *testing.T) {
 			require.NoError(t, err)
 			n := fileNodeOf(t, e, "s", "f")
 			var once sync.Once
-			s.afterChecks = func() {
+			hook := func() {
 				once.Do(func() {
 					_, err := w.WriteString("written after the checks")
 					require.NoError(t, err)
@@ -549,8 +549,9 @@ func TestWrittenAfterChecks(t *testing.T) {
 					}, 10*time.Second, time.Millisecond)
 				})
 			}
+			s.afterChecks.Store(&hook)
 			require.NoError(t, e.Sync(ctx, "s"))
-			s.afterChecks = nil
+			s.afterChecks.Store(nil)
 			require.Equal(t, "written after the checks", read(t, p))
 			_, snap := captureMount(t, e, "s")
 			require.Equal(t, "written after the checks", read(t, filepath.Join(snap, "f")))

@@ -656,6 +656,7 @@ func (r *uringRing) complete(ud uint64, res int32) {
 		}
 		return
 	}
+	kernelRequest()
 	e.commitID = *(*uint64)(unsafe.Pointer(&e.hdr[uringHdrEntInOut+8]))
 	n := *(*uint32)(unsafe.Pointer(&e.hdr[uringHdrEntInOut+16]))
 	copy(e.in[:inHeaderSize], e.hdr[uringHdrInOut:])
@@ -685,6 +686,7 @@ func (r *uringRing) complete(ud uint64, res int32) {
 
 func (r *uringRing) commit(e *uringEnt) {
 	r.served.Add(1)
+	kernelReply()
 	r.submitCmd(e, fuseURingCmdCommitAndFetch)
 }
 
