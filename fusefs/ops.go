@@ -110,14 +110,13 @@ func (s *Session) Create(ctx context.Context, dir *node, name string, mode uint3
 	return s.newChild(ctx, dir, name, manifest.KindFile, mode, who, func(n *node) { n.data = &fileData{base: manifest.Entry{Kind: manifest.KindFile}} })
 }
 
-// Mkdir makes an empty directory.
+// Mkdir makes an empty directory. Its tree node, the empty one, is stored
+// by the next flush (a new directory is dirty, and a flush encodes every
+// dirty directory), not on the request's path: a store lookup there cost
+// a mkdir more than its round trips.
 func (s *Session) Mkdir(ctx context.Context, dir *node, name string, mode uint32, who Owner) (*node, error) {
-	empty, err := manifest.PutTree(ctx, s.store, &manifest.Tree{})
-	if err != nil {
-		return nil, err
-	}
 	return s.newChild(ctx, dir, name, manifest.KindDir, mode, who, func(n *node) {
-		n.tree = empty
+		n.tree = manifest.EmptyTreeRef()
 		n.children = make(map[string]*node)
 	})
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"homefs/cas"
+	"homefs/internal/catalog"
 	"homefs/manifest"
 )
 
@@ -952,4 +954,29 @@ func TestFileSizeLimit(t *testing.T) {
 	st, err := os.Stat(p)
 	require.NoError(t, err)
 	require.Equal(t, int64(1<<30), st.Size())
+}
+
+// TestEmptyDirStored: a new directory's tree node (the empty one) is
+// stored by the flush that stores the directory, not by the mkdir, and a
+// capture of a fresh store holding only empty directories is complete.
+func TestEmptyDirStored(t *testing.T) {
+	t.Parallel()
+	store := cas.NewMemory()
+	e := NewTestEngine(t, store)
+	m := MountForTest(t, e, "s", "", MountOptions{})
+	require.NoError(t, os.MkdirAll(filepath.Join(m.Dir(), "a", "b"), 0o755))
+	require.NoError(t, os.Mkdir(filepath.Join(m.Dir(), "c"), 0o700))
+	snap, id, err := e.Capture(context.Background(), "s", "empty dirs", nil)
+	require.NoError(t, err)
+	require.NoError(t, catalog.VerifyComplete(context.Background(), store, snap.Root))
+	has, err := store.HasMany(context.Background(), []cas.Ref{manifest.EmptyTreeRef()})
+	require.NoError(t, err)
+	require.True(t, has[0], "the empty tree is stored")
+	dir := mountSnapshot(t, e, id)
+	for _, p := range []string{"a/b", "c"} {
+		ents, err := os.ReadDir(filepath.Join(dir, p))
+		require.NoError(t, err, p)
+		require.Empty(t, ents, p)
+	}
+	require.Equal(t, uint32(0o700), stat(t, filepath.Join(dir, "c")).Mode&0o777)
 }
