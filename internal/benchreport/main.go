@@ -102,8 +102,10 @@ func duration(ns float64) string {
 		return fmt.Sprintf("%.2f s", ns/1e9)
 	case ns >= 1e6:
 		return fmt.Sprintf("%.1f ms", ns/1e6)
-	default:
+	case ns >= 1e4:
 		return fmt.Sprintf("%.0f µs", ns/1e3)
+	default:
+		return fmt.Sprintf("%.2f µs", ns/1e3)
 	}
 }
 
