@@ -400,6 +400,13 @@ func (o *openFiles) remove(n *node) {
 	}
 }
 
+// has reports whether n has an open handle.
+func (o *openFiles) has(n *node) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.nodes[n] > 0
+}
+
 // list returns the files with an open handle.
 func (o *openFiles) list() []*node {
 	o.mu.Lock()

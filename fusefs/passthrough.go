@@ -620,10 +620,12 @@ func (s *Session) ingestAll(ctx context.Context, all bool) error {
 	// release: it may have written and closed its file since the last
 	// pass looked. Such a file keeps its backing file, whose bytes the
 	// next ingest takes (the absorber, for a staged file: its release
-	// queued it), and this flush what the passes found.
+	// queued it), and this flush what the passes found. Only a file no
+	// one can reach any more (no name, no handle) is dropped unread.
 	for _, n := range nodes {
+		gone := !named[n] && !s.open.has(n)
 		n.mu.Lock()
-		if b := n.data.backing; b != nil && b.opens == 0 && (!named[n] || (!b.staged || absorbed[n]) && n.ingestedAsIs()) {
+		if b := n.data.backing; b != nil && b.opens == 0 && (gone || (!b.staged || absorbed[n]) && n.ingestedAsIs()) {
 			n.dropBacking()
 		}
 		n.mu.Unlock()

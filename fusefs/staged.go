@@ -298,12 +298,14 @@ func (s *Session) absorber() {
 // compressing.
 func (s *Session) absorbQueued(ctx context.Context, n *node) {
 	s.freeze.RLock()
-	named := s.hasName(n) // before n.mu (lock order)
+	// Before n.mu (lock order). A file with no name that a handle still
+	// reads (another mount's, served by the daemon) is absorbed too.
+	reachable := s.hasName(n) || s.open.has(n)
 	n.mu.Lock()
 	var err error
 	var dispose func()
 	if b := n.data.backing; b != nil && b.staged && b.opens == 0 {
-		if named {
+		if reachable {
 			dispose, err = n.detachIngested(ctx)
 		} else {
 			dispose = n.detachBacking() // unlinked and closed: nothing to keep

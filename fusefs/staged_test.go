@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -557,4 +558,45 @@ func TestWrittenAfterChecks(t *testing.T) {
 			require.Equal(t, "written after the checks", read(t, filepath.Join(snap, "f")))
 		})
 	}
+}
+
+// TestUnlinkedStagedStillOpen: a staged file written in one mount,
+// unlinked and closed there while a handle of another mount (served by
+// the daemon) still has it open, keeps its bytes for that handle: its
+// staging file is absorbed, not dropped unread.
+func TestUnlinkedStagedStillOpen(t *testing.T) {
+	t.Parallel()
+	needStaging(t)
+	e := NewTestEngine(t, nil)
+	a := MountForTest(t, e, "s", "", MountOptions{})
+	b := MountForTest(t, e, "s", "", MountOptions{})
+	write(t, filepath.Join(a.Dir(), "f"), "")
+	n := fileNodeOf(t, e, "s", "f")
+	gone := func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.data.backing == nil
+	}
+	// Once the first writer's staging file is absorbed, the reader is
+	// served by the daemon, not passed through to a staging file.
+	require.Eventually(t, gone, 10*time.Second, time.Millisecond)
+	r, err := openT(t, filepath.Join(a.Dir(), "f"), os.O_RDONLY, 0)
+	require.NoError(t, err)
+	w, err := os.OpenFile(filepath.Join(b.Dir(), "f"), os.O_WRONLY, 0)
+	require.NoError(t, err)
+	staged, opens := stagedState(t, e, "s", "f")
+	require.True(t, staged, "the writer of the other mount is staged")
+	require.Equal(t, 1, opens)
+	_, err = w.WriteString("still read")
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(filepath.Join(b.Dir(), "f")))
+	require.NoError(t, w.Close())
+	require.Eventually(t, gone, 10*time.Second, time.Millisecond, "the absorber took the staging file")
+	require.NoError(t, e.Sync(context.Background(), "s"))
+	// Overlapping mounts cache attributes for a second: then the reader's
+	// kernel asks the daemon for the size the other mount's writer made.
+	time.Sleep(shortCacheTimeout + 200*time.Millisecond)
+	got, err := io.ReadAll(r)
+	require.NoError(t, err)
+	require.Equal(t, "still read", string(got))
 }
