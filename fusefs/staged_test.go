@@ -3,6 +3,7 @@ package fusefs
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -536,23 +537,38 @@ func TestWrittenAfterChecks(t *testing.T) {
 			s, err := e.live(ctx, "s")
 			require.NoError(t, err)
 			n := fileNodeOf(t, e, "s", "f")
+			// The hook may run in the periodic flush rather than in Sync
+			// below: it reports what went wrong instead of failing there.
 			var once sync.Once
+			var hookErr error
 			hook := func() {
 				once.Do(func() {
-					_, err := w.WriteString("written after the checks")
-					require.NoError(t, err)
-					require.NoError(t, w.Close())
+					if _, hookErr = w.WriteString("written after the checks"); hookErr != nil {
+						return
+					}
+					if hookErr = w.Close(); hookErr != nil {
+						return
+					}
 					// The kernel sends RELEASE after close returns.
-					require.Eventually(t, func() bool {
+					for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 						n.mu.Lock()
-						defer n.mu.Unlock()
-						return n.data.backing == nil || n.data.backing.opens == 0
-					}, 10*time.Second, time.Millisecond)
+						released := n.data.backing == nil || n.data.backing.opens == 0
+						n.mu.Unlock()
+						if released {
+							return
+						}
+						if time.Now().After(deadline) {
+							hookErr = errors.New("no RELEASE after close")
+							return
+						}
+					}
 				})
 			}
 			s.afterChecks.Store(&hook)
 			require.NoError(t, e.Sync(ctx, "s"))
 			s.afterChecks.Store(nil)
+			once.Do(func() {}) // a hook still running in another flush ends first
+			require.NoError(t, hookErr)
 			require.Equal(t, "written after the checks", read(t, p))
 			_, snap := captureMount(t, e, "s")
 			require.Equal(t, "written after the checks", read(t, filepath.Join(snap, "f")))
