@@ -47,3 +47,49 @@ func TestPeriodicFlush(t *testing.T) {
 		return found
 	}, 5*time.Second, 20*time.Millisecond, "the head never took the unsynced write")
 }
+
+// TestPeriodicFlushAppender: what a passthrough appender wrote, which the
+// daemon never saw, reaches the durable head within the flush interval
+// too, whether the appender is still open or closed.
+func TestPeriodicFlushAppender(t *testing.T) {
+	t.Parallel()
+	for _, closed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "open", true: "closed"}[closed], func(t *testing.T) {
+			t.Parallel()
+			store := cas.NewMemory()
+			cat := catalog.New(store)
+			e := New(store, cat, Options{
+				StoreDir:      t.TempDir(),
+				Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+				FlushInterval: 50 * time.Millisecond,
+			})
+			t.Cleanup(func() { require.NoError(t, e.Close(context.Background())) })
+			m := MountForTest(t, e, "s", "", MountOptions{})
+			ctx := context.Background()
+			p := filepath.Join(m.Dir(), "rollout.jsonl")
+			headSize := func() int64 {
+				h, err := cat.Head(ctx, "s")
+				require.NoError(t, err)
+				size := int64(-1)
+				require.NoError(t, manifest.Walk(ctx, store, h.Root, func(path string, e *manifest.Entry) error {
+					if path == "rollout.jsonl" {
+						size = e.Size
+					}
+					return nil
+				}))
+				return size
+			}
+			require.NoError(t, os.WriteFile(p, []byte("{}\n"), 0o644))
+			require.Eventually(t, func() bool { return headSize() == 3 }, 5*time.Second, 10*time.Millisecond)
+			f := appender(t, p)
+			require.Equal(t, 1, backedOpens(t, e, "s", "rollout.jsonl"), "passed through")
+			_, err := f.WriteString("{\"turn\":1}\n")
+			require.NoError(t, err)
+			if closed {
+				require.NoError(t, f.Close())
+			}
+			require.Eventually(t, func() bool { return headSize() == 14 }, 5*time.Second, 10*time.Millisecond,
+				"the head never took the passed-through append")
+		})
+	}
+}

@@ -633,6 +633,24 @@ func (s *Session) ingestAll(ctx context.Context, all bool) error {
 	return nil
 }
 
+// appended reports whether a backing file that is not staged (an
+// appender's) holds bytes its node has not taken yet: the daemon never
+// saw those writes, so nothing marked the session dirty for the periodic
+// flush. (A staged file is marked when its last handle closes, and the
+// periodic flush absorbs it only then.)
+func (s *Session) appended() bool {
+	for _, n := range s.backedNodes() {
+		n.mu.Lock()
+		b := n.data.backing
+		changed := b != nil && !b.staged && !n.ingestedAsIs()
+		n.mu.Unlock()
+		if changed {
+			return true
+		}
+	}
+	return false
+}
+
 // ingestedAsIs reports whether n's backing file still holds what n last
 // took from it (by fingerprint, or for an appender by size and mtime).
 // Called with n.mu held.
