@@ -66,6 +66,10 @@ type backing struct {
 	// recycled either.
 	linked bool
 
+	// fresh is set when an ingest took new bytes from f, and cleared by
+	// the flush that keeps f once more for that reason (ingestAll).
+	fresh bool
+
 	// A staged backing file (staged.go) holds the file's content; the
 	// node holds it only as of the last absorb.
 	staged   bool
@@ -430,7 +434,7 @@ func (n *node) ingest(ctx context.Context) (int64, error) {
 			n.sess.markDirty(n) // chmod +s since the open: drop it, as a write does
 		}
 		n.mtime, n.ctime = mtime, mtime
-		b.ingested, b.mtime = size, mtime
+		b.ingested, b.mtime, b.fresh = size, mtime, true
 		if err := n.sess.maybeSpill(ctx, n, -1); err != nil {
 			return 0, err
 		}
@@ -625,8 +629,23 @@ func (s *Session) ingestAll(ctx context.Context, all bool) error {
 	for _, n := range nodes {
 		gone := !named[n] && !s.open.has(n)
 		n.mu.Lock()
-		if b := n.data.backing; b != nil && b.opens == 0 && (gone || (!b.staged || absorbed[n]) && n.ingestedAsIs()) {
-			n.dropBacking()
+		if b := n.data.backing; b != nil && b.opens == 0 {
+			switch {
+			case gone:
+				n.dropBacking()
+			case b.staged:
+				if absorbed[n] && n.ingestedAsIs() {
+					n.dropBacking()
+				}
+			case b.fresh:
+				// Appended since the flush before: a transcript written an
+				// entry at a time, each through an open of its own, is
+				// kept, so that the next entry's open does not copy the
+				// whole file out again. A flush that finds it idle drops it.
+				b.fresh = false
+			case n.ingestedAsIs():
+				n.dropBacking()
+			}
 		}
 		n.mu.Unlock()
 	}
@@ -634,17 +653,18 @@ func (s *Session) ingestAll(ctx context.Context, all bool) error {
 }
 
 // appended reports whether a backing file that is not staged (an
-// appender's) holds bytes its node has not taken yet: the daemon never
-// saw those writes, so nothing marked the session dirty for the periodic
-// flush. (A staged file is marked when its last handle closes, and the
-// periodic flush absorbs it only then.)
+// appender's) holds bytes its node has not taken yet, or no handle uses it
+// any more: the daemon never saw those writes, so nothing marked the
+// session dirty for the periodic flush, which also drops the backing files
+// closed and idle (ingestAll). (A staged file is marked when its last
+// handle closes, and the periodic flush absorbs it only then.)
 func (s *Session) appended() bool {
 	for _, n := range s.backedNodes() {
 		n.mu.Lock()
 		b := n.data.backing
-		changed := b != nil && !b.staged && !n.ingestedAsIs()
+		due := b != nil && !b.staged && (b.opens == 0 || !n.ingestedAsIs())
 		n.mu.Unlock()
-		if changed {
+		if due {
 			return true
 		}
 	}

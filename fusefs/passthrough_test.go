@@ -115,7 +115,9 @@ func TestPassthroughAppend(t *testing.T) {
 	// The kernel releases closed files asynchronously.
 	require.Eventually(t, func() bool { return backedOpens(t, e, "s", "rollout.jsonl") == 0 }, 5*time.Second, 10*time.Millisecond)
 	require.NoError(t, e.Sync(context.Background(), "s"))
-	require.Equal(t, -1, backedOpens(t, e, "s", "rollout.jsonl"), "dropped once nothing has it open")
+	require.Equal(t, 0, backedOpens(t, e, "s", "rollout.jsonl"), "kept by the flush after its last append, for the next appender")
+	require.NoError(t, e.Sync(context.Background(), "s"))
+	require.Equal(t, -1, backedOpens(t, e, "s", "rollout.jsonl"), "dropped by a flush that finds it closed and idle")
 	require.Equal(t, string(want), read(t, p))
 
 	// After the capture the appends go on; a fork holds them too.
@@ -413,4 +415,47 @@ func TestPassthroughRestore(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, a.Close())
 	require.Equal(t, "a\nd\n", read(t, p))
+}
+
+// TestAppenderKept: a transcript written an entry at a time, each through
+// an open of its own (Pi), keeps its backing file across the flushes that
+// take its entries, so that an entry costs its own bytes, not a copy of
+// the file; a flush that finds it closed and idle drops it.
+func TestAppenderKept(t *testing.T) {
+	t.Parallel()
+	e, _, p := mountedFile(t, "session.jsonl")
+	ctx := context.Background()
+	write(t, p, "{\"type\":\"session\"}\n")
+	// Once the writer's release arrived, a flush drops its staging file.
+	require.Eventually(t, func() bool {
+		require.NoError(t, e.Sync(ctx, "s"))
+		return backedOpens(t, e, "s", "session.jsonl") == -1
+	}, 5*time.Second, 10*time.Millisecond)
+	want := "{\"type\":\"session\"}\n"
+	n := fileNodeOf(t, e, "s", "session.jsonl")
+	current := func() *backing {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.data.backing
+	}
+	var first *backing
+	for i := range 3 {
+		f := appender(t, p)
+		line := fmt.Sprintf("{\"entry\":%d}\n", i)
+		_, err := f.WriteString(line)
+		require.NoError(t, err)
+		want += line
+		require.NoError(t, f.Close())
+		require.Eventually(t, func() bool { return backedOpens(t, e, "s", "session.jsonl") == 0 }, 5*time.Second, time.Millisecond)
+		b := current()
+		if first == nil {
+			first = b
+		}
+		require.Same(t, first, b, "entry %d appended to the same backing file", i)
+		_, snap := captureMount(t, e, "s")
+		require.Equal(t, want, read(t, filepath.Join(snap, "session.jsonl")), "the capture holds entry %d", i)
+	}
+	require.NoError(t, e.Sync(ctx, "s"))
+	require.Equal(t, -1, backedOpens(t, e, "s", "session.jsonl"), "dropped once idle for a flush")
+	require.Equal(t, want, read(t, p))
 }

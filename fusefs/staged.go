@@ -186,7 +186,7 @@ func (n *node) absorb(ctx context.Context) (fingerprint, error) {
 		n.sess.markWritten(n, fp.size, fp.size)
 	}
 	n.noteWrite(b, fp)
-	b.absorbed, b.size, b.ingested = fp, fp.size, fp.size
+	b.absorbed, b.size, b.ingested, b.fresh = fp, fp.size, fp.size, true
 	return fp, nil
 }
 
