@@ -15,10 +15,10 @@ import (
 	"homefs/manifest"
 )
 
-// TestPeriodicFlush: changes nobody fsynced reach the durable session head
-// within the flush interval, as on ext4.
-func TestPeriodicFlush(t *testing.T) {
-	t.Parallel()
+// periodicMount mounts session "s" of an engine that flushes every 50 ms,
+// over a store of its own.
+func periodicMount(t *testing.T) (*Engine, cas.Store, *catalog.Catalog, *Mount) {
+	t.Helper()
 	store := cas.NewMemory()
 	cat := catalog.New(store)
 	e := New(store, cat, Options{
@@ -27,7 +27,14 @@ func TestPeriodicFlush(t *testing.T) {
 		FlushInterval: 50 * time.Millisecond,
 	})
 	t.Cleanup(func() { require.NoError(t, e.Close(context.Background())) })
-	m := MountForTest(t, e, "s", "", MountOptions{})
+	return e, store, cat, MountForTest(t, e, "s", "", MountOptions{})
+}
+
+// TestPeriodicFlush: changes nobody fsynced reach the durable session head
+// within the flush interval, as on ext4.
+func TestPeriodicFlush(t *testing.T) {
+	t.Parallel()
+	_, store, cat, m := periodicMount(t)
 	ctx := context.Background()
 	before, err := cat.Head(ctx, "s")
 	require.NoError(t, err)
@@ -56,15 +63,7 @@ func TestPeriodicFlushAppender(t *testing.T) {
 	for _, closed := range []bool{false, true} {
 		t.Run(map[bool]string{false: "open", true: "closed"}[closed], func(t *testing.T) {
 			t.Parallel()
-			store := cas.NewMemory()
-			cat := catalog.New(store)
-			e := New(store, cat, Options{
-				StoreDir:      t.TempDir(),
-				Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-				FlushInterval: 50 * time.Millisecond,
-			})
-			t.Cleanup(func() { require.NoError(t, e.Close(context.Background())) })
-			m := MountForTest(t, e, "s", "", MountOptions{})
+			e, store, cat, m := periodicMount(t)
 			ctx := context.Background()
 			p := filepath.Join(m.Dir(), "rollout.jsonl")
 			headSize := func() int64 {
