@@ -140,7 +140,7 @@ func (e *Engine) flushEvery(interval time.Duration) {
 			s.dirtyMu.Lock()
 			dirty := len(s.dirty) > 0
 			s.dirtyMu.Unlock()
-			if !dirty && !s.appended() {
+			if !dirty && !s.appendersDue() {
 				continue
 			}
 			if err := e.syncPartial(context.Background(), s); err != nil {

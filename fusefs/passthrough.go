@@ -652,13 +652,13 @@ func (s *Session) ingestAll(ctx context.Context, all bool) error {
 	return nil
 }
 
-// appended reports whether a backing file that is not staged (an
+// appendersDue reports whether a backing file that is not staged (an
 // appender's) holds bytes its node has not taken yet, or no handle uses it
 // any more: the daemon never saw those writes, so nothing marked the
 // session dirty for the periodic flush, which also drops the backing files
 // closed and idle (ingestAll). (A staged file is marked when its last
 // handle closes, and the periodic flush absorbs it only then.)
-func (s *Session) appended() bool {
+func (s *Session) appendersDue() bool {
 	for _, n := range s.backedNodes() {
 		n.mu.Lock()
 		b := n.data.backing
