@@ -220,13 +220,13 @@ func (n *node) entry(name string, e *manifest.Entry) {
 		e.Chunks = b.Chunks
 		e.Index = b.Index
 		e.Depth = b.Depth
-		if n.nlink > 1 {
-			if n.linkID == 0 {
-				n.linkID = newLinkID()
-				n.sess.links[n.linkID] = n
-			}
-			e.LinkID = n.linkID
-			e.Nlink = n.nlink
+	}
+	if !n.isDir() && n.nlink > 1 {
+		if n.linkID == 0 {
+			n.linkID = newLinkID()
+			n.sess.links[n.linkID] = n
 		}
+		e.LinkID = n.linkID
+		e.Nlink = n.nlink
 	}
 }

@@ -31,7 +31,7 @@ type node struct {
 	subdirs  int              // directories: how many children are directories
 	tree     cas.Ref          // directories: tree node as last stored (stale while the directory is dirty)
 	nlink    uint32           // files and symlinks: names pointing at the node
-	linkID   uint64           // files: hard-link identity once linked twice
+	linkID   uint64           // files and symlinks: hard-link identity once linked twice
 
 	mu     sync.Mutex // guards everything below
 	mode   uint32     // permission bits (07777)

@@ -129,7 +129,8 @@ func (s *Session) Symlink(ctx context.Context, dir *node, name, target string, w
 	return s.newChild(ctx, dir, name, manifest.KindSymlink, 0o777, who, func(n *node) { n.target = target })
 }
 
-// Link adds a hard link name in dir to the file target.
+// Link adds a hard link name in dir to target, a file or a symlink (as
+// link(2) does on Linux, which never follows the symlink).
 func (s *Session) Link(ctx context.Context, dir *node, name string, target *node) error {
 	done, err := s.begin(name)
 	if err != nil {
@@ -153,7 +154,7 @@ func (s *Session) Link(ctx context.Context, dir *node, name string, target *node
 	if target.nlink == 0 {
 		return syscall.ENOENT // linking an unlinked file back is not supported
 	}
-	if target.linkID == 0 && target.kind == manifest.KindFile {
+	if target.linkID == 0 {
 		target.linkID = newLinkID()
 		s.links[target.linkID] = target
 	}

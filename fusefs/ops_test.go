@@ -655,6 +655,22 @@ func TestHardLinks(t *testing.T) {
 	require.Equal(t, "four", read(t, filepath.Join(fm4.Dir(), "sub/b")))
 	require.Equal(t, "four", read(t, filepath.Join(fm4.Dir(), "a")))
 	require.Equal(t, dumpTree(t, fm3.Dir()), dumpTree(t, fm4.Dir()))
+
+	// A symlink has hard links too (link(2) does not follow it), and a
+	// snapshot keeps them one inode.
+	l, l2 := filepath.Join(d, "l"), filepath.Join(d, "sub/l2")
+	require.NoError(t, os.Symlink("a", l))
+	require.NoError(t, os.Link(l, l2))
+	require.Equal(t, stat(t, l).Ino, stat(t, l2).Ino)
+	require.Equal(t, uint64(2), uint64(stat(t, l2).Nlink))
+	_, snap := captureMount(t, e, "s")
+	sl, sl2 := stat(t, filepath.Join(snap, "sub/l2")), stat(t, filepath.Join(snap, "l"))
+	require.Equal(t, sl.Ino, sl2.Ino)
+	require.Equal(t, uint64(2), uint64(sl.Nlink))
+	require.Equal(t, uint32(syscall.S_IFLNK), sl.Mode&syscall.S_IFMT)
+	target, err := os.Readlink(filepath.Join(snap, "sub/l2"))
+	require.NoError(t, err)
+	require.Equal(t, "a", target)
 }
 
 func TestXattr(t *testing.T) {

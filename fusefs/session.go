@@ -40,7 +40,7 @@ type Session struct {
 
 	treeMu sync.Mutex
 	root   *node            // GUARDED_BY(treeMu)
-	links  map[uint64]*node // hard-linked files by LinkID; GUARDED_BY(treeMu)
+	links  map[uint64]*node // hard-linked files and symlinks by LinkID; GUARDED_BY(treeMu)
 
 	dirtyMu sync.Mutex
 	dirty   map[*node]struct{} // nodes whose entry changed; GUARDED_BY(dirtyMu)
@@ -281,14 +281,13 @@ func (s *Session) nodeFromEntry(e *manifest.Entry) *node {
 		n.tree = e.Tree
 	case manifest.KindSymlink:
 		n.target = e.Target
-		n.nlink = 0
 	case manifest.KindFile:
 		n.data = &fileData{size: e.Size, base: manifest.Entry{Kind: manifest.KindFile, Size: e.Size, Chunks: e.Chunks, Index: e.Index, Depth: e.Depth}}
-		if e.LinkID != 0 {
-			n.linkID = e.LinkID
-			n.nlink = e.Nlink
-			s.links[e.LinkID] = n
-		}
+	}
+	if e.LinkID != 0 && e.Kind != manifest.KindDir {
+		n.linkID = e.LinkID
+		n.nlink = e.Nlink
+		s.links[e.LinkID] = n
 	}
 	return n
 }
@@ -323,7 +322,8 @@ func (s *Session) attach(dir *node, name string, c *node, fresh bool) {
 		c.parents = make(map[*node]int, 1)
 	}
 	c.parents[dir]++
-	// A stored hard-linked file arrives with its total count; every other
+	// A stored hard-linked file or symlink arrives with its total count;
+	// every other
 	// attach is one more name.
 	if fresh || c.linkID == 0 {
 		c.nlink++

@@ -58,8 +58,9 @@ type Entry struct {
 	// Xattrs sorted by name, unique.
 	Xattrs []Xattr
 
-	// LinkID, when non-zero, identifies a hard-linked file inside one
-	// snapshot: entries with the same LinkID are one inode with Nlink names.
+	// LinkID, when non-zero, identifies a hard-linked file or symlink
+	// inside one snapshot: entries with the same LinkID are one inode with
+	// Nlink names.
 	LinkID uint64
 	Nlink  uint32
 }
