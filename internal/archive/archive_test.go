@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"homefs/cas"
+	"homefs/manifest"
 )
 
 type entry struct {
@@ -134,5 +137,74 @@ func TestExtractRefusesSymlinkEscape(t *testing.T) {
 	)
 	dst := filepath.Join(t.TempDir(), "out")
 	err := Extract(context.Background(), bytes.NewReader(data), dst, nil)
+	require.ErrorIs(t, err, ErrUnsafe)
+}
+
+// TestImportLinkGroups checks that a hard link names the inode its target
+// holds at that point of the stream, for files and symlinks alike.
+func TestImportLinkGroups(t *testing.T) {
+	ctx := context.Background()
+	data := makeTar(t,
+		entry{name: "d/", typ: tar.TypeDir},
+		entry{name: "a", typ: tar.TypeReg, body: "one"},
+		entry{name: "b", typ: tar.TypeLink, link: "a"},
+		entry{name: "c", typ: tar.TypeLink, link: "b"},  // a link to a link: the same inode
+		entry{name: "a", typ: tar.TypeReg, body: "two"}, // replaces a: b and c keep "one"
+		entry{name: "l", typ: tar.TypeSymlink, link: "d"},
+		entry{name: "d/l", typ: tar.TypeLink, link: "l"}, // a hard-linked symlink
+		entry{name: "x", typ: tar.TypeReg, body: "alone"},
+		entry{name: "y", typ: tar.TypeLink, link: "x"},
+		entry{name: "y", typ: tar.TypeReg, body: "new y"}, // x is alone again
+	)
+	st := cas.NewMemory()
+	res, err := Import(ctx, st, bytes.NewReader(data), nil)
+	require.NoError(t, err)
+	got := map[string]string{}
+	ids := map[uint64][]string{}
+	require.NoError(t, manifest.Walk(ctx, st, res.Root, func(p string, e *manifest.Entry) error {
+		desc := fmt.Sprintf("%v nlink=%d", e.Kind, e.Nlink)
+		if e.Kind == manifest.KindSymlink {
+			desc += " -> " + e.Target
+		}
+		got[p] = desc
+		if e.LinkID != 0 {
+			ids[e.LinkID] = append(ids[e.LinkID], p)
+		}
+		return nil
+	}))
+	require.Equal(t, map[string]string{
+		"a": "file nlink=0", "b": "file nlink=2", "c": "file nlink=2",
+		"d": "dir nlink=0", "d/l": "symlink nlink=2 -> d", "l": "symlink nlink=2 -> d",
+		"x": "file nlink=0", "y": "file nlink=0",
+	}, got)
+	require.Len(t, ids, 2)
+	for _, names := range ids {
+		require.Contains(t, [][]string{{"b", "c"}, {"d/l", "l"}}, names)
+	}
+
+	// The hard-linked symlink survives export and extraction.
+	var out bytes.Buffer
+	require.NoError(t, Export(ctx, st, res.Root, &out, nil))
+	dst := filepath.Join(t.TempDir(), "out")
+	require.NoError(t, Extract(ctx, &out, dst, nil))
+	a, err := os.Lstat(filepath.Join(dst, "l"))
+	require.NoError(t, err)
+	b, err := os.Lstat(filepath.Join(dst, "d/l"))
+	require.NoError(t, err)
+	require.True(t, os.SameFile(a, b), "hard-linked symlink kept")
+	require.Equal(t, fs.ModeSymlink, b.Mode().Type())
+}
+
+// TestHardLinkedSymlinkEscape checks that a symlink safe where it is
+// cannot be hard-linked to where its target points outside the tree.
+func TestHardLinkedSymlinkEscape(t *testing.T) {
+	data := makeTar(t,
+		entry{name: "d/", typ: tar.TypeDir},
+		entry{name: "d/up", typ: tar.TypeSymlink, link: ".."}, // the root, from d
+		entry{name: "up", typ: tar.TypeLink, link: "d/up"},    // outside, from the root
+	)
+	_, err := Import(context.Background(), cas.NewMemory(), bytes.NewReader(data), nil)
+	require.ErrorIs(t, err, ErrUnsafe)
+	err = Extract(context.Background(), bytes.NewReader(data), filepath.Join(t.TempDir(), "out"), nil)
 	require.ErrorIs(t, err, ErrUnsafe)
 }

@@ -36,7 +36,6 @@ func Export(ctx context.Context, g cas.Getter, root cas.Ref, w io.Writer, progre
 			}
 			hdr.PAXRecords[xattrPrefix+x.Name] = string(x.Value)
 		}
-		linked := false
 		switch e.Kind {
 		case manifest.KindDir:
 			hdr.Typeflag = tar.TypeDir
@@ -47,16 +46,17 @@ func Export(ctx context.Context, g cas.Getter, root cas.Ref, w io.Writer, progre
 		case manifest.KindFile:
 			hdr.Typeflag = tar.TypeReg
 			hdr.Size = e.Size
-			if e.LinkID != 0 {
-				if first, ok := firstName[e.LinkID]; ok {
-					hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
-					linked = true
-				} else {
-					firstName[e.LinkID] = p
-				}
-			}
 		default:
 			return fmt.Errorf("archive: %s: %w: kind %v", p, cas.ErrCorrupt, e.Kind)
+		}
+		linked := false
+		if e.LinkID != 0 && e.Kind != manifest.KindDir {
+			if first, ok := firstName[e.LinkID]; ok {
+				hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
+				linked = true
+			} else {
+				firstName[e.LinkID] = p
+			}
 		}
 		if err := tw.WriteHeader(hdr); err != nil {
 			return fmt.Errorf("archive: %s: %w", p, err)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -46,7 +45,17 @@ func Import(ctx context.Context, st Store, r io.Reader, progress Progress) (*Imp
 	tail := &tailReader{r: r}
 	tr := tar.NewReader(tail)
 	files := make(map[string]manifest.Entry)
-	links := make(map[string][]string) // hard-link target → other names
+	// A hard link names the inode its target holds at that point of the
+	// stream: a group is the names of one inode, and a name leaves its
+	// group when a later entry replaces it, as when tar extracts.
+	group := make(map[string]int) // name → its group, while it names the group's inode
+	var groups [][]string         // the names of each group, in archive order
+	leave := func(p string) {
+		if g, ok := group[p]; ok {
+			groups[g] = slices.DeleteFunc(groups[g], func(n string) bool { return n == p })
+			delete(group, p)
+		}
+	}
 	res := &ImportResult{}
 	var entries int64
 	buf := make([]byte, manifest.ChunkSize)
@@ -121,33 +130,56 @@ func Import(ctx context.Context, st Store, r io.Reader, progress Progress) (*Imp
 				return nil, fmt.Errorf("hard link %q: %w", hdr.Name, err)
 			}
 			t, ok := files[target]
-			if !ok || t.Kind != manifest.KindFile || p == "" {
-				return nil, fmt.Errorf("%w: hard link %q → %q: not an earlier file of the archive", ErrUnsafe, hdr.Name, hdr.Linkname)
+			if !ok || t.Kind == manifest.KindDir || p == "" {
+				return nil, fmt.Errorf("%w: hard link %q → %q: not an earlier file or symlink of the archive", ErrUnsafe, hdr.Name, hdr.Linkname)
 			}
-			links[target] = append(links[target], p)
+			if p == target {
+				continue // a name linked to itself changes nothing
+			}
+			if t.Kind == manifest.KindSymlink {
+				// The same target read from another directory may point
+				// elsewhere: check it where the new name is.
+				if err := checkSymlink(p, t.Target); err != nil {
+					return nil, err
+				}
+			}
+			leave(p)
+			g, ok := group[target]
+			if !ok {
+				g = len(groups)
+				groups = append(groups, []string{target})
+				group[target] = g
+			}
+			groups[g] = append(groups[g], p)
+			group[p] = g
 			files[p] = t
-			res.Files++
+			if t.Kind == manifest.KindFile {
+				res.Files++
+			} else {
+				res.Symlinks++
+			}
 			continue
 		case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
 			return nil, fmt.Errorf("%w: %q is a device or fifo", ErrUnsupported, hdr.Name)
 		default:
 			return nil, fmt.Errorf("%w: %q has tar type %q", ErrUnsupported, hdr.Name, hdr.Typeflag)
 		}
+		leave(p)
 		files[p] = e
 		if progress != nil {
 			progress(entries, res.Bytes)
 		}
 	}
-	// Hard-link groups share one identity, numbered in path order.
+	// The names of a group still holding two or more are one inode: they
+	// share an identity, numbered in archive order.
 	id := uint64(0)
-	for _, target := range slices.Sorted(maps.Keys(links)) {
+	for _, names := range groups {
+		if len(names) < 2 {
+			continue
+		}
 		id++
-		names := append([]string{target}, links[target]...)
 		for _, n := range names {
 			e := files[n]
-			if e.Kind != manifest.KindFile {
-				return nil, fmt.Errorf("%w: hard link group of %q: %q replaced by a %v", ErrMalformed, target, n, e.Kind)
-			}
 			e.LinkID, e.Nlink = id, uint32(len(names))
 			files[n] = e
 		}

@@ -70,7 +70,7 @@ func TarDir(ctx context.Context, dir string, w io.Writer, progress Progress) err
 			hdr.ModTime = time.Unix(sys.Mtim.Unix())
 			hdr.ChangeTime = time.Unix(sys.Ctim.Unix())
 			hdr.AccessTime = time.Time{}
-			if info.Mode().IsRegular() && sys.Nlink > 1 {
+			if (info.Mode().IsRegular() || info.Mode()&fs.ModeSymlink != 0) && sys.Nlink > 1 {
 				key := inode{uint64(sys.Dev), sys.Ino}
 				if first, ok := seen[key]; ok {
 					hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
@@ -197,8 +197,20 @@ func Extract(ctx context.Context, r io.Reader, dir string, progress Progress) er
 				return err
 			}
 			src := filepath.Join(root, filepath.FromSlash(first))
-			if st, err := os.Lstat(src); err != nil || !st.Mode().IsRegular() {
-				return fmt.Errorf("%w: hard link %q → %q: not an earlier file", ErrUnsafe, hdr.Name, hdr.Linkname)
+			st, err := os.Lstat(src)
+			if err != nil || !st.Mode().IsRegular() && st.Mode()&fs.ModeSymlink == 0 {
+				return fmt.Errorf("%w: hard link %q → %q: not an earlier file or symlink", ErrUnsafe, hdr.Name, hdr.Linkname)
+			}
+			if st.Mode()&fs.ModeSymlink != 0 {
+				// The same target read from another directory may point
+				// elsewhere: check it where the new name is.
+				link, err := os.Readlink(src)
+				if err != nil {
+					return err
+				}
+				if err := checkSymlink(rel, link); err != nil {
+					return err
+				}
 			}
 			if err := os.Link(src, target); err != nil {
 				return err
