@@ -1,0 +1,584 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"homefs/cas"
+)
+
+// TestDifferential applies one random sequence of system calls to a
+// directory on the native disk and to a homefs mount and requires the same
+// outcome from both: every return value and errno, the bytes every read
+// returns, and the whole tree at each checkpoint. Along the way it captures
+// (the snapshot must hold the tree as the native one was at that moment),
+// forks (the fork must keep that tree while both go on changing), restores
+// (the mount must come back to an earlier native copy) and remounts. The
+// namespace is small, so that names collide and the error paths run as
+// often as the others; open descriptors stay open across captures and
+// checkpoints, so that every write path (passed-through appenders, staged
+// new files, files the daemon serves, unlinked open files) is compared.
+//
+// HOMEFS_DIFF_SEEDS=N runs seeds 1 to N instead of the first four.
+func TestDifferential(t *testing.T) {
+	t.Parallel()
+	seeds := uint64(4)
+	if v := os.Getenv("HOMEFS_DIFF_SEEDS"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 32)
+		require.NoError(t, err, "HOMEFS_DIFF_SEEDS")
+		seeds = n
+	}
+	for seed := uint64(1); seed <= seeds; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			runDifferential(t, seed, 3000)
+		})
+	}
+}
+
+const diffSlots = 6
+
+var (
+	diffDirs = []string{"", "d0/", "d1/", "d0/e0/"}
+	// Files are made under file names and directories under directory
+	// names; renames and links mix them now and then.
+	diffFiles    = []string{"f0", "f1", "f2", "f3", "l0"}
+	diffDirNames = []string{"d0", "d1", "e0"}
+	diffNames    = append(slices.Clone(diffFiles), diffDirNames...)
+)
+
+// diffWorld is one side of the comparison: a root and the descriptors
+// open in it, by slot.
+type diffWorld struct {
+	root string
+	fds  [diffSlots]int
+	// stale marks descriptors opened before a restore: their files are no
+	// longer in the tree, as if unlinked, except that the native ones
+	// still have names (in the tree moved aside), so their nlink differs.
+	stale [diffSlots]bool
+}
+
+func (w *diffWorld) path(rel string) string { return filepath.Join(w.root, rel) }
+
+func (w *diffWorld) closeAll() {
+	for i, fd := range w.fds {
+		if fd >= 0 {
+			_ = unix.Close(fd)
+			w.fds[i] = -1
+		}
+	}
+}
+
+// diffOp is one step: what it does, and how to do it in a world. Both
+// worlds run the same closure, so that every random choice is made once.
+type diffOp struct {
+	desc string
+	run  func(w *diffWorld) (string, error)
+}
+
+type differential struct {
+	t      *testing.T
+	r      *rand.Rand
+	e      *Engine
+	m      *Mount
+	native *diffWorld
+	mount  *diffWorld
+	log    []string
+	saved  string // native copies of the captured trees
+	snaps  []string
+	forks  []diffFork
+	seq    int
+	asides int // native trees moved aside by restores
+}
+
+type diffFork struct {
+	m    *Mount
+	want map[string]string
+}
+
+func runDifferential(t *testing.T, seed uint64, steps int) {
+	e := NewTestEngine(t, nil)
+	m := MountForTest(t, e, "s", "", MountOptions{})
+	d := &differential{
+		t: t, r: rand.New(rand.NewPCG(seed, seed*7919)), e: e, m: m,
+		native: &diffWorld{root: t.TempDir()},
+		mount:  &diffWorld{root: m.Dir()},
+		saved:  t.TempDir(),
+	}
+	for _, w := range []*diffWorld{d.native, d.mount} {
+		for i := range w.fds {
+			w.fds[i] = -1
+		}
+	}
+	t.Cleanup(func() {
+		d.native.closeAll()
+		d.mount.closeAll()
+	})
+	for step := range steps {
+		d.step(d.genOp())
+		if step%40 == 39 {
+			d.checkpoint()
+		}
+	}
+	d.checkpoint()
+	for i, f := range d.forks {
+		require.Equal(t, f.want, diffDump(t, f.m.Dir()), "fork %d changed after it was made%s", i, d.history())
+	}
+}
+
+func (d *differential) history() string {
+	return "\nlast steps:\n  " + strings.Join(d.log, "\n  ")
+}
+
+func (d *differential) note(s string) {
+	d.log = append(d.log, s)
+	if len(d.log) > 40 {
+		d.log = d.log[1:]
+	}
+}
+
+// step runs op in both worlds and requires the same outcome.
+func (d *differential) step(op diffOp) {
+	d.note(op.desc)
+	nres, nerr := op.run(d.native)
+	mres, merr := op.run(d.mount)
+	want, got := diffOutcome(nres, nerr), diffOutcome(mres, merr)
+	d.log[len(d.log)-1] += " = " + want
+	require.Equal(d.t, want, got, "%s: native and homefs differ%s", op.desc, d.history())
+}
+
+func diffOutcome(res string, err error) string {
+	if err == nil {
+		return "ok " + res
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return "errno " + unix.ErrnoName(errno)
+	}
+	return "error " + err.Error()
+}
+
+func (d *differential) pick(l []string) string { return l[d.r.IntN(len(l))] }
+
+// dir picks a directory, the shallower ones more often.
+func (d *differential) dir() string {
+	return diffDirs[[]int{0, 0, 0, 1, 1, 2, 2, 3}[d.r.IntN(8)]]
+}
+
+func (d *differential) randPath() string { return d.dir() + d.pick(diffNames) }
+
+func (d *differential) filePath() string { return d.dir() + d.pick(diffFiles) }
+
+func (d *differential) anyOpen() bool {
+	return slices.ContainsFunc(d.native.fds[:], func(fd int) bool { return fd >= 0 })
+}
+
+// slot picks a descriptor slot, an open one when there is one.
+func (d *differential) slot() int {
+	var open []int
+	for i, fd := range d.native.fds {
+		if fd >= 0 {
+			open = append(open, i)
+		}
+	}
+	if len(open) > 0 && d.r.IntN(8) != 0 {
+		return open[d.r.IntN(len(open))]
+	}
+	return d.r.IntN(diffSlots)
+}
+
+func (d *differential) size() int {
+	switch d.r.IntN(4) {
+	case 0, 1:
+		return 1 + d.r.IntN(1000)
+	case 2:
+		return d.r.IntN(70_000)
+	default:
+		return d.r.IntN(200_000)
+	}
+}
+
+func (d *differential) offset() int64 { return int64(d.r.IntN(300_000)) }
+
+// genOpen opens a file into a slot, closing what the slot held.
+func (d *differential) genOpen() diffOp {
+	p, s := d.filePath(), d.slot()
+	if d.r.IntN(8) == 0 {
+		p = d.randPath()
+	}
+	flags := []int{unix.O_RDONLY, unix.O_WRONLY, unix.O_RDWR}[d.r.IntN(3)]
+	for _, b := range []struct {
+		flag, in int
+	}{{unix.O_CREAT, 3}, {unix.O_EXCL, 5}, {unix.O_TRUNC, 7}, {unix.O_APPEND, 3}} {
+		if d.r.IntN(b.in) == 0 {
+			flags |= b.flag
+		}
+	}
+	if flags&unix.O_CREAT == 0 && d.r.IntN(2) == 0 {
+		flags |= unix.O_CREAT
+	}
+	mode := uint32([]int{0o644, 0o600, 0o755}[d.r.IntN(3)])
+	return diffOp{fmt.Sprintf("open(%s, %#o, %o) → slot %d", p, flags, mode, s), func(w *diffWorld) (string, error) {
+		if w.fds[s] >= 0 {
+			_ = unix.Close(w.fds[s])
+			w.fds[s] = -1
+		}
+		w.stale[s] = false
+		fd, err := unix.Open(w.path(p), flags|unix.O_CLOEXEC, mode)
+		if err != nil {
+			return "", err
+		}
+		w.fds[s] = fd
+		return "", nil
+	}}
+}
+
+func (d *differential) genOp() diffOp {
+	d.seq++
+	seq := uint64(d.seq)
+	switch k := d.r.IntN(100); {
+	case k < 16 || !d.anyOpen() && d.r.IntN(4) != 0:
+		return d.genOpen()
+	case k < 30:
+		s, n, at := d.slot(), d.size(), d.r.IntN(2) == 0
+		off := d.offset()
+		data := randBytes(seq, n)
+		if !at {
+			return diffOp{fmt.Sprintf("write(slot %d, %d bytes)", s, n), func(w *diffWorld) (string, error) {
+				k, err := unix.Write(w.fds[s], data)
+				return fmt.Sprint(k), err
+			}}
+		}
+		return diffOp{fmt.Sprintf("pwrite(slot %d, %d bytes, at %d)", s, n, off), func(w *diffWorld) (string, error) {
+			k, err := unix.Pwrite(w.fds[s], data, off)
+			return fmt.Sprint(k), err
+		}}
+	case k < 40:
+		s, n, at, off := d.slot(), d.size(), d.r.IntN(2) == 0, d.offset()
+		return diffOp{fmt.Sprintf("read(slot %d, %d bytes, at %d if %v)", s, n, off, at), func(w *diffWorld) (string, error) {
+			buf := make([]byte, n)
+			var k int
+			var err error
+			if at {
+				k, err = unix.Pread(w.fds[s], buf, off)
+			} else {
+				k, err = unix.Read(w.fds[s], buf)
+			}
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("%d %s", k, cas.Sum(buf[:k]).Short()), nil
+		}}
+	case k < 43:
+		s, off, whence := d.slot(), d.offset()-100_000, d.r.IntN(3)
+		return diffOp{fmt.Sprintf("lseek(slot %d, %d, %d)", s, off, whence), func(w *diffWorld) (string, error) {
+			var st unix.Stat_t
+			if unix.Fstat(w.fds[s], &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				// A directory's offsets are the file system's own.
+				return "a directory", nil
+			}
+			pos, err := unix.Seek(w.fds[s], off, whence)
+			return fmt.Sprint(pos), err
+		}}
+	case k < 47:
+		size := d.offset()
+		if d.r.IntN(2) == 0 {
+			s := d.slot()
+			return diffOp{fmt.Sprintf("ftruncate(slot %d, %d)", s, size), func(w *diffWorld) (string, error) {
+				return "", unix.Ftruncate(w.fds[s], size)
+			}}
+		}
+		p := d.randPath()
+		return diffOp{fmt.Sprintf("truncate(%s, %d)", p, size), func(w *diffWorld) (string, error) {
+			return "", unix.Truncate(w.path(p), size)
+		}}
+	case k < 50:
+		s, data := d.slot(), d.r.IntN(2) == 0
+		return diffOp{fmt.Sprintf("fsync(slot %d, data only %v)", s, data), func(w *diffWorld) (string, error) {
+			if data {
+				return "", unix.Fdatasync(w.fds[s])
+			}
+			return "", unix.Fsync(w.fds[s])
+		}}
+	case k < 56:
+		s := d.slot()
+		return diffOp{fmt.Sprintf("close(slot %d)", s), func(w *diffWorld) (string, error) {
+			fd := w.fds[s]
+			w.fds[s] = -1
+			return "", unix.Close(fd)
+		}}
+	case k < 62:
+		if d.r.IntN(2) == 0 {
+			s := d.slot()
+			return diffOp{fmt.Sprintf("fstat(slot %d)", s), func(w *diffWorld) (string, error) {
+				var st unix.Stat_t
+				if err := unix.Fstat(w.fds[s], &st); err != nil {
+					return "", err
+				}
+				if w.stale[s] {
+					st.Nlink = 0
+				}
+				return diffStat(&st), nil
+			}}
+		}
+		p := d.randPath()
+		return diffOp{fmt.Sprintf("lstat(%s)", p), func(w *diffWorld) (string, error) {
+			var st unix.Stat_t
+			if err := unix.Lstat(w.path(p), &st); err != nil {
+				return "", err
+			}
+			return diffStat(&st), nil
+		}}
+	case k < 66:
+		p := d.randPath()
+		if d.r.IntN(4) != 0 {
+			return diffOp{fmt.Sprintf("unlink(%s)", p), func(w *diffWorld) (string, error) { return "", unix.Unlink(w.path(p)) }}
+		}
+		return diffOp{fmt.Sprintf("rmdir(%s)", p), func(w *diffWorld) (string, error) { return "", unix.Rmdir(w.path(p)) }}
+	case k < 71:
+		p, mode := d.dir()+d.pick(diffDirNames), uint32([]int{0o755, 0o700, 0o777}[d.r.IntN(3)])
+		return diffOp{fmt.Sprintf("mkdir(%s, %o)", p, mode), func(w *diffWorld) (string, error) { return "", unix.Mkdir(w.path(p), mode) }}
+	case k < 77:
+		from, to := d.randPath(), d.randPath()
+		flags := []uint{0, 0, unix.RENAME_NOREPLACE, unix.RENAME_EXCHANGE}[d.r.IntN(4)]
+		return diffOp{fmt.Sprintf("rename(%s, %s, %d)", from, to, flags), func(w *diffWorld) (string, error) {
+			return "", unix.Renameat2(unix.AT_FDCWD, w.path(from), unix.AT_FDCWD, w.path(to), flags)
+		}}
+	case k < 80:
+		from, to := d.randPath(), d.filePath()
+		return diffOp{fmt.Sprintf("link(%s, %s)", from, to), func(w *diffWorld) (string, error) {
+			return "", unix.Link(w.path(from), w.path(to))
+		}}
+	case k < 83:
+		// Targets stay below the link's directory: a link out of the
+		// root would resolve to different places in the two worlds.
+		target, p := d.pick([]string{"f0", "f1", "d0", "e0/f2", "f3/x"}), d.filePath()
+		return diffOp{fmt.Sprintf("symlink(%s, %s)", target, p), func(w *diffWorld) (string, error) {
+			return "", unix.Symlink(target, w.path(p))
+		}}
+	case k < 85:
+		p := d.randPath()
+		return diffOp{fmt.Sprintf("readlink(%s)", p), func(w *diffWorld) (string, error) {
+			buf := make([]byte, 256)
+			n, err := unix.Readlink(w.path(p), buf)
+			return string(buf[:max(n, 0)]), err
+		}}
+	case k < 87:
+		p, mode := d.randPath(), uint32(d.r.IntN(0o1000))
+		return diffOp{fmt.Sprintf("chmod(%s, %o)", p, mode), func(w *diffWorld) (string, error) { return "", unix.Chmod(w.path(p), mode) }}
+	case k < 89:
+		p := d.randPath()
+		ts := []unix.Timespec{{Sec: int64(d.r.IntN(1 << 31)), Nsec: int64(d.r.IntN(1e9))}, {Sec: int64(d.r.IntN(1 << 31)), Nsec: int64(d.r.IntN(1e9))}}
+		flags := []int{0, unix.AT_SYMLINK_NOFOLLOW}[d.r.IntN(2)]
+		return diffOp{fmt.Sprintf("utimensat(%s, %v, %d)", p, ts, flags), func(w *diffWorld) (string, error) {
+			if err := unix.UtimesNanoAt(unix.AT_FDCWD, w.path(p), ts, flags); err != nil {
+				return "", err
+			}
+			var st unix.Stat_t
+			if err := unix.Fstatat(unix.AT_FDCWD, w.path(p), &st, flags); err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("atime %d.%09d mtime %d.%09d", st.Atim.Sec, st.Atim.Nsec, st.Mtim.Sec, st.Mtim.Nsec), nil
+		}}
+	case k < 93:
+		p, attr := d.randPath(), d.pick([]string{"user.a", "user.b"})
+		switch d.r.IntN(4) {
+		case 0:
+			value, flags := fmt.Sprintf("v%d", seq), []int{0, unix.XATTR_CREATE, unix.XATTR_REPLACE}[d.r.IntN(3)]
+			return diffOp{fmt.Sprintf("setxattr(%s, %s, %s, %d)", p, attr, value, flags), func(w *diffWorld) (string, error) {
+				return "", unix.Setxattr(w.path(p), attr, []byte(value), flags)
+			}}
+		case 1:
+			return diffOp{fmt.Sprintf("getxattr(%s, %s)", p, attr), func(w *diffWorld) (string, error) {
+				buf := make([]byte, 256)
+				n, err := unix.Getxattr(w.path(p), attr, buf)
+				return string(buf[:max(n, 0)]), err
+			}}
+		case 2:
+			return diffOp{fmt.Sprintf("removexattr(%s, %s)", p, attr), func(w *diffWorld) (string, error) {
+				return "", unix.Removexattr(w.path(p), attr)
+			}}
+		default:
+			return diffOp{fmt.Sprintf("listxattr(%s)", p), func(w *diffWorld) (string, error) {
+				return diffXattrs(w.path(p), false)
+			}}
+		}
+	case k < 96:
+		dir := d.pick(diffDirs)
+		return diffOp{fmt.Sprintf("readdir(%q)", dir), func(w *diffWorld) (string, error) {
+			ents, err := os.ReadDir(w.path(dir))
+			var names []string
+			for _, e := range ents {
+				names = append(names, e.Name()+":"+e.Type().String())
+			}
+			return strings.Join(names, " "), err
+		}}
+	case k < 98:
+		s, off, n := d.slot(), d.offset(), int64(d.size())
+		mode := uint32([]int{0, unix.FALLOC_FL_KEEP_SIZE, unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE, unix.FALLOC_FL_ZERO_RANGE}[d.r.IntN(4)])
+		return diffOp{fmt.Sprintf("fallocate(slot %d, %#x, %d, %d)", s, mode, off, n), func(w *diffWorld) (string, error) {
+			return "", unix.Fallocate(w.fds[s], mode, off, n)
+		}}
+	default:
+		in, out, offIn, offOut, n := d.slot(), d.slot(), d.offset(), d.offset(), d.size()
+		return diffOp{fmt.Sprintf("copy_file_range(slot %d at %d, slot %d at %d, %d)", in, offIn, out, offOut, n), func(w *diffWorld) (string, error) {
+			ri, ro := offIn, offOut
+			k, err := unix.CopyFileRange(w.fds[in], &ri, w.fds[out], &ro, n, 0)
+			return fmt.Sprint(k), err
+		}}
+	}
+}
+
+// diffStat is what a stat must agree on: not times (a write sets them
+// from each world's clock), inode numbers, or a directory's size and
+// blocks, which are the file system's own.
+func diffStat(st *unix.Stat_t) string {
+	s := fmt.Sprintf("mode %o owner %d:%d nlink %d", st.Mode, st.Uid, st.Gid, st.Nlink)
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		s += fmt.Sprintf(" size %d", st.Size)
+	}
+	return s
+}
+
+func diffXattrs(p string, nofollow bool) (string, error) {
+	list := unix.Listxattr
+	if nofollow {
+		list = unix.Llistxattr
+	}
+	buf := make([]byte, 4096)
+	n, err := list(p, buf)
+	if err != nil {
+		return "", err
+	}
+	var names []string
+	for _, x := range strings.Split(string(buf[:n]), "\x00") {
+		if strings.HasPrefix(x, "user.") {
+			names = append(names, x)
+		}
+	}
+	slices.Sort(names)
+	return strings.Join(names, ","), nil
+}
+
+// diffDump describes every entry below root: type, mode, owner, size,
+// content, link target, user xattrs, and which names are hard links of
+// one file.
+func diffDump(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	first := map[uint64]string{}
+	err := filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if rel == "." {
+			return nil
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		desc := diffStat(&st)
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			if f, ok := first[st.Ino]; ok {
+				desc += " link of " + f
+			} else {
+				first[st.Ino] = rel
+			}
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			desc += " " + cas.Sum(b).Short()
+		case unix.S_IFLNK:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			desc += " -> " + target
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFLNK {
+			x, err := diffXattrs(p, true)
+			if err != nil {
+				return err
+			}
+			desc += " xattrs " + x
+		}
+		out[rel] = desc
+		return nil
+	})
+	require.NoError(t, err, "dump %s", root)
+	return out
+}
+
+// checkpoint compares the trees, then captures, forks, restores or
+// remounts now and then.
+func (d *differential) checkpoint() {
+	t := d.t
+	want := diffDump(t, d.native.root)
+	require.Equal(t, want, diffDump(t, d.mount.root), "trees differ%s", d.history())
+	ctx := context.Background()
+	switch k := d.r.IntN(6); {
+	case k < 3:
+		_, id, err := d.e.Capture(ctx, "s", "differential", nil)
+		require.NoError(t, err)
+		copyDir := filepath.Join(d.saved, fmt.Sprint(len(d.snaps)))
+		out, err := exec.Command("cp", "-a", d.native.root, copyDir).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		d.snaps = append(d.snaps, id)
+		d.note("capture " + id)
+		require.Equal(t, want, diffDump(t, mountSnapshot(t, d.e, id)), "snapshot %s differs from the tree at its capture%s", id, d.history())
+		if k == 0 {
+			name := fmt.Sprintf("fork%d", len(d.forks))
+			fm := forkMount(t, d.e, id, name)
+			require.Equal(t, want, diffDump(t, fm.Dir()), "fork %s differs from its snapshot%s", name, d.history())
+			// A write to the fork must not reach the source (the next
+			// checkpoint would see it there).
+			require.NoError(t, os.WriteFile(filepath.Join(fm.Dir(), "fork-only"), []byte(name), 0o644))
+			d.forks = append(d.forks, diffFork{m: fm, want: diffDump(t, fm.Dir())})
+		}
+	case k == 3 && len(d.snaps) > 0:
+		i := d.r.IntN(len(d.snaps))
+		d.note(fmt.Sprintf("restore %s (capture %d)", d.snaps[i], i))
+		// Open files keep their content, out of the tree: natively, the
+		// old tree moves aside with them.
+		for _, w := range []*diffWorld{d.native, d.mount} {
+			for s, fd := range w.fds {
+				w.stale[s] = w.stale[s] || fd >= 0
+			}
+		}
+		require.NoError(t, d.e.Restore(ctx, "s", d.snaps[i]))
+		d.asides++
+		require.NoError(t, os.Rename(d.native.root, filepath.Join(d.saved, fmt.Sprintf("aside%d", d.asides))))
+		out, err := exec.Command("cp", "-a", filepath.Join(d.saved, fmt.Sprint(i)), d.native.root).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Equal(t, diffDump(t, d.native.root), diffDump(t, d.mount.root), "restored tree differs%s", d.history())
+	case k == 4:
+		d.note("remount")
+		d.native.closeAll()
+		d.mount.closeAll()
+		require.NoError(t, d.m.Unmount())
+		d.m = MountForTest(t, d.e, "s", "", MountOptions{})
+		d.mount.root = d.m.Dir()
+		t.Cleanup(d.mount.closeAll) // before the new mount's unmount
+		require.Equal(t, want, diffDump(t, d.mount.root), "tree differs after a remount%s", d.history())
+	}
+}
