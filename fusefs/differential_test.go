@@ -30,8 +30,9 @@ import (
 // (the mount must come back to an earlier native copy) and remounts. The
 // namespace is small, so that names collide and the error paths run as
 // often as the others; open descriptors stay open across captures and
-// checkpoints, so that every write path (passed-through appenders, staged
-// new files, files the daemon serves, unlinked open files) is compared.
+// checkpoints and restores, so that every write path (passed-through
+// appenders, staged new files, files the daemon serves, unlinked open
+// files, shared writable mappings from another process) is compared.
 //
 // HOMEFS_DIFF_SEEDS=N runs seeds 1 to N instead of the first four.
 func TestDifferential(t *testing.T) {
@@ -427,11 +428,21 @@ func (d *differential) genOp() diffOp {
 			}
 			return strings.Join(names, " "), err
 		}}
-	case k < 98:
+	case k < 97:
 		s, off, n := d.slot(), d.offset(), int64(d.size())
 		mode := uint32([]int{0, unix.FALLOC_FL_KEEP_SIZE, unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE, unix.FALLOC_FL_ZERO_RANGE}[d.r.IntN(4)])
 		return diffOp{fmt.Sprintf("fallocate(slot %d, %#x, %d, %d)", s, mode, off, n), func(w *diffWorld) (string, error) {
 			return "", unix.Fallocate(w.fds[s], mode, off, n)
+		}}
+	case k < 99:
+		// Through a shared writable mapping, from another process (a
+		// fault on the mount from the daemon's own process could
+		// deadlock it).
+		p, off, n := d.filePath(), d.r.IntN(200_000), 1+d.r.IntN(20_000)
+		return diffOp{fmt.Sprintf("mmap write(%s, %d bytes at %d)", p, n, off), func(w *diffWorld) (string, error) {
+			cmd := helper(context.Background(), "mmap-at", w.path(p), fmt.Sprint(off), fmt.Sprint(n), fmt.Sprint(seq))
+			out, err := cmd.Output()
+			return strings.TrimSpace(string(out)), err
 		}}
 	default:
 		in, out, offIn, offOut, n := d.slot(), d.slot(), d.offset(), d.offset(), d.size()

@@ -44,6 +44,8 @@ func runHelper(mode string, args []string) int {
 		err = helperTrylock(args)
 	case "mmap":
 		err = helperMmap(args)
+	case "mmap-at":
+		err = helperMmapAt(args)
 	case "durable":
 		err = helperDurable(args)
 	case "jsonl-reader":
@@ -128,6 +130,53 @@ func helperMmap(args []string) error {
 		return fmt.Errorf("msync: %w", err)
 	}
 	return unix.Munmap(mem)
+}
+
+// helperMmapAt: PATH OFF LEN SEED maps the whole file shared and
+// writable, writes LEN seeded bytes at OFF through the mapping, msyncs and
+// unmaps. It prints "ok", "beyond" for a range past the end (which the
+// mapping cannot reach), or the errno that stopped it.
+func helperMmapAt(args []string) error {
+	if len(args) != 4 {
+		return fmt.Errorf("mmap-at PATH OFF LEN SEED")
+	}
+	off, _ := strconv.Atoi(args[1])
+	n, _ := strconv.Atoi(args[2])
+	seed, _ := strconv.ParseUint(args[3], 10, 64)
+	err := func() error {
+		fd, err := unix.Open(args[0], unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return err
+		}
+		if st.Size == 0 || int64(off+n) > st.Size {
+			fmt.Println("beyond")
+			return nil
+		}
+		mem, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			return err
+		}
+		copy(mem[off:], randBytes(seed, n))
+		if err := unix.Msync(mem, unix.MS_SYNC); err != nil {
+			return err
+		}
+		if err := unix.Munmap(mem); err != nil {
+			return err
+		}
+		fmt.Println("ok")
+		return nil
+	}()
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		fmt.Println("errno", unix.ErrnoName(errno))
+		return nil
+	}
+	return err
 }
 
 // randBytes returns n bytes from a fixed seed.
