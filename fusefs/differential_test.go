@@ -26,8 +26,10 @@ import (
 // outcome from both: every return value and errno, the bytes every read
 // returns, and the whole tree at each checkpoint. Along the way it captures
 // (the snapshot must hold the tree as the native one was at that moment),
-// forks (the fork must keep that tree while both go on changing), restores
-// (the mount must come back to an earlier native copy) and remounts. The
+// forks (each fork is a pair of its own, a native copy and a mount, and
+// takes steps too: no change may reach another session of the family),
+// restores (the mount must come back to an earlier native copy) and
+// remounts. The
 // namespace is small, so that names collide and the error paths run as
 // often as the others; open descriptors stay open across captures and
 // checkpoints and restores, so that every write path (passed-through
@@ -95,50 +97,62 @@ type differential struct {
 	t      *testing.T
 	r      *rand.Rand
 	e      *Engine
-	m      *Mount
-	native *diffWorld
-	mount  *diffWorld
+	pairs  []*diffPair // the session and its forks
+	cur    *diffPair   // the pair the next step runs in
 	log    []string
-	saved  string // native copies of the captured trees
-	snaps  []string
-	forks  []diffFork
+	saved  string   // native copies of the captured trees
+	snaps  []string // captured snapshot ids, by copy
 	seq    int
 	asides int // native trees moved aside by restores
 }
 
-type diffFork struct {
-	m    *Mount
-	want map[string]string
+// diffPair is a session's mount and the native directory it must match.
+type diffPair struct {
+	name          string
+	m             *Mount
+	native, mount *diffWorld
 }
 
+const diffMaxForks = 3
+
 func runDifferential(t *testing.T, seed uint64, steps int) {
-	e := NewTestEngine(t, nil)
-	m := MountForTest(t, e, "s", "", MountOptions{})
 	d := &differential{
-		t: t, r: rand.New(rand.NewPCG(seed, seed*7919)), e: e, m: m,
-		native: &diffWorld{root: t.TempDir()},
-		mount:  &diffWorld{root: m.Dir()},
-		saved:  t.TempDir(),
+		t: t, r: rand.New(rand.NewPCG(seed, seed*7919)), e: NewTestEngine(t, nil),
+		saved: t.TempDir(),
 	}
-	for _, w := range []*diffWorld{d.native, d.mount} {
-		for i := range w.fds {
-			w.fds[i] = -1
-		}
-	}
-	t.Cleanup(func() {
-		d.native.closeAll()
-		d.mount.closeAll()
-	})
+	d.addPair("s", t.TempDir())
 	for step := range steps {
+		// Forks take steps too: a change in one must never reach another.
+		d.cur = d.pairs[0]
+		if d.r.IntN(2) == 0 {
+			d.cur = d.pairs[d.r.IntN(len(d.pairs))]
+		}
 		d.step(d.genOp())
 		if step%40 == 39 {
 			d.checkpoint()
 		}
 	}
 	d.checkpoint()
-	for i, f := range d.forks {
-		require.Equal(t, f.want, diffDump(t, f.m.Dir()), "fork %d changed after it was made%s", i, d.history())
+}
+
+// addPair mounts session, whose tree is the one in nativeRoot.
+func (d *differential) addPair(session, nativeRoot string) *diffPair {
+	p := &diffPair{name: session, native: &diffWorld{root: nativeRoot}, mount: &diffWorld{}}
+	for _, w := range []*diffWorld{p.native, p.mount} {
+		for i := range w.fds {
+			w.fds[i] = -1
+		}
 	}
+	d.t.Cleanup(p.native.closeAll)
+	d.mountPair(p)
+	d.pairs = append(d.pairs, p)
+	return p
+}
+
+func (d *differential) mountPair(p *diffPair) {
+	p.m = MountForTest(d.t, d.e, p.name, "", MountOptions{})
+	p.mount.root = p.m.Dir()
+	d.t.Cleanup(p.mount.closeAll) // before the mount's unmount
 }
 
 func (d *differential) history() string {
@@ -152,11 +166,12 @@ func (d *differential) note(s string) {
 	}
 }
 
-// step runs op in both worlds and requires the same outcome.
+// step runs op in both worlds of the current pair and requires the same
+// outcome.
 func (d *differential) step(op diffOp) {
-	d.note(op.desc)
-	nres, nerr := op.run(d.native)
-	mres, merr := op.run(d.mount)
+	d.note(d.cur.name + ": " + op.desc)
+	nres, nerr := op.run(d.cur.native)
+	mres, merr := op.run(d.cur.mount)
 	want, got := diffOutcome(nres, nerr), diffOutcome(mres, merr)
 	d.log[len(d.log)-1] += " = " + want
 	require.Equal(d.t, want, got, "%s: native and homefs differ%s", op.desc, d.history())
@@ -185,13 +200,13 @@ func (d *differential) randPath() string { return d.dir() + d.pick(diffNames) }
 func (d *differential) filePath() string { return d.dir() + d.pick(diffFiles) }
 
 func (d *differential) anyOpen() bool {
-	return slices.ContainsFunc(d.native.fds[:], func(fd int) bool { return fd >= 0 })
+	return slices.ContainsFunc(d.cur.native.fds[:], func(fd int) bool { return fd >= 0 })
 }
 
 // slot picks a descriptor slot, an open one when there is one.
 func (d *differential) slot() int {
 	var open []int
-	for i, fd := range d.native.fds {
+	for i, fd := range d.cur.native.fds {
 		if fd >= 0 {
 			open = append(open, i)
 		}
@@ -540,56 +555,60 @@ func diffDump(t *testing.T, root string) map[string]string {
 	return out
 }
 
-// checkpoint compares the trees, then captures, forks, restores or
-// remounts now and then.
+// checkpoint compares every pair's trees, then captures, forks, restores
+// or remounts one of them now and then.
 func (d *differential) checkpoint() {
 	t := d.t
-	want := diffDump(t, d.native.root)
-	require.Equal(t, want, diffDump(t, d.mount.root), "trees differ%s", d.history())
+	for _, p := range d.pairs {
+		require.Equal(t, diffDump(t, p.native.root), diffDump(t, p.mount.root), "trees of %s differ%s", p.name, d.history())
+	}
 	ctx := context.Background()
+	p := d.pairs[d.r.IntN(len(d.pairs))]
 	switch k := d.r.IntN(6); {
 	case k < 3:
-		_, id, err := d.e.Capture(ctx, "s", "differential", nil)
+		want := diffDump(t, p.native.root)
+		_, id, err := d.e.Capture(ctx, p.name, "differential", nil)
 		require.NoError(t, err)
 		copyDir := filepath.Join(d.saved, fmt.Sprint(len(d.snaps)))
-		out, err := exec.Command("cp", "-a", d.native.root, copyDir).CombinedOutput()
+		out, err := exec.Command("cp", "-a", p.native.root, copyDir).CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		d.snaps = append(d.snaps, id)
-		d.note("capture " + id)
-		require.Equal(t, want, diffDump(t, mountSnapshot(t, d.e, id)), "snapshot %s differs from the tree at its capture%s", id, d.history())
-		if k == 0 {
-			name := fmt.Sprintf("fork%d", len(d.forks))
-			fm := forkMount(t, d.e, id, name)
-			require.Equal(t, want, diffDump(t, fm.Dir()), "fork %s differs from its snapshot%s", name, d.history())
-			// A write to the fork must not reach the source (the next
-			// checkpoint would see it there).
-			require.NoError(t, os.WriteFile(filepath.Join(fm.Dir(), "fork-only"), []byte(name), 0o644))
-			d.forks = append(d.forks, diffFork{m: fm, want: diffDump(t, fm.Dir())})
+		d.note(fmt.Sprintf("%s: capture %s (copy %d)", p.name, id, len(d.snaps)-1))
+		require.Equal(t, want, diffDump(t, mountSnapshot(t, d.e, id)), "snapshot %s of %s differs from the tree at its capture%s", id, p.name, d.history())
+		if k == 0 && len(d.pairs) <= diffMaxForks {
+			name := fmt.Sprintf("fork%d", len(d.pairs))
+			_, err := d.e.Fork(ctx, id, name)
+			require.NoError(t, err)
+			nativeRoot := filepath.Join(t.TempDir(), name)
+			out, err := exec.Command("cp", "-a", copyDir, nativeRoot).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			d.note(fmt.Sprintf("fork %s of %s", name, id))
+			f := d.addPair(name, nativeRoot)
+			require.Equal(t, want, diffDump(t, f.mount.root), "fork %s differs from its snapshot%s", name, d.history())
 		}
 	case k == 3 && len(d.snaps) > 0:
+		// Any snapshot, also one of another session of the family.
 		i := d.r.IntN(len(d.snaps))
-		d.note(fmt.Sprintf("restore %s (capture %d)", d.snaps[i], i))
+		d.note(fmt.Sprintf("%s: restore %s (copy %d)", p.name, d.snaps[i], i))
 		// Open files keep their content, out of the tree: natively, the
 		// old tree moves aside with them.
-		for _, w := range []*diffWorld{d.native, d.mount} {
+		for _, w := range []*diffWorld{p.native, p.mount} {
 			for s, fd := range w.fds {
 				w.stale[s] = w.stale[s] || fd >= 0
 			}
 		}
-		require.NoError(t, d.e.Restore(ctx, "s", d.snaps[i]))
+		require.NoError(t, d.e.Restore(ctx, p.name, d.snaps[i]))
 		d.asides++
-		require.NoError(t, os.Rename(d.native.root, filepath.Join(d.saved, fmt.Sprintf("aside%d", d.asides))))
-		out, err := exec.Command("cp", "-a", filepath.Join(d.saved, fmt.Sprint(i)), d.native.root).CombinedOutput()
+		require.NoError(t, os.Rename(p.native.root, filepath.Join(d.saved, fmt.Sprintf("aside%d", d.asides))))
+		out, err := exec.Command("cp", "-a", filepath.Join(d.saved, fmt.Sprint(i)), p.native.root).CombinedOutput()
 		require.NoError(t, err, "%s", out)
-		require.Equal(t, diffDump(t, d.native.root), diffDump(t, d.mount.root), "restored tree differs%s", d.history())
+		require.Equal(t, diffDump(t, p.native.root), diffDump(t, p.mount.root), "restored tree of %s differs%s", p.name, d.history())
 	case k == 4:
-		d.note("remount")
-		d.native.closeAll()
-		d.mount.closeAll()
-		require.NoError(t, d.m.Unmount())
-		d.m = MountForTest(t, d.e, "s", "", MountOptions{})
-		d.mount.root = d.m.Dir()
-		t.Cleanup(d.mount.closeAll) // before the new mount's unmount
-		require.Equal(t, want, diffDump(t, d.mount.root), "tree differs after a remount%s", d.history())
+		d.note(p.name + ": remount")
+		p.native.closeAll()
+		p.mount.closeAll()
+		require.NoError(t, p.m.Unmount())
+		d.mountPair(p)
+		require.Equal(t, diffDump(t, p.native.root), diffDump(t, p.mount.root), "tree of %s differs after a remount%s", p.name, d.history())
 	}
 }
