@@ -63,7 +63,18 @@ func runHelper(mode string, args []string) int {
 // helper returns a command running the test binary as helper mode.
 func helper(ctx context.Context, mode string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, os.Args[0], args...)
-	cmd.Env = append(os.Environ(), helperEnv+"="+mode)
+	// A race build sleeps a second before it exits (atexit_sleep_ms),
+	// which would cost every helper of the race run its second.
+	race := "atexit_sleep_ms=0"
+	var env []string
+	for _, kv := range os.Environ() {
+		if v, ok := strings.CutPrefix(kv, "GORACE="); ok {
+			race = v + " " + race
+			continue
+		}
+		env = append(env, kv)
+	}
+	cmd.Env = append(env, "GORACE="+race, helperEnv+"="+mode)
 	cmd.Stderr = os.Stderr
 	return cmd
 }
