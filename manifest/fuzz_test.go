@@ -23,7 +23,8 @@ func addGolden(f *testing.F, name string) {
 
 func FuzzDecodeTree(f *testing.F) {
 	addGolden(f, "tree.bin")
-	for _, t := range []*Tree{{}, benchTree(60)} {
+	addGolden(f, "tree-root.bin")
+	for _, t := range []*Tree{{}, benchTree(60), {Self: &DirAttr{Mode: 0o755}}} {
 		b, _ := EncodeTree(t)
 		f.Add(b)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -66,6 +67,15 @@ func fixtureSnapshot() *Snapshot {
 	}
 }
 
+// fixtureRootTree is a session's root tree: entries and its own
+// attributes.
+func fixtureRootTree() *Tree {
+	return &Tree{
+		Entries: []Entry{{Name: "workspace", Kind: KindDir, Mode: 0o755, UID: 1000, GID: 1000, MtimeNs: fixedNs, CtimeNs: fixedNs, Tree: fakeRef("workspace")}},
+		Self:    &DirAttr{Mode: 0o2770, UID: 1000, GID: 100, MtimeNs: fixedNs, CtimeNs: fixedNs + 1, Xattrs: []Xattr{{Name: "user.homefs", Value: []byte("root")}}},
+	}
+}
+
 func TestGolden(t *testing.T) {
 	ctx := context.Background()
 	tree := fixtureTree()
@@ -74,6 +84,11 @@ func TestGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkGolden(t, "tree.bin", tb)
+	rb, err := EncodeTree(fixtureRootTree())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "tree-root.bin", rb)
 	checkGolden(t, "tree.txt", []byte(fmt.Sprintf("# tree node %s, %d bytes\n%s", cas.Sum(tb), len(tb), dumpTree(tree))))
 
 	ib, err := EncodeIndex(1, fixtureIndex())
@@ -127,6 +142,17 @@ func TestGoldenDecode(t *testing.T) {
 	}
 	if !entriesSliceEqual(tree.Entries, fixtureTree().Entries) {
 		t.Error("tree.bin decodes to something else than the fixture")
+	}
+	rb := read("tree-root.bin")
+	root, err := DecodeTree(rb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := EncodeTree(root); !bytes.Equal(again, rb) {
+		t.Error("tree-root.bin does not re-encode identically")
+	}
+	if want := fixtureRootTree(); !entriesSliceEqual(root.Entries, want.Entries) || !reflect.DeepEqual(root.Self, want.Self) {
+		t.Errorf("tree-root.bin decodes to something else than the fixture: %+v", root.Self)
 	}
 	ib := read("index.bin")
 	depth, refs, err := DecodeIndex(ib)

@@ -25,9 +25,10 @@ const minEntryLen = 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1
 // Layout (uvarint and zig-zag varint as in encoding/binary, always
 // minimal; refs are 32 raw bytes):
 //
-//	"HFST" version:byte count:uvarint entry*
+//	"HFST" version:byte count:uvarint entry* [self]
 //	entry = nameLen:uvarint name kind:byte mode uid gid:uvarint
 //	        mtime ctime:varint body xattrCount:uvarint xattr* linkID:uvarint [nlink:uvarint if linkID != 0]
+//	self  = 0x01 mode uid gid:uvarint mtime ctime:varint xattrCount:uvarint xattr*   (only if Self is set)
 //	body  = file:    size:uvarint depth:byte (ChunkCount(size) refs if depth == 0 | index ref)
 //	        dir:     tree ref
 //	        symlink: targetLen:uvarint target   (size is len(target))
@@ -40,6 +41,10 @@ func EncodeTree(t *Tree) ([]byte, error) {
 	for i := range t.Entries {
 		size += encodedEntryLen(&t.Entries[i])
 	}
+	if a := t.Self; a != nil {
+		size += 1 + uvarintLen(uint64(a.Mode)) + uvarintLen(uint64(a.UID)) + uvarintLen(uint64(a.GID)) +
+			varintLen(a.MtimeNs) + varintLen(a.CtimeNs) + xattrsLen(a.Xattrs)
+	}
 	if size > MaxNodeSize {
 		return nil, errf(ErrTooLarge, "tree: encoding of %d bytes, over %d", size, MaxNodeSize)
 	}
@@ -50,8 +55,20 @@ func EncodeTree(t *Tree) ([]byte, error) {
 	for i := range t.Entries {
 		b = appendEntry(b, &t.Entries[i])
 	}
+	if a := t.Self; a != nil {
+		b = append(b, selfMarker)
+		b = binary.AppendUvarint(b, uint64(a.Mode))
+		b = binary.AppendUvarint(b, uint64(a.UID))
+		b = binary.AppendUvarint(b, uint64(a.GID))
+		b = binary.AppendVarint(b, a.MtimeNs)
+		b = binary.AppendVarint(b, a.CtimeNs)
+		b = appendXattrs(b, a.Xattrs)
+	}
 	return b, nil
 }
+
+// selfMarker starts a tree's own attributes, after its entries.
+const selfMarker = 0x01
 
 // encodedEntryLen is the exact length appendEntry writes for e.
 func encodedEntryLen(e *Entry) int {
@@ -70,10 +87,7 @@ func encodedEntryLen(e *Entry) int {
 	case KindSymlink:
 		n += strLen(e.Target)
 	}
-	n += uvarintLen(uint64(len(e.Xattrs)))
-	for _, x := range e.Xattrs {
-		n += strLen(x.Name) + uvarintLen(uint64(len(x.Value))) + len(x.Value)
-	}
+	n += xattrsLen(e.Xattrs)
 	n += uvarintLen(e.LinkID)
 	if e.LinkID != 0 {
 		n += uvarintLen(uint64(e.Nlink))
@@ -114,15 +128,28 @@ func appendEntry(b []byte, e *Entry) []byte {
 	case KindSymlink:
 		b = appendString(b, e.Target)
 	}
-	b = binary.AppendUvarint(b, uint64(len(e.Xattrs)))
-	for _, x := range e.Xattrs {
-		b = appendString(b, x.Name)
-		b = binary.AppendUvarint(b, uint64(len(x.Value)))
-		b = append(b, x.Value...)
-	}
+	b = appendXattrs(b, e.Xattrs)
 	b = binary.AppendUvarint(b, e.LinkID)
 	if e.LinkID != 0 {
 		b = binary.AppendUvarint(b, uint64(e.Nlink))
+	}
+	return b
+}
+
+func xattrsLen(xs []Xattr) int {
+	n := uvarintLen(uint64(len(xs)))
+	for _, x := range xs {
+		n += strLen(x.Name) + uvarintLen(uint64(len(x.Value))) + len(x.Value)
+	}
+	return n
+}
+
+func appendXattrs(b []byte, xs []Xattr) []byte {
+	b = binary.AppendUvarint(b, uint64(len(xs)))
+	for _, x := range xs {
+		b = appendString(b, x.Name)
+		b = binary.AppendUvarint(b, uint64(len(x.Value)))
+		b = append(b, x.Value...)
 	}
 	return b
 }
@@ -189,22 +216,27 @@ func DecodeTree(b []byte) (*Tree, error) {
 				return nil, errf(ErrInvalid, "tree: entry %d %q: unknown kind %d", i, e.Name, e.Kind)
 			}
 		}
-		// Each xattr takes at least 2 bytes, which bounds the allocation.
-		if nx := d.uvarint(uint64(len(d.s) / 2)); nx > 0 {
-			e.Xattrs = make([]Xattr, nx)
-			for j := range e.Xattrs {
-				e.Xattrs[j].Name = d.str(MaxXattrNameLen)
-				if v := d.str(MaxXattrValueLen); v != "" {
-					e.Xattrs[j].Value = []byte(v)
-				}
-			}
-		}
+		e.Xattrs = d.xattrs()
 		if e.LinkID = d.uvarint(math.MaxUint64); e.LinkID != 0 {
 			e.Nlink = uint32(d.uvarint(math.MaxUint32))
 		}
 		if d.err != nil {
 			return nil, d.fail("tree: entry %d", i)
 		}
+	}
+	if len(d.s) != 0 && d.s[0] == selfMarker {
+		d.s = d.s[1:]
+		a := &DirAttr{}
+		a.Mode = uint32(d.uvarint(math.MaxUint32))
+		a.UID = uint32(d.uvarint(math.MaxUint32))
+		a.GID = uint32(d.uvarint(math.MaxUint32))
+		a.MtimeNs = d.varint()
+		a.CtimeNs = d.varint()
+		a.Xattrs = d.xattrs()
+		if d.err != nil {
+			return nil, d.fail("tree: own attributes")
+		}
+		t.Self = a
 	}
 	if len(d.s) != 0 {
 		return nil, errf(ErrMalformed, "tree: %d trailing bytes", len(d.s))
@@ -303,6 +335,23 @@ func (d *decoder) byte() byte {
 	c := d.s[0]
 	d.s = d.s[1:]
 	return c
+}
+
+// xattrs reads a count and that many xattrs. Each takes at least 2 bytes,
+// which bounds the allocation.
+func (d *decoder) xattrs() []Xattr {
+	nx := d.uvarint(uint64(len(d.s) / 2))
+	if nx == 0 {
+		return nil
+	}
+	xs := make([]Xattr, nx)
+	for j := range xs {
+		xs[j].Name = d.str(MaxXattrNameLen)
+		if v := d.str(MaxXattrValueLen); v != "" {
+			xs[j].Value = []byte(v)
+		}
+	}
+	return xs
 }
 
 func (d *decoder) str(limit int) string {

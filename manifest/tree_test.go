@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"reflect"
 	"testing"
 
 	"homefs/cas"
@@ -121,6 +122,57 @@ func TestEncodedEntryLen(t *testing.T) {
 			if got, want := encodedEntryLen(e), len(appendEntry(nil, e)); got != want {
 				t.Fatalf("entry %q: encodedEntryLen %d, encoded %d", e.Name, got, want)
 			}
+		}
+	}
+}
+
+// TestTreeSelf checks a tree's own attributes: they round-trip, are
+// validated, and have one encoding.
+func TestTreeSelf(t *testing.T) {
+	tree := &Tree{Entries: []Entry{fileEntry("a", 1)}, Self: &DirAttr{Mode: 0o1777, UID: 7, GID: 8, MtimeNs: -5, CtimeNs: 9, Xattrs: []Xattr{{Name: "user.a", Value: []byte("1")}}}}
+	b, err := EncodeTree(tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeTree(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Self, tree.Self) {
+		t.Fatalf("self: got %+v, want %+v", got.Self, tree.Self)
+	}
+	plain, err := EncodeTree(&Tree{Entries: tree.Entries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(plain, b) || !bytes.HasPrefix(b, plain) {
+		t.Fatal("own attributes must follow the entries, and only when set")
+	}
+	for _, tc := range []struct {
+		what string
+		tree *Tree
+	}{
+		{"mode bits", &Tree{Self: &DirAttr{Mode: 0o40755}}},
+		{"unsorted xattrs", &Tree{Self: &DirAttr{Xattrs: []Xattr{{Name: "user.b"}, {Name: "user.a"}}}}},
+		{"empty xattr name", &Tree{Self: &DirAttr{Xattrs: []Xattr{{Name: ""}}}}},
+	} {
+		if _, err := EncodeTree(tc.tree); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: got %v, want ErrInvalid", tc.what, err)
+		}
+	}
+	for _, tc := range []struct {
+		what string
+		b    []byte
+		want error
+	}{
+		{"other marker", append(bytes.Clone(plain), 2), ErrMalformed},
+		{"marker alone", append(bytes.Clone(plain), 1), ErrMalformed},
+		{"truncated", b[:len(b)-1], ErrMalformed},
+		{"trailing byte", append(bytes.Clone(b), 0), ErrMalformed},
+		{"bad mode", append(bytes.Clone(plain), 1, 0x80, 0x80, 0x04, 0, 0, 0, 0, 0), ErrInvalid},
+	} {
+		if _, err := DecodeTree(tc.b); !errors.Is(err, tc.want) {
+			t.Errorf("%s: got %v, want %v", tc.what, err, tc.want)
 		}
 	}
 }

@@ -69,6 +69,18 @@ type Entry struct {
 // names unique.
 type Tree struct {
 	Entries []Entry
+	// Self, when set, holds the directory's own attributes, which no
+	// entry holds for it: a session's root (its mode and owner matter to
+	// whoever mounts it).
+	Self *DirAttr
+}
+
+// DirAttr is a directory's own attributes, as an entry would hold them.
+type DirAttr struct {
+	Mode             uint32 // permission bits and setuid/setgid/sticky (07777)
+	UID, GID         uint32
+	MtimeNs, CtimeNs int64
+	Xattrs           []Xattr // sorted by name, unique
 }
 
 // Handle is a provider session id and the turn it is valid through.

@@ -73,6 +73,9 @@ func (t *Tree) Validate() error {
 			}
 		}
 	}
+	if t.Self != nil {
+		return t.Self.Validate()
+	}
 	return nil
 }
 
@@ -130,7 +133,12 @@ func (e *Entry) Validate() error {
 	default:
 		return bad("unknown kind %d", e.Kind)
 	}
-	for i, x := range e.Xattrs {
+	return validateXattrs(e.Xattrs, bad)
+}
+
+// validateXattrs checks names, values and order; bad words the error.
+func validateXattrs(xs []Xattr, bad func(format string, args ...any) error) error {
+	for i, x := range xs {
 		switch {
 		case x.Name == "" || len(x.Name) > MaxXattrNameLen:
 			return bad("xattr %d: name of %d bytes, want 1 to %d", i, len(x.Name), MaxXattrNameLen)
@@ -138,11 +146,22 @@ func (e *Entry) Validate() error {
 			return bad("xattr %q: name contains NUL", x.Name)
 		case len(x.Value) > MaxXattrValueLen:
 			return bad("xattr %q: value of %d bytes, over %d", x.Name, len(x.Value), MaxXattrValueLen)
-		case i > 0 && e.Xattrs[i-1].Name >= x.Name:
-			return bad("xattr %q: not sorted or duplicate (after %q)", x.Name, e.Xattrs[i-1].Name)
+		case i > 0 && xs[i-1].Name >= x.Name:
+			return bad("xattr %q: not sorted or duplicate (after %q)", x.Name, xs[i-1].Name)
 		}
 	}
 	return nil
+}
+
+// Validate checks a directory's own attributes.
+func (a *DirAttr) Validate() error {
+	bad := func(format string, args ...any) error {
+		return errf(ErrInvalid, "tree: own attributes: "+format, args...)
+	}
+	if a.Mode&^0o7777 != 0 {
+		return bad("mode %#o has bits outside 07777", a.Mode)
+	}
+	return validateXattrs(a.Xattrs, bad)
 }
 
 // validateContent checks a file's size against its chunk list or index.
