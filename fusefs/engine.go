@@ -310,6 +310,11 @@ func cleanSubtree(subtree string) (string, error) {
 
 // resolveDir walks path from the session root. Called with treeMu held.
 func (s *Session) resolveDir(ctx context.Context, root *node, path string) (*node, error) {
+	// Loading the session's root also gives it its own attributes, before
+	// any request can see them.
+	if err := s.load(ctx, root); err != nil {
+		return nil, err
+	}
 	n := root
 	if path == "" {
 		return n, nil

@@ -183,6 +183,12 @@ func (s *Session) storeDir(ctx context.Context, batch cas.Batch, dir *node, stal
 		}
 		c.entry(name, e)
 	}
+	if dir == s.root {
+		// No entry holds the root's attributes: its own tree does.
+		var e manifest.Entry
+		dir.entry("", &e)
+		t.Self = &manifest.DirAttr{Mode: e.Mode, UID: e.UID, GID: e.GID, MtimeNs: e.MtimeNs, CtimeNs: e.CtimeNs, Xattrs: e.Xattrs}
+	}
 	ref, err := manifest.PutTree(ctx, batchPutter{batch}, t)
 	if err != nil {
 		return cas.Ref{}, fmt.Errorf("store directory (inode %d): %w", dir.ino, err)

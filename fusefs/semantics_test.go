@@ -427,3 +427,43 @@ func TestStress(t *testing.T) {
 	_, snap := captureMount(t, e, "s")
 	require.Equal(t, live, dumpTree(t, snap))
 }
+
+// TestRootAttributes checks that a session root's own attributes (mode,
+// owner, xattrs, times) are kept like any directory's: by a capture, a
+// fork, a remount and a restore. No entry holds them; the root's tree does
+// (manifest.Tree.Self).
+func TestRootAttributes(t *testing.T) {
+	t.Parallel()
+	e, m := newMount(t)
+	ctx := context.Background()
+	root := func(dir string) string {
+		st := stat(t, dir)
+		x := make([]byte, 64)
+		n, err := unix.Getxattr(dir, "user.owner", x)
+		if err != nil {
+			n = 0
+		}
+		return fmt.Sprintf("%o %d:%d mtime=%d %q", st.Mode, st.Uid, st.Gid, st.Mtim.Sec, x[:n])
+	}
+	before, _ := captureMount(t, e, "s") // the defaults: 0755 root:root
+	require.NoError(t, unix.Chmod(m.Dir(), 0o2770))
+	require.NoError(t, os.Chown(m.Dir(), 1000, 100))
+	require.NoError(t, unix.Setxattr(m.Dir(), "user.owner", []byte("agent"), 0))
+	require.NoError(t, unix.UtimesNano(m.Dir(), []unix.Timespec{{Sec: 1e9}, {Sec: 1e9}}))
+	want := root(m.Dir())
+	require.Equal(t, `42770 1000:100 mtime=1000000000 "agent"`, want)
+
+	_, snap := captureMount(t, e, "s")
+	require.Equal(t, want, root(snap), "snapshot")
+	fm := forkMount(t, e, "s", "root-fork")
+	require.Equal(t, want, root(fm.Dir()), "fork")
+	require.NoError(t, m.Unmount())
+	m = MountForTest(t, e, "s", "", MountOptions{})
+	require.Equal(t, want, root(m.Dir()), "remount")
+
+	// A restore brings the root's attributes back too.
+	require.NoError(t, e.Restore(ctx, "s", before))
+	st := stat(t, m.Dir())
+	require.Equal(t, uint32(syscall.S_IFDIR|0o755), st.Mode, "restored mode")
+	require.Equal(t, uint32(0), st.Uid)
+}

@@ -301,6 +301,19 @@ func (s *Session) load(ctx context.Context, dir *node) error {
 	if err != nil {
 		return fmt.Errorf("load directory (inode %d, tree %s): %w", dir.ino, dir.tree.Short(), err)
 	}
+	if a := t.Self; a != nil && dir == s.root {
+		dir.mu.Lock()
+		dir.mode, dir.uid, dir.gid = a.Mode, a.UID, a.GID
+		dir.mtime, dir.ctime, dir.atime = a.MtimeNs, a.CtimeNs, a.MtimeNs
+		dir.xattrs = nil
+		if len(a.Xattrs) > 0 {
+			dir.xattrs = make(map[string][]byte, len(a.Xattrs))
+			for _, x := range a.Xattrs {
+				dir.xattrs[x.Name] = x.Value
+			}
+		}
+		dir.mu.Unlock()
+	}
 	dir.children = make(map[string]*node, len(t.Entries))
 	for i := range t.Entries {
 		e := &t.Entries[i]
