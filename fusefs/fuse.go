@@ -3,6 +3,10 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -251,6 +255,47 @@ func unprivileged(ctx context.Context) bool {
 	return !ok || c.Uid != 0
 }
 
+// dropFor returns the privilege drop of a change by ctx's caller, nil for
+// a privileged one.
+func dropFor(ctx context.Context) *privDrop {
+	if !unprivileged(ctx) {
+		return nil
+	}
+	c, _ := fuse.FromContext(ctx)
+	return &privDrop{inGroup: func(gid uint32) bool { return callerInGroup(c, gid) }}
+}
+
+// callerInGroup reports whether c is in group gid: its file system gid,
+// or a supplementary group, which a request does not carry; those are read
+// from /proc (a caller that is gone, or from another pid namespace, counts
+// as outside: dropping a privilege is the safe way to be wrong).
+func callerInGroup(c *fuse.Caller, gid uint32) bool {
+	if c == nil {
+		return false
+	}
+	if c.Gid == gid {
+		return true
+	}
+	if c.Pid == 0 {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.Pid))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if groups, ok := strings.CutPrefix(line, "Groups:"); ok {
+			for _, g := range strings.Fields(groups) {
+				if v, err := strconv.ParseUint(g, 10, 32); err == nil && uint32(v) == gid {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	return false
+}
+
 func (f *fnode) sess() *Session { return f.m.sess }
 
 // child returns the fnode for n below f, reusing the one the mount has.
@@ -309,7 +354,12 @@ func (f *fnode) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn
 		s := int64(sz)
 		a.Size = &s
 	}
-	a.KillPriv = in.Valid&fuse.FATTR_KILL_SUIDGID != 0
+	if in.Valid&fuse.FATTR_KILL_SUIDGID != 0 {
+		a.Drop = dropFor(ctx)
+	}
+	if a.Drop == nil && (a.UID != nil || a.GID != nil) && unprivileged(ctx) {
+		a.Drop = dropFor(ctx) // for chown's rule (Setattr)
+	}
 	if in.Valid&fuse.FATTR_ATIME != 0 {
 		if in.Valid&fuse.FATTR_ATIME_NOW != 0 {
 			a.AtimeNow = true
@@ -375,7 +425,7 @@ func (f *fnode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, 
 	}
 	if flags&syscall.O_TRUNC != 0 && n.kind == manifest.KindFile {
 		zero := int64(0)
-		if err := f.sess().Setattr(ctx, n, SetAttr{Size: &zero, KillPriv: unprivileged(ctx)}); err != nil {
+		if err := f.sess().Setattr(ctx, n, SetAttr{Size: &zero, Drop: dropFor(ctx)}); err != nil {
 			return nil, 0, f.m.toErrno("open", f, err)
 		}
 	}
@@ -396,7 +446,7 @@ func (f *fnode) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int6
 
 func (f *fnode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
 	h := handleOf(fh)
-	op := WriteOp{Append: h != nil && h.appendMode, KillPriv: unprivileged(ctx)}
+	op := WriteOp{Append: h != nil && h.appendMode, Drop: dropFor(ctx)}
 	k, err := f.sess().Write(ctx, f.n.Load(), data, off, op)
 	if err != nil {
 		return 0, f.m.toErrno("write", f, err)
@@ -522,7 +572,7 @@ func (f *fnode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 }
 
 func (f *fnode) Allocate(ctx context.Context, _ fs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
-	return f.m.toErrno("fallocate", f, f.sess().Allocate(ctx, f.n.Load(), int64(off), int64(size), mode))
+	return f.m.toErrno("fallocate", f, f.sess().Allocate(ctx, f.n.Load(), int64(off), int64(size), mode, dropFor(ctx)))
 }
 
 func (f *fnode) CopyFileRange(ctx context.Context, _ fs.FileHandle, offIn uint64, out *fs.Inode, _ fs.FileHandle, offOut uint64, length uint64, flags uint64) (uint32, syscall.Errno) {
@@ -530,7 +580,7 @@ func (f *fnode) CopyFileRange(ctx context.Context, _ fs.FileHandle, offIn uint64
 	if !ok || dst.m.sess != f.m.sess || flags != 0 {
 		return 0, syscall.EXDEV
 	}
-	k, err := f.sess().CopyRange(ctx, f.n.Load(), int64(offIn), dst.n.Load(), int64(offOut), int64(min(length, 1<<30)), unprivileged(ctx))
+	k, err := f.sess().CopyRange(ctx, f.n.Load(), int64(offIn), dst.n.Load(), int64(offOut), int64(min(length, 1<<30)), dropFor(ctx))
 	if err != nil && k == 0 {
 		return 0, f.m.toErrno("copy_file_range", f, err)
 	}

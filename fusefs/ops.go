@@ -348,24 +348,40 @@ type SetAttr struct {
 	Atime, Mtime *int64 // nanoseconds
 	AtimeNow     bool
 	MtimeNow     bool
-	// KillPriv clears setuid, setgid and file capabilities as a write
-	// would (truncate by an unprivileged caller; see killPriv).
-	KillPriv bool
+	// Drop clears setuid, setgid and file capabilities as a write would
+	// (truncate by an unprivileged caller; see privDrop).
+	Drop *privDrop
 }
 
-// killPriv drops the privileges a file grants when it changes: setuid,
-// setgid if group-executable (else it marks mandatory locking and stays),
-// and the security.capability xattr, as the kernel does on ext4. The
-// kernel leaves this to the daemon (CAP_HANDLE_KILLPRIV_V2), which spares
-// a getxattr round trip on every write. Called with n.mu held; reports
+// privDrop is a change to a file by a caller without CAP_FSETID, which
+// drops the privileges the file grants (see killPriv); nil for a caller
+// with it. The kernel leaves this to the daemon (CAP_HANDLE_KILLPRIV_V2),
+// which spares a getxattr round trip on every write.
+type privDrop struct {
+	inGroup func(gid uint32) bool // whether the caller is in group gid
+}
+
+// apply drops n's privileges for p's caller. Called with n.mu held;
+// reports whether anything changed.
+func (p *privDrop) apply(n *node) bool {
+	if p == nil {
+		return false
+	}
+	return n.killPriv(p.inGroup(n.gid))
+}
+
+// killPriv drops the privileges a file grants when it changes: setuid;
+// setgid if group-executable, or if the caller (inGroup) is not in the
+// file's group; and the security.capability xattr, as the kernel does on
+// ext4 (setattr_should_drop_suidgid). Called with n.mu held; reports
 // whether anything changed.
-func (n *node) killPriv() bool {
+func (n *node) killPriv(inGroup bool) bool {
 	changed := false
 	if n.mode&syscall.S_ISUID != 0 {
 		n.mode &^= syscall.S_ISUID
 		changed = true
 	}
-	if n.mode&(syscall.S_ISGID|syscall.S_IXGRP) == syscall.S_ISGID|syscall.S_IXGRP {
+	if n.mode&syscall.S_ISGID != 0 && (n.mode&syscall.S_IXGRP != 0 || !inGroup) {
 		n.mode &^= syscall.S_ISGID
 		changed = true
 	}
@@ -420,14 +436,14 @@ func (s *Session) Setattr(ctx context.Context, n *node, a SetAttr) error {
 		}
 		n.mtime = t
 	}
-	if a.KillPriv {
-		n.killPriv()
-	}
+	a.Drop.apply(n)
 	if a.Mode != nil {
 		n.mode = *a.Mode & 0o7777
 	}
 	if (a.UID != nil || a.GID != nil) && !n.isDir() && a.Mode == nil {
-		n.killPriv() // chown drops them for every caller, root too
+		// chown drops them for every caller, root too, but a privileged
+		// one keeps a setgid that is not group-executable.
+		n.killPriv(a.Drop == nil || a.Drop.inGroup(n.gid))
 	}
 	if a.UID != nil {
 		n.uid = *a.UID
@@ -604,10 +620,10 @@ func (s *Session) spillSome(ctx context.Context, files []*node, limit int64) ([]
 }
 
 // WriteOp says how a write lands: at the end (O_APPEND), and whether it
-// drops the file's privileges (an unprivileged writer; see killPriv).
+// drops the file's privileges (an unprivileged writer; see privDrop).
 type WriteOp struct {
-	Append   bool
-	KillPriv bool
+	Append bool
+	Drop   *privDrop
 }
 
 // Write writes data at off (at the end with op.Append) and returns the
@@ -645,7 +661,7 @@ func (s *Session) write(ctx context.Context, n *node, data []byte, off int64, op
 	}
 	t := now()
 	n.mtime, n.ctime = t, t
-	if op.KillPriv && n.killPriv() {
+	if op.Drop.apply(n) {
 		s.markDirty(n) // a change of attributes, not only of content
 	}
 	s.markWritten(n, off, off+int64(len(data)))
@@ -680,8 +696,10 @@ const (
 )
 
 // Allocate implements fallocate: plain allocation extends the size (the
-// bytes read as zero); PUNCH_HOLE and ZERO_RANGE zero a range.
-func (s *Session) Allocate(ctx context.Context, n *node, off, length int64, mode uint32) error {
+// bytes read as zero); PUNCH_HOLE and ZERO_RANGE zero a range. drop is
+// the caller's, as for a write: ext4 drops privileges on fallocate too (and
+// the kernel sends no flag for it with FALLOCATE).
+func (s *Session) Allocate(ctx context.Context, n *node, off, length int64, mode uint32, drop *privDrop) error {
 	done, err := s.begin()
 	if err != nil {
 		return err
@@ -728,6 +746,7 @@ func (s *Session) Allocate(ctx context.Context, n *node, off, length int64, mode
 	if mode != 0 {
 		n.mtime = t
 	}
+	drop.apply(n)
 	s.markDirty(n)
 	return nil
 }
@@ -913,7 +932,7 @@ func (s *Session) Readlink(n *node) (string, error) {
 
 // CopyRange copies length bytes from src at offIn to dst at offOut, chunk
 // by chunk, and returns the bytes copied.
-func (s *Session) CopyRange(ctx context.Context, src *node, offIn int64, dst *node, offOut int64, length int64, killPriv bool) (int64, error) {
+func (s *Session) CopyRange(ctx context.Context, src *node, offIn int64, dst *node, offOut int64, length int64, drop *privDrop) (int64, error) {
 	if src.kind != manifest.KindFile || dst.kind != manifest.KindFile {
 		return 0, syscall.EINVAL
 	}
@@ -928,7 +947,7 @@ func (s *Session) CopyRange(ctx context.Context, src *node, offIn int64, dst *no
 		if n == 0 {
 			break
 		}
-		if _, err := s.Write(ctx, dst, buf[:n], offOut+copied, WriteOp{KillPriv: killPriv}); err != nil {
+		if _, err := s.Write(ctx, dst, buf[:n], offOut+copied, WriteOp{Drop: drop}); err != nil {
 			return copied, err
 		}
 		copied += int64(n)

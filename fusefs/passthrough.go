@@ -430,7 +430,9 @@ func (n *node) ingest(ctx context.Context) (int64, error) {
 			}
 			n.sess.markDirty(n)
 		}
-		if size > b.ingested && n.killPriv() {
+		// Passed-through writers are not known: one in the file's group
+		// is assumed (a setgid that is not group-executable stays).
+		if size > b.ingested && n.killPriv(true) {
 			n.sess.markDirty(n) // chmod +s since the open: drop it, as a write does
 		}
 		n.mtime, n.ctime = mtime, mtime
