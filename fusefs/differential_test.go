@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -144,15 +145,30 @@ func (d *differential) addPair(session, nativeRoot string) *diffPair {
 		}
 	}
 	d.t.Cleanup(p.native.closeAll)
+	diffReach(d.t, nativeRoot)
 	d.mountPair(p)
+	if session == "s" {
+		// Open to all users; a fork's root has its snapshot's attributes.
+		require.NoError(d.t, os.Chmod(nativeRoot, 0o777))
+		require.NoError(d.t, os.Chmod(p.mount.root, 0o777))
+	}
 	d.pairs = append(d.pairs, p)
 	return p
 }
 
 func (d *differential) mountPair(p *diffPair) {
-	p.m = MountForTest(d.t, d.e, p.name, "", MountOptions{})
+	p.m = MountForTest(d.t, d.e, p.name, "", MountOptions{AllowOther: true})
 	p.mount.root = p.m.Dir()
 	d.t.Cleanup(p.mount.closeAll) // before the mount's unmount
+	diffReach(d.t, p.mount.root)
+}
+
+// diffReach lets every user reach root: t.TempDir makes its directories
+// 0700.
+func diffReach(t *testing.T, root string) {
+	for dir := filepath.Dir(root); dir != os.TempDir() && dir != "/"; dir = filepath.Dir(dir) {
+		require.NoError(t, os.Chmod(dir, 0o755))
+	}
 }
 
 func (d *differential) history() string {
@@ -166,15 +182,51 @@ func (d *differential) note(s string) {
 	}
 }
 
-// step runs op in both worlds of the current pair and requires the same
-// outcome.
+// diffUsers are who a step runs as: root most of the time, else one of
+// three users without supplementary groups, two of them in one group.
+var diffUsers = []struct{ uid, gid int }{{0, 0}, {0, 0}, {0, 0}, {1000, 1000}, {1001, 1000}, {1002, 1002}}
+
+// step runs op in both worlds of the current pair, as one user, and
+// requires the same outcome.
 func (d *differential) step(op diffOp) {
-	d.note(d.cur.name + ": " + op.desc)
-	nres, nerr := op.run(d.cur.native)
-	mres, merr := op.run(d.cur.mount)
+	u := diffUsers[d.r.IntN(len(diffUsers))]
+	d.note(fmt.Sprintf("%s as %d:%d: %s", d.cur.name, u.uid, u.gid, op.desc))
+	run := func(w *diffWorld) (string, error) {
+		return asUser(u.uid, u.gid, func() (string, error) { return op.run(w) })
+	}
+	nres, nerr := run(d.cur.native)
+	mres, merr := run(d.cur.mount)
 	want, got := diffOutcome(nres, nerr), diffOutcome(mres, merr)
 	d.log[len(d.log)-1] += " = " + want
 	require.Equal(d.t, want, got, "%s: native and homefs differ%s", op.desc, d.history())
+}
+
+// asUser runs fn on a thread of its own whose file system ids are uid and
+// gid, with no supplementary groups: the kernel checks permissions, and the
+// mount records owners, as for that user. The thread ends with fn.
+func asUser(uid, gid int, fn func() (string, error)) (string, error) {
+	if uid == 0 {
+		return fn()
+	}
+	var res string
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread is not reused
+		if _, _, errno := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); errno != 0 {
+			err = fmt.Errorf("setgroups: %w", errno)
+			return
+		}
+		if err = unix.Setfsgid(gid); err == nil {
+			err = unix.Setfsuid(uid)
+		}
+		if err == nil {
+			res, err = fn()
+		}
+	}()
+	<-done
+	return res, err
 }
 
 func diffOutcome(res string, err error) string {
@@ -198,6 +250,15 @@ func (d *differential) dir() string {
 func (d *differential) randPath() string { return d.dir() + d.pick(diffNames) }
 
 func (d *differential) filePath() string { return d.dir() + d.pick(diffFiles) }
+
+// attrPath is a path whose attributes a step changes: now and then the
+// root, whose attributes no entry holds.
+func (d *differential) attrPath() string {
+	if d.r.IntN(10) == 0 {
+		return "."
+	}
+	return d.randPath()
+}
 
 func (d *differential) anyOpen() bool {
 	return slices.ContainsFunc(d.cur.native.fds[:], func(fd int) bool { return fd >= 0 })
@@ -394,10 +455,20 @@ func (d *differential) genOp() diffOp {
 			return string(buf[:max(n, 0)]), err
 		}}
 	case k < 87:
-		p, mode := d.randPath(), uint32(d.r.IntN(0o1000))
+		p, mode := d.attrPath(), uint32(d.r.IntN(0o10000))
 		return diffOp{fmt.Sprintf("chmod(%s, %o)", p, mode), func(w *diffWorld) (string, error) { return "", unix.Chmod(w.path(p), mode) }}
+	case k < 88:
+		p := d.attrPath()
+		uid, gid := []int{-1, 0, 1000, 1001}[d.r.IntN(4)], []int{-1, 0, 1000, 1002}[d.r.IntN(4)]
+		follow := d.r.IntN(2) == 0
+		return diffOp{fmt.Sprintf("chown(%s, %d, %d, follow %v)", p, uid, gid, follow), func(w *diffWorld) (string, error) {
+			if follow {
+				return "", unix.Chown(w.path(p), uid, gid)
+			}
+			return "", unix.Lchown(w.path(p), uid, gid)
+		}}
 	case k < 89:
-		p := d.randPath()
+		p := d.attrPath()
 		ts := []unix.Timespec{{Sec: int64(d.r.IntN(1 << 31)), Nsec: int64(d.r.IntN(1e9))}, {Sec: int64(d.r.IntN(1 << 31)), Nsec: int64(d.r.IntN(1e9))}}
 		flags := []int{0, unix.AT_SYMLINK_NOFOLLOW}[d.r.IntN(2)]
 		return diffOp{fmt.Sprintf("utimensat(%s, %v, %d)", p, ts, flags), func(w *diffWorld) (string, error) {
@@ -411,7 +482,7 @@ func (d *differential) genOp() diffOp {
 			return fmt.Sprintf("atime %d.%09d mtime %d.%09d", st.Atim.Sec, st.Atim.Nsec, st.Mtim.Sec, st.Mtim.Nsec), nil
 		}}
 	case k < 93:
-		p, attr := d.randPath(), d.pick([]string{"user.a", "user.b"})
+		p, attr := d.attrPath(), d.pick([]string{"user.a", "user.b"})
 		switch d.r.IntN(4) {
 		case 0:
 			value, flags := fmt.Sprintf("v%d", seq), []int{0, unix.XATTR_CREATE, unix.XATTR_REPLACE}[d.r.IntN(3)]
@@ -511,10 +582,7 @@ func diffDump(t *testing.T, root string) map[string]string {
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(root, p)
-		if rel == "." {
-			return nil
-		}
+		rel, _ := filepath.Rel(root, p) // "." is the root: its attributes count too
 		var st unix.Stat_t
 		if err := unix.Lstat(p, &st); err != nil {
 			return err
