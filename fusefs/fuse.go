@@ -255,38 +255,39 @@ func unprivileged(ctx context.Context) bool {
 	return !ok || c.Uid != 0
 }
 
-// dropFor returns the privilege drop of a change by ctx's caller, nil for
+// dropFor returns the privilege drop of a change by ctx's caller: none for
 // a privileged one.
-func dropFor(ctx context.Context) *privDrop {
-	if !unprivileged(ctx) {
-		return nil
+func dropFor(ctx context.Context) privDrop {
+	c, ok := fuse.FromContext(ctx)
+	switch {
+	case !ok:
+		return privDrop{on: true} // no caller to trust: drop everything
+	case c.Uid == 0:
+		return privDrop{}
 	}
-	c, _ := fuse.FromContext(ctx)
-	return &privDrop{inGroup: func(gid uint32) bool { return callerInGroup(c, gid) }}
+	return privDrop{on: true, gid: c.Gid, pid: c.Pid}
 }
 
-// callerInGroup reports whether c is in group gid: its file system gid,
-// or a supplementary group, which a request does not carry; those are read
-// from /proc (a caller that is gone, or from another pid namespace, counts
-// as outside: dropping a privilege is the safe way to be wrong).
-func callerInGroup(c *fuse.Caller, gid uint32) bool {
-	if c == nil {
-		return false
-	}
-	if c.Gid == gid {
+// callerInGroup reports whether the caller (gid, pid) is in group want:
+// its file system gid, or a supplementary group, which a request does not
+// carry; those are read from /proc (a caller that is gone, or from another
+// pid namespace, counts as outside: dropping a privilege is the safe way to
+// be wrong).
+func callerInGroup(gid, pid, want uint32) bool {
+	if gid == want {
 		return true
 	}
-	if c.Pid == 0 {
+	if pid == 0 {
 		return false
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return false
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if groups, ok := strings.CutPrefix(line, "Groups:"); ok {
 			for _, g := range strings.Fields(groups) {
-				if v, err := strconv.ParseUint(g, 10, 32); err == nil && uint32(v) == gid {
+				if v, err := strconv.ParseUint(g, 10, 32); err == nil && uint32(v) == want {
 					return true
 				}
 			}
@@ -357,8 +358,8 @@ func (f *fnode) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn
 	if in.Valid&fuse.FATTR_KILL_SUIDGID != 0 {
 		a.Drop = dropFor(ctx)
 	}
-	if a.Drop == nil && (a.UID != nil || a.GID != nil) && unprivileged(ctx) {
-		a.Drop = dropFor(ctx) // for chown's rule (Setattr)
+	if a.UID != nil || a.GID != nil {
+		a.Chowner = dropFor(ctx)
 	}
 	if in.Valid&fuse.FATTR_ATIME != 0 {
 		if in.Valid&fuse.FATTR_ATIME_NOW != 0 {

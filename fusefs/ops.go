@@ -350,24 +350,34 @@ type SetAttr struct {
 	MtimeNow     bool
 	// Drop clears setuid, setgid and file capabilities as a write would
 	// (truncate by an unprivileged caller; see privDrop).
-	Drop *privDrop
+	Drop privDrop
+	// Chowner is the caller of a chown, which drops privileges for every
+	// caller (see Setattr).
+	Chowner privDrop
 }
 
-// privDrop is a change to a file by a caller without CAP_FSETID, which
-// drops the privileges the file grants (see killPriv); nil for a caller
-// with it. The kernel leaves this to the daemon (CAP_HANDLE_KILLPRIV_V2),
-// which spares a getxattr round trip on every write.
+// privDrop is a change to a file by a caller without CAP_FSETID (on),
+// which drops the privileges the file grants (see killPriv); the zero
+// value is a caller with it. The kernel leaves this to the daemon
+// (CAP_HANDLE_KILLPRIV_V2), which spares a getxattr round trip on every
+// write.
 type privDrop struct {
-	inGroup func(gid uint32) bool // whether the caller is in group gid
+	on       bool
+	gid, pid uint32 // the caller's, for its groups
 }
 
 // apply drops n's privileges for p's caller. Called with n.mu held;
 // reports whether anything changed.
-func (p *privDrop) apply(n *node) bool {
-	if p == nil {
+func (p privDrop) apply(n *node) bool {
+	if !p.on || n.isDir() {
 		return false
 	}
 	return n.killPriv(p.inGroup(n.gid))
+}
+
+// inGroup reports whether the caller is in group gid, or is privileged.
+func (p privDrop) inGroup(gid uint32) bool {
+	return !p.on || callerInGroup(p.gid, p.pid, gid)
 }
 
 // killPriv drops the privileges a file grants when it changes: setuid;
@@ -443,7 +453,7 @@ func (s *Session) Setattr(ctx context.Context, n *node, a SetAttr) error {
 	if (a.UID != nil || a.GID != nil) && !n.isDir() && a.Mode == nil {
 		// chown drops them for every caller, root too, but a privileged
 		// one keeps a setgid that is not group-executable.
-		n.killPriv(a.Drop == nil || a.Drop.inGroup(n.gid))
+		n.killPriv(a.Chowner.inGroup(n.gid))
 	}
 	if a.UID != nil {
 		n.uid = *a.UID
@@ -623,7 +633,7 @@ func (s *Session) spillSome(ctx context.Context, files []*node, limit int64) ([]
 // drops the file's privileges (an unprivileged writer; see privDrop).
 type WriteOp struct {
 	Append bool
-	Drop   *privDrop
+	Drop   privDrop
 }
 
 // Write writes data at off (at the end with op.Append) and returns the
@@ -699,7 +709,7 @@ const (
 // bytes read as zero); PUNCH_HOLE and ZERO_RANGE zero a range. drop is
 // the caller's, as for a write: ext4 drops privileges on fallocate too (and
 // the kernel sends no flag for it with FALLOCATE).
-func (s *Session) Allocate(ctx context.Context, n *node, off, length int64, mode uint32, drop *privDrop) error {
+func (s *Session) Allocate(ctx context.Context, n *node, off, length int64, mode uint32, drop privDrop) error {
 	done, err := s.begin()
 	if err != nil {
 		return err
@@ -932,7 +942,7 @@ func (s *Session) Readlink(n *node) (string, error) {
 
 // CopyRange copies length bytes from src at offIn to dst at offOut, chunk
 // by chunk, and returns the bytes copied.
-func (s *Session) CopyRange(ctx context.Context, src *node, offIn int64, dst *node, offOut int64, length int64, drop *privDrop) (int64, error) {
+func (s *Session) CopyRange(ctx context.Context, src *node, offIn int64, dst *node, offOut int64, length int64, drop privDrop) (int64, error) {
 	if src.kind != manifest.KindFile || dst.kind != manifest.KindFile {
 		return 0, syscall.EINVAL
 	}

@@ -72,7 +72,7 @@ func TestOverlayModel(t *testing.T) {
 			}
 		case r < 92:
 			off, l := rng.IntN(size+1), 1+rng.IntN(2*manifest.ChunkSize)
-			require.NoError(t, s.Allocate(ctx, n, int64(off), int64(l), fallocPunchHole|fallocKeepSize, nil))
+			require.NoError(t, s.Allocate(ctx, n, int64(off), int64(l), fallocPunchHole|fallocKeepSize, privDrop{}))
 			clear(model[min(off, len(model)):min(off+l, len(model))])
 		case r < 96:
 			n.mu.Lock()
