@@ -327,7 +327,7 @@ func entriesEqual(a, b *Entry) bool {
 // (see ValidatePath), and returns its root ref. Each entry's Name is set
 // from its path. Directories in files keep their attributes (their Tree is
 // computed); missing intermediate directories get DefaultDirMode and zero
-// times.
+// times. An entry at "" holds the root's own attributes (Tree.Self).
 func BuildTree(ctx context.Context, p cas.Putter, files map[string]Entry) (cas.Ref, error) {
 	type dirNode struct {
 		entry    Entry
@@ -338,7 +338,16 @@ func BuildTree(ctx context.Context, p cas.Putter, files map[string]Entry) (cas.R
 		return &dirNode{entry: Entry{Name: name, Kind: KindDir, Mode: DefaultDirMode}, children: map[string]*dirNode{}, isDir: true}
 	}
 	root := newDir("")
+	var self *DirAttr
 	for _, path := range slices.Sorted(maps.Keys(files)) {
+		if path == "" {
+			e := files[path]
+			if e.Kind != KindDir {
+				return cas.Ref{}, errf(ErrInvalidPath, "the root as a %v", e.Kind)
+			}
+			self = &DirAttr{Mode: e.Mode, UID: e.UID, GID: e.GID, MtimeNs: e.MtimeNs, CtimeNs: e.CtimeNs, Xattrs: e.Xattrs}
+			continue
+		}
 		if err := ValidatePath(path); err != nil {
 			return cas.Ref{}, err
 		}
@@ -370,6 +379,9 @@ func BuildTree(ctx context.Context, p cas.Putter, files map[string]Entry) (cas.R
 	var put func(d *dirNode, path string) (cas.Ref, error)
 	put = func(d *dirNode, path string) (cas.Ref, error) {
 		t := &Tree{Entries: make([]Entry, 0, len(d.children))}
+		if d == root {
+			t.Self = self
+		}
 		for _, name := range slices.Sorted(maps.Keys(d.children)) {
 			c := d.children[name]
 			if c.isDir {

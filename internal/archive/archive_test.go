@@ -208,3 +208,28 @@ func TestHardLinkedSymlinkEscape(t *testing.T) {
 	err = Extract(context.Background(), bytes.NewReader(data), filepath.Join(t.TempDir(), "out"), nil)
 	require.ErrorIs(t, err, ErrUnsafe)
 }
+
+// TestRootAttributes checks that the root's own attributes travel as
+// "./": import keeps them in the root's tree, export writes them back.
+func TestRootAttributes(t *testing.T) {
+	ctx := context.Background()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	require.NoError(t, tw.WriteHeader(&tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: 0o2770, Uid: 1000, Gid: 100,
+		ModTime: time.Unix(1700000000, 5), Format: tar.FormatPAX, PAXRecords: map[string]string{xattrPrefix + "user.k": "v"}}))
+	require.NoError(t, tw.WriteHeader(&tar.Header{Name: "f", Typeflag: tar.TypeReg, Mode: 0o644, ModTime: time.Unix(1700000000, 0)}))
+	require.NoError(t, tw.Close())
+	st := cas.NewMemory()
+	res, err := Import(ctx, st, &buf, nil)
+	require.NoError(t, err)
+	top, err := manifest.GetTree(ctx, st, res.Root)
+	require.NoError(t, err)
+	require.Equal(t, &manifest.DirAttr{Mode: 0o2770, UID: 1000, GID: 100, MtimeNs: 1700000000_000000005, CtimeNs: 1700000000_000000005,
+		Xattrs: []manifest.Xattr{{Name: "user.k", Value: []byte("v")}}}, top.Self)
+
+	var out bytes.Buffer
+	require.NoError(t, Export(ctx, st, res.Root, &out, nil))
+	again, err := Import(ctx, st, bytes.NewReader(out.Bytes()), nil)
+	require.NoError(t, err)
+	require.Equal(t, res.Root, again.Root, "export and import keep the root's attributes")
+}

@@ -20,7 +20,26 @@ func Export(ctx context.Context, g cas.Getter, root cas.Ref, w io.Writer, progre
 	tw := tar.NewWriter(w)
 	firstName := make(map[uint64]string) // LinkID → first path written
 	var entries, bytes int64
-	err := manifest.Walk(ctx, g, root, func(p string, e *manifest.Entry) error {
+	// The root's own attributes, when its tree holds them, are those of
+	// "./", as tar writes the directory it archives.
+	top, err := manifest.GetTree(ctx, g, root)
+	if err != nil {
+		return fmt.Errorf("archive: root: %w", err)
+	}
+	if a := top.Self; a != nil {
+		hdr := &tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: int64(a.Mode), Uid: int(a.UID), Gid: int(a.GID),
+			ModTime: time.Unix(0, a.MtimeNs), ChangeTime: time.Unix(0, a.CtimeNs), Format: tar.FormatPAX}
+		for _, x := range a.Xattrs {
+			if hdr.PAXRecords == nil {
+				hdr.PAXRecords = make(map[string]string)
+			}
+			hdr.PAXRecords[xattrPrefix+x.Name] = string(x.Value)
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return fmt.Errorf("archive: ./: %w", err)
+		}
+	}
+	err = manifest.Walk(ctx, g, root, func(p string, e *manifest.Entry) error {
 		hdr := &tar.Header{
 			Name:       p,
 			Mode:       int64(e.Mode & 0o7777),

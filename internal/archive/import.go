@@ -95,7 +95,10 @@ func Import(ctx context.Context, st Store, r io.Reader, progress Progress) (*Imp
 		switch hdr.Typeflag {
 		case tar.TypeDir:
 			if p == "" {
-				continue // the root's own attributes are not kept
+				// "./": the root's own attributes (BuildTree's files[""]).
+				e.Kind = manifest.KindDir
+				files[""] = e
+				continue
 			}
 			e.Kind = manifest.KindDir
 			res.Dirs++
