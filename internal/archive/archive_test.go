@@ -101,10 +101,7 @@ func TestRoundTrip(t *testing.T) {
 	require.EqualValues(t, 3, res.Files)
 	require.EqualValues(t, 1, res.Symlinks)
 
-	var out bytes.Buffer
-	require.NoError(t, Export(ctx, st, res.Root, &out, nil))
-	dst := filepath.Join(t.TempDir(), "out")
-	require.NoError(t, Extract(ctx, &out, dst, nil))
+	dst := exportExtract(t, st, res.Root)
 	b, err := os.ReadFile(filepath.Join(dst, "big.bin"))
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(big, b))
@@ -126,6 +123,18 @@ func TestRoundTrip(t *testing.T) {
 	require.NoError(t, st.CorruptForTest(ref))
 	err = Export(ctx, st, res.Root, &bytes.Buffer{}, nil)
 	require.True(t, errors.Is(err, cas.ErrCorrupt), "%v", err)
+}
+
+// exportExtract exports the tree at root and extracts it into a new
+// directory, which it returns.
+func exportExtract(t *testing.T, st cas.Getter, root cas.Ref) string {
+	t.Helper()
+	ctx := context.Background()
+	var out bytes.Buffer
+	require.NoError(t, Export(ctx, st, root, &out, nil))
+	dst := filepath.Join(t.TempDir(), "out")
+	require.NoError(t, Extract(ctx, &out, dst, nil))
+	return dst
 }
 
 func TestExtractRefusesSymlinkEscape(t *testing.T) {
@@ -183,10 +192,7 @@ func TestImportLinkGroups(t *testing.T) {
 	}
 
 	// The hard-linked symlink survives export and extraction.
-	var out bytes.Buffer
-	require.NoError(t, Export(ctx, st, res.Root, &out, nil))
-	dst := filepath.Join(t.TempDir(), "out")
-	require.NoError(t, Extract(ctx, &out, dst, nil))
+	dst := exportExtract(t, st, res.Root)
 	a, err := os.Lstat(filepath.Join(dst, "l"))
 	require.NoError(t, err)
 	b, err := os.Lstat(filepath.Join(dst, "d/l"))
