@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -15,11 +16,13 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"homefs/cas"
+	"homefs/internal/catalog"
 )
 
 // TestDifferential applies one random sequence of system calls to a
@@ -37,21 +40,48 @@ import (
 // appenders, staged new files, files the daemon serves, unlinked open
 // files, shared writable mappings from another process) is compared.
 //
-// HOMEFS_DIFF_SEEDS=N runs seeds 1 to N instead of the first four.
+// It runs against three engines: as configured by default (new files
+// staged), with every file served by the daemon (NoStaging), and with a
+// flush every millisecond racing the steps. HOMEFS_DIFF_SEEDS=N runs seeds
+// 1 to N of each instead of the first four (two for the variants).
 func TestDifferential(t *testing.T) {
 	t.Parallel()
-	seeds := uint64(4)
-	if v := os.Getenv("HOMEFS_DIFF_SEEDS"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 32)
-		require.NoError(t, err, "HOMEFS_DIFF_SEEDS")
-		seeds = n
+	for _, v := range []struct {
+		name  string
+		seeds uint64
+		opts  Options
+	}{
+		{"staged", 4, Options{}},
+		{"daemon", 2, Options{NoStaging: true}},
+		{"flushing", 2, Options{FlushInterval: time.Millisecond}},
+	} {
+		seeds := v.seeds
+		if env := os.Getenv("HOMEFS_DIFF_SEEDS"); env != "" {
+			n, err := strconv.ParseUint(env, 10, 32)
+			require.NoError(t, err, "HOMEFS_DIFF_SEEDS")
+			seeds = n
+		}
+		for seed := uint64(1); seed <= seeds; seed++ {
+			t.Run(fmt.Sprintf("%s/%d", v.name, seed), func(t *testing.T) {
+				t.Parallel()
+				runDifferential(t, seed, 3000, v.opts)
+			})
+		}
 	}
-	for seed := uint64(1); seed <= seeds; seed++ {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			t.Parallel()
-			runDifferential(t, seed, 3000)
-		})
-	}
+}
+
+// newDiffEngine is NewTestEngine with opts.
+func newDiffEngine(t *testing.T, opts Options) *Engine {
+	store := cas.NewMemory()
+	opts.StoreDir = t.TempDir()
+	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	e := New(store, catalog.New(store), opts)
+	t.Cleanup(func() {
+		if err := e.Close(context.Background()); err != nil {
+			t.Errorf("close engine: %v", err)
+		}
+	})
+	return e
 }
 
 const diffSlots = 6
@@ -116,9 +146,9 @@ type diffPair struct {
 
 const diffMaxForks = 3
 
-func runDifferential(t *testing.T, seed uint64, steps int) {
+func runDifferential(t *testing.T, seed uint64, steps int, opts Options) {
 	d := &differential{
-		t: t, r: rand.New(rand.NewPCG(seed, seed*7919)), e: NewTestEngine(t, nil),
+		t: t, r: rand.New(rand.NewPCG(seed, seed*7919)), e: newDiffEngine(t, opts),
 		saved: t.TempDir(),
 	}
 	d.addPair("s", t.TempDir())
