@@ -261,7 +261,8 @@ func dropFor(ctx context.Context) privDrop {
 	c, ok := fuse.FromContext(ctx)
 	switch {
 	case !ok:
-		return privDrop{on: true} // no caller to trust: drop everything
+		// No caller known: dropped as for one outside every group.
+		return privDrop{on: true, gid: ^uint32(0)}
 	case c.Uid == 0:
 		return privDrop{}
 	}
