@@ -43,9 +43,16 @@ import (
 // It runs against three engines: as configured by default (new files
 // staged), with every file served by the daemon (NoStaging), and with a
 // flush every millisecond racing the steps. HOMEFS_DIFF_SEEDS=N runs seeds
-// 1 to N of each instead of the first four (two for the variants).
+// 1 to N of each instead of the first four (two for the variants), and
+// HOMEFS_DIFF_STEPS=N takes N steps a seed instead of 3000.
 func TestDifferential(t *testing.T) {
 	t.Parallel()
+	steps := 3000
+	if env := os.Getenv("HOMEFS_DIFF_STEPS"); env != "" {
+		n, err := strconv.Atoi(env)
+		require.NoError(t, err, "HOMEFS_DIFF_STEPS")
+		steps = n
+	}
 	for _, v := range []struct {
 		name  string
 		seeds uint64
@@ -64,7 +71,7 @@ func TestDifferential(t *testing.T) {
 		for seed := uint64(1); seed <= seeds; seed++ {
 			t.Run(fmt.Sprintf("%s/%d", v.name, seed), func(t *testing.T) {
 				t.Parallel()
-				runDifferential(t, seed, 3000, v.opts)
+				runDifferential(t, seed, steps, v.opts)
 			})
 		}
 	}

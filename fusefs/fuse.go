@@ -167,6 +167,9 @@ func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, error) {
 			if b, err = n.openBacking(ctx, kind); err == nil {
 				h.pt, h.fd = true, int(b.f.Fd())
 				b.opens++
+				if d := dropFor(ctx); d.on && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+					b.drop = d
+				}
 				if flags&syscall.O_ACCMODE != syscall.O_WRONLY {
 					b.readable = true
 				}

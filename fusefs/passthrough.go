@@ -70,6 +70,12 @@ type backing struct {
 	// the flush that keeps f once more for that reason (ingestAll).
 	fresh bool
 
+	// drop is the last unprivileged caller that opened f for writing:
+	// the daemon does not see passthrough writes, so a write found later
+	// drops the file's privileges as that caller's would. Zero while every
+	// writer was privileged (root's writes keep setuid, as on ext4).
+	drop privDrop
+
 	// A staged backing file (staged.go) holds the file's content; the
 	// node holds it only as of the last absorb.
 	staged   bool
@@ -430,9 +436,7 @@ func (n *node) ingest(ctx context.Context) (int64, error) {
 			}
 			n.sess.markDirty(n)
 		}
-		// Passed-through writers are not known: one in the file's group
-		// is assumed (a setgid that is not group-executable stays).
-		if size > b.ingested && n.killPriv(true) {
+		if size > b.ingested && b.drop.apply(n) {
 			n.sess.markDirty(n) // chmod +s since the open: drop it, as a write does
 		}
 		n.mtime, n.ctime = mtime, mtime

@@ -136,7 +136,7 @@ func (n *node) noteWrite(b *backing, fp fingerprint) {
 	}
 	n.mtime, n.ctime = fp.mtime, fp.mtime
 	b.mtime = fp.mtime
-	if n.killPriv(true) { // the writer is not known, as for an appender
+	if b.drop.apply(n) {
 		n.sess.markDirty(n) // chmod +s since the open: drop it, as a write does
 	}
 }

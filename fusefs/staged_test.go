@@ -268,17 +268,37 @@ func TestStagedDurability(t *testing.T) {
 }
 
 // TestStagedKillPriv: privileges set after a staged write stay; a write
-// passed through after them drops them. The daemon cannot tell who wrote,
-// so it drops them as for an unprivileged writer (ext4 keeps them for a
-// writer with CAP_FSETID).
+// passed through after them drops them as the writer's would on ext4. The
+// daemon does not see passthrough writes, so it goes by who opened the
+// file for writing: root's writes keep setuid (CAP_FSETID), another
+// user's drop it.
 func TestStagedKillPriv(t *testing.T) {
 	t.Parallel()
-	_, _, p, w := stagedWriter(t, "tool", "#!/bin/sh\n")
+	e, m, p, w := stagedWriter(t, "tool", "#!/bin/sh\n")
 	require.NoError(t, unix.Chmod(p, 0o4755))
 	require.Equal(t, uint32(syscall.S_IFREG|0o4755), stat(t, p).Mode)
 	_, err := w.WriteString("echo hi\n")
 	require.NoError(t, err)
-	require.Equal(t, uint32(syscall.S_IFREG|0o755), stat(t, p).Mode, "a write after chmod +s drops it")
+	require.Equal(t, uint32(syscall.S_IFREG|0o4755), stat(t, p).Mode, "root's write after chmod +s keeps it")
+
+	// A user's staged file, written after root set its setuid bit.
+	require.NoError(t, os.Chmod(m.Dir(), 0o777))
+	diffReach(t, m.Dir())
+	up := filepath.Join(m.Dir(), "user-tool")
+	var fd int
+	_, err = asUser(1000, 1000, func() (string, error) {
+		var err error
+		fd, err = unix.Open(up, unix.O_WRONLY|unix.O_CREAT|unix.O_CLOEXEC, 0o755)
+		return "", err
+	})
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	staged, _ := stagedState(t, e, "s", "user-tool")
+	require.True(t, staged, "the user's new file is staged")
+	require.NoError(t, unix.Chmod(up, 0o4755))
+	_, err = unix.Write(fd, []byte("echo hi\n"))
+	require.NoError(t, err)
+	require.Equal(t, uint32(syscall.S_IFREG|0o755), stat(t, up).Mode, "a user's write after chmod +s drops it")
 }
 
 // TestStagedModel: random writes (sparse, overlapping, past the end)
