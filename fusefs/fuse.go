@@ -167,9 +167,6 @@ func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, error) {
 			if b, err = n.openBacking(ctx, kind); err == nil {
 				h.pt, h.fd = true, int(b.f.Fd())
 				b.opens++
-				if d := dropFor(ctx); d.on && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
-					b.drop = d
-				}
 				if flags&syscall.O_ACCMODE != syscall.O_WRONLY {
 					b.readable = true
 				}
@@ -359,7 +356,12 @@ func (f *fnode) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn
 		s := int64(sz)
 		a.Size = &s
 	}
-	if in.Valid&fuse.FATTR_KILL_SUIDGID != 0 {
+	// FATTR_KILL_SUIDGID comes with a truncate. A SETATTR that sets
+	// nothing is the kernel's file_remove_privs for a write it passes
+	// through to a backing file (CAP_HANDLE_KILLPRIV_V2 strips what it
+	// would have set), sent by the writer, and only by one without
+	// CAP_FSETID: the daemon sees no passthrough write, but this it sees.
+	if in.Valid&fuse.FATTR_KILL_SUIDGID != 0 || in.Valid&^(fuse.FATTR_FH|fuse.FATTR_LOCKOWNER) == 0 {
 		a.Drop = dropFor(ctx)
 	}
 	if a.UID != nil || a.GID != nil {

@@ -70,12 +70,6 @@ type backing struct {
 	// the flush that keeps f once more for that reason (ingestAll).
 	fresh bool
 
-	// drop is the last unprivileged caller that opened f for writing:
-	// the daemon does not see passthrough writes, so a write found later
-	// drops the file's privileges as that caller's would. Zero while every
-	// writer was privileged (root's writes keep setuid, as on ext4).
-	drop privDrop
-
 	// A staged backing file (staged.go) holds the file's content; the
 	// node holds it only as of the last absorb.
 	staged   bool
@@ -436,9 +430,8 @@ func (n *node) ingest(ctx context.Context) (int64, error) {
 			}
 			n.sess.markDirty(n)
 		}
-		if size > b.ingested && b.drop.apply(n) {
-			n.sess.markDirty(n) // chmod +s since the open: drop it, as a write does
-		}
+		// Privileges set since the open were dropped when the writer
+		// wrote: the kernel asks for it (an empty SETATTR, Setattr).
 		n.mtime, n.ctime = mtime, mtime
 		b.ingested, b.mtime, b.fresh = size, mtime, true
 		if err := n.sess.maybeSpill(ctx, n, -1); err != nil {

@@ -129,16 +129,14 @@ func (n *node) observe() (int64, error) {
 }
 
 // noteWrite applies what a write that changed b to fp implies for n's
-// attributes. Called with n.mu held.
+// times (its privileges dropped when it was written, see Setattr). Called
+// with n.mu held.
 func (n *node) noteWrite(b *backing, fp fingerprint) {
 	if fp.mtime == b.mtime {
 		return
 	}
 	n.mtime, n.ctime = fp.mtime, fp.mtime
 	b.mtime = fp.mtime
-	if b.drop.apply(n) {
-		n.sess.markDirty(n) // chmod +s since the open: drop it, as a write does
-	}
 }
 
 // absorb makes n's content what its backing file holds, writing only the
