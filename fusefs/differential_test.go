@@ -497,6 +497,11 @@ func (d *differential) genOp() diffOp {
 	case k < 88:
 		p := d.attrPath()
 		uid, gid := []int{-1, 0, 1000, 1001}[d.r.IntN(4)], []int{-1, 0, 1000, 1002}[d.r.IntN(4)]
+		if uid == -1 && gid == -1 {
+			// chown(-1, -1) reaches no FUSE daemon (docs/ARCHITECTURE.md,
+			// Known limits).
+			gid = 1002
+		}
 		follow := d.r.IntN(2) == 0
 		return diffOp{fmt.Sprintf("chown(%s, %d, %d, follow %v)", p, uid, gid, follow), func(w *diffWorld) (string, error) {
 			if follow {
