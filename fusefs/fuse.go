@@ -610,39 +610,39 @@ func (g *rawGate) Init(s *fuse.Server) {
 	g.RawFileSystem.Init(s)
 }
 
-func (g *rawGate) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+func (g *rawGate) Release(_ <-chan struct{}, in *fuse.ReleaseIn) {
 	g.m.releasing.Add(1)
 	defer g.m.releasing.Add(-1)
-	g.RawFileSystem.Release(cancel, in)
+	g.RawFileSystem.Release(nil, in) // never interrupted (nointr.go)
 }
 
 // OpenDir answers ENOSYS, which switches the kernel to no-opendir mode for
 // the rest of the connection, when the kernel offers that mode and the
 // mount alone shows its part of the session.
-func (g *rawGate) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+func (g *rawGate) OpenDir(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	if s := g.server.Load(); s != nil && s.KernelSettings().Flags64()&fuse.CAP_NO_OPENDIR_SUPPORT != 0 && !g.m.shortCache.Load() {
 		g.noOpendir.Store(true)
 		return fuse.ENOSYS
 	}
-	return g.RawFileSystem.OpenDir(cancel, in, out)
+	return g.RawFileSystem.OpenDir(nil, in, out)
 }
 
-func (g *rawGate) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	return g.withDir(cancel, in, func(in *fuse.ReadIn) fuse.Status { return g.RawFileSystem.ReadDir(cancel, in, out) })
+func (g *rawGate) ReadDir(_ <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return g.withDir(in, func(in *fuse.ReadIn) fuse.Status { return g.RawFileSystem.ReadDir(nil, in, out) })
 }
 
-func (g *rawGate) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	return g.withDir(cancel, in, func(in *fuse.ReadIn) fuse.Status { return g.RawFileSystem.ReadDirPlus(cancel, in, out) })
+func (g *rawGate) ReadDirPlus(_ <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return g.withDir(in, func(in *fuse.ReadIn) fuse.Status { return g.RawFileSystem.ReadDirPlus(nil, in, out) })
 }
 
 // withDir calls read with in, giving it a handle opened for this request
 // alone when the kernel sent none (no-opendir mode).
-func (g *rawGate) withDir(cancel <-chan struct{}, in *fuse.ReadIn, read func(*fuse.ReadIn) fuse.Status) fuse.Status {
+func (g *rawGate) withDir(in *fuse.ReadIn, read func(*fuse.ReadIn) fuse.Status) fuse.Status {
 	if in.Fh != 0 {
 		return read(in)
 	}
 	var opened fuse.OpenOut
-	if st := g.RawFileSystem.OpenDir(cancel, &fuse.OpenIn{InHeader: in.InHeader, Flags: syscall.O_RDONLY}, &opened); !st.Ok() {
+	if st := g.RawFileSystem.OpenDir(nil, &fuse.OpenIn{InHeader: in.InHeader, Flags: syscall.O_RDONLY}, &opened); !st.Ok() {
 		return st
 	}
 	defer g.RawFileSystem.ReleaseDir(&fuse.ReleaseIn{InHeader: in.InHeader, Fh: opened.Fh})
