@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -22,7 +21,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"homefs/cas"
-	"homefs/internal/catalog"
 )
 
 // TestDifferential applies one random sequence of system calls to a
@@ -75,20 +73,6 @@ func TestDifferential(t *testing.T) {
 			})
 		}
 	}
-}
-
-// newDiffEngine is NewTestEngine with opts.
-func newDiffEngine(t *testing.T, opts Options) *Engine {
-	store := cas.NewMemory()
-	opts.StoreDir = t.TempDir()
-	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	e := New(store, catalog.New(store), opts)
-	t.Cleanup(func() {
-		if err := e.Close(context.Background()); err != nil {
-			t.Errorf("close engine: %v", err)
-		}
-	})
-	return e
 }
 
 const diffSlots = 6
@@ -155,7 +139,7 @@ const diffMaxForks = 3
 
 func runDifferential(t *testing.T, seed uint64, steps int, opts Options) {
 	d := &differential{
-		t: t, r: rand.New(rand.NewPCG(seed, seed*7919)), e: newDiffEngine(t, opts),
+		t: t, r: rand.New(rand.NewPCG(seed, seed*7919)), e: newTestEngine(t, nil, opts),
 		saved: t.TempDir(),
 	}
 	d.addPair("s", t.TempDir())

@@ -15,14 +15,19 @@ import (
 // nil), closed when the test ends.
 func NewTestEngine(t testing.TB, store cas.Store) *Engine {
 	t.Helper()
+	return newTestEngine(t, store, Options{})
+}
+
+// newTestEngine is NewTestEngine with opts (StoreDir and Logger are set
+// here).
+func newTestEngine(t testing.TB, store cas.Store, opts Options) *Engine {
+	t.Helper()
 	if store == nil {
 		store = cas.NewMemory()
 	}
-	dir := t.TempDir()
-	e := New(store, catalog.New(store), Options{
-		StoreDir: dir,
-		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	opts.StoreDir = t.TempDir()
+	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	e := New(store, catalog.New(store), opts)
 	t.Cleanup(func() {
 		if err := e.Close(context.Background()); err != nil {
 			t.Errorf("close engine: %v", err)
