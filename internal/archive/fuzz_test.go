@@ -46,6 +46,14 @@ func FuzzImport(f *testing.F) {
 		{Name: "d/l", Typeflag: tar.TypeSymlink, Linkname: "f"},
 		{Name: "d/h", Typeflag: tar.TypeLink, Linkname: "d/f"},
 	}, "hello\n"))
+	f.Add(seedTar(f, []tar.Header{
+		{Name: "./", Typeflag: tar.TypeDir, Mode: 0o2770, Uid: 1000},
+		{Name: "f", Typeflag: tar.TypeReg, Mode: 0o644},
+		{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "f"},
+		{Name: "l2", Typeflag: tar.TypeLink, Linkname: "l"},
+		{Name: "l3", Typeflag: tar.TypeLink, Linkname: "l2"},
+		{Name: "l", Typeflag: tar.TypeReg, Mode: 0o600},
+	}, "hello\n"))
 	f.Add(seedTar(f, []tar.Header{{Name: "../evil", Typeflag: tar.TypeReg, Mode: 0o644}}, "x"))
 	f.Add(seedTar(f, []tar.Header{{Name: "a", Typeflag: tar.TypeSymlink, Linkname: "../../etc/passwd"}}, ""))
 	f.Add([]byte("not a tar stream"))
