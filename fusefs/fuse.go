@@ -246,17 +246,9 @@ func caller(ctx context.Context) Owner {
 	return Owner{}
 }
 
-// unprivileged reports whether the caller's changes to a file drop its
-// setuid, setgid and capabilities. The kernel's rule is the lack of
-// CAP_FSETID; the request carries only the caller's ids, so uid 0 stands
-// for it.
-func unprivileged(ctx context.Context) bool {
-	c, ok := fuse.FromContext(ctx)
-	return !ok || c.Uid != 0
-}
-
 // dropFor returns the privilege drop of a change by ctx's caller: none for
-// a privileged one.
+// a privileged one. The kernel's rule is the lack of CAP_FSETID; the
+// request carries only the caller's ids, so uid 0 stands for it.
 func dropFor(ctx context.Context) privDrop {
 	c, ok := fuse.FromContext(ctx)
 	switch {
