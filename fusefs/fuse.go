@@ -323,6 +323,11 @@ func (f *fnode) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut)
 	if err != nil {
 		return f.m.toErrno("getattr", f, err)
 	}
+	f.fillAttrOut(a, out)
+	return 0
+}
+
+func (f *fnode) fillAttrOut(a Attr, out *fuse.AttrOut) {
 	fillAttr(a, &out.Attr)
 	if f == f.m.root {
 		// The mountpoint keeps its inode number across a restore, which
@@ -330,7 +335,6 @@ func (f *fnode) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut)
 		out.Ino = f.m.rootIno
 	}
 	out.SetTimeout(f.m.cacheTimeout())
-	return 0
 }
 
 func (f *fnode) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
@@ -379,7 +383,14 @@ func (f *fnode) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn
 	if err := f.sess().Setattr(ctx, n, a); err != nil {
 		return f.m.toErrno("setattr", f, err)
 	}
-	return f.Getattr(ctx, nil, out)
+	// Setattr looked at a backing file already; a write racing this
+	// reply makes the kernel drop it (attr_version) either way.
+	attrs, err := f.sess().attrs(ctx, n)
+	if err != nil {
+		return f.m.toErrno("setattr", f, err)
+	}
+	f.fillAttrOut(attrs, out)
+	return 0
 }
 
 func (f *fnode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {

@@ -879,6 +879,14 @@ func (s *Session) Getattr(ctx context.Context, n *node) (Attr, error) {
 			return Attr{}, err
 		}
 	}
+	return s.attrs(ctx, n)
+}
+
+// attrs returns n's attributes as the session holds them, without
+// looking at a backing file first: Getattr does, and Setattr just did (a
+// second fstat of the staging file cost a chmod, chown or utimens of a
+// new file another system call, three per file of an untar).
+func (s *Session) attrs(ctx context.Context, n *node) (Attr, error) {
 	var nlink uint32 = 1
 	if n.isDir() {
 		k, err := s.subdirCount(ctx, n)
