@@ -159,9 +159,11 @@ func (s *Session) recycleBacking(f *os.File) {
 		// ext4 takes a truncate to size 0 for the first half of a replace
 		// (auto_da_alloc) and writes the file back at its next close: the
 		// kernel's close of the next writer's passthrough open, which would
-		// wait for the disk. Any close clears that: one of a second open here.
-		if g, err := os.Open(procPath(f)); err == nil {
-			g.Close()
+		// wait for the disk. Any close clears that: one of a second open
+		// here (a bare descriptor: os.Open would try, and fail, to add a
+		// regular file to the poller, four more system calls a file).
+		if fd, err := unix.Open(procPath(f), unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+			unix.Close(fd)
 		}
 		if fp, err = fingerprintOf(f); err != nil {
 			f.Close()
