@@ -1,12 +1,15 @@
 package fusefs
 
 // Mount benchmarks (issue 3, "Benchmarks"). Every benchmark but the
-// snapshot ones runs the same code twice in one process, as the
-// sub-benchmarks .../native (a directory on the disk under the store) and
-// .../homefs (a mount of a Badger-backed session whose store lives next to
-// that directory), so that the figures that matter are ratios measured
-// under the same conditions. internal/benchreport turns the output into
-// the table of docs/BENCHMARKS.md.
+// snapshot ones runs the same code twice, as the sub-benchmarks
+// .../native (a directory on the disk under the store) and .../homefs (a
+// mount of a Badger-backed session whose store lives next to that
+// directory), so that the figures that matter are ratios measured under
+// the same conditions. The tree benchmarks run tar, git and rm; the
+// small-operation ones run their loop in a child process
+// (benchchild_test.go), as an agent's harness is a process of its own.
+// internal/benchreport turns the output into the table of
+// docs/BENCHMARKS.md.
 //
 // Environment:
 //   - HOMEFS_BENCH_SCALE=small shrinks every size for a smoke run (under
@@ -38,8 +41,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"homefs/cas"
 	"homefs/internal/catalog"
@@ -311,24 +312,7 @@ func BenchmarkRandWrite4K(b *testing.B) {
 	}
 	r.settle(b)
 	r.targets(b, func(b *testing.B, dir string) {
-		f, err := os.OpenFile(filepath.Join(dir, "rand"), os.O_WRONLY, 0)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer f.Close()
-		rng := rand.New(rand.NewPCG(4, 4096))
-		b.SetBytes(randBatch * 4096)
-		for i := int64(0); b.Loop(); i++ {
-			for j := range int64(randBatch) {
-				off := rng.Int64N(size/4096) * 4096
-				if _, err := f.WriteAt(r.block(i*randBatch+j, 4096), off); err != nil {
-					b.Fatal(err)
-				}
-				if err := f.Sync(); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
+		inChild(b, randBatch*4096, "bench-randwrite", filepath.Join(dir, "rand"), fmt.Sprint(size))
 	})
 }
 
@@ -362,36 +346,19 @@ func jsonLines(n int) ([][]byte, int64) {
 // O_APPEND, with an fsync after every 32nd line (the rollout pattern),
 // through a write-only descriptor (as Pi and Claude Code open theirs; it
 // gets passthrough).
-func BenchmarkJSONLAppend(b *testing.B) { benchJSONL(b, os.O_WRONLY) }
+func BenchmarkJSONLAppend(b *testing.B) { benchJSONL(b, "wronly") }
 
 // BenchmarkJSONLAppendRW is the same through an O_RDWR|O_APPEND descriptor,
 // the one Codex appends its rollout through (served by the daemon).
-func BenchmarkJSONLAppendRW(b *testing.B) { benchJSONL(b, os.O_RDWR) }
+func BenchmarkJSONLAppendRW(b *testing.B) { benchJSONL(b, "rdwr") }
 
-func benchJSONL(b *testing.B, access int) {
+func benchJSONL(b *testing.B, access string) {
 	r := newBenchRig(b)
-	lines, total := jsonLines(r.sizes.jsonLines)
+	_, total := jsonLines(r.sizes.jsonLines)
 	r.targets(b, func(b *testing.B, dir string) {
 		path := filepath.Join(dir, "rollout.jsonl")
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|access|os.O_APPEND, 0o644)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.SetBytes(total)
-		for b.Loop() {
-			for i, line := range lines {
-				if _, err := f.Write(line); err != nil {
-					b.Fatal(err)
-				}
-				if i%32 == 31 {
-					if err := f.Sync(); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-		}
+		inChild(b, total, "bench-jsonl", path, access, fmt.Sprint(r.sizes.jsonLines))
 		b.StopTimer()
-		f.Close()
 		os.Remove(path)
 		r.settle(b)
 	})
@@ -608,22 +575,12 @@ func BenchmarkSnapshot(b *testing.B) {
 // BenchmarkRoundTrip: one op is an fchmod of an open file, which the
 // kernel cannot answer itself: one synchronous round trip to the daemon
 // (SETATTR) on the mount, a system call on the native disk. It is the unit
-// the per-file cost of an untar is made of (eight such round trips a file,
+// the per-file cost of an untar is made of (nine such round trips a file,
 // docs/ARCHITECTURE.md, "Known limits").
 func BenchmarkRoundTrip(b *testing.B) {
 	r := newBenchRig(b)
 	r.targets(b, func(b *testing.B, dir string) {
-		f, err := os.Create(filepath.Join(dir, "round-trip"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer f.Close()
-		fd := int(f.Fd())
-		for i := 0; b.Loop(); i++ {
-			if err := unix.Fchmod(fd, 0o644|uint32(i&1)<<6); err != nil {
-				b.Fatal(err)
-			}
-		}
+		inChild(b, 0, "bench-roundtrip", filepath.Join(dir, "round-trip"))
 	})
 }
 
@@ -636,7 +593,6 @@ func BenchmarkRoundTrip(b *testing.B) {
 // second, whose removal would slow every native untar for minutes.
 func BenchmarkSmallFile(b *testing.B) {
 	r := newBenchRig(b)
-	data := r.block(0, 2048)
 	var dirs []string
 	r.targets(b, func(b *testing.B, dir string) {
 		awaitInodeReuse(b)
@@ -645,35 +601,7 @@ func BenchmarkSmallFile(b *testing.B) {
 		if err := os.Mkdir(base, 0o755); err != nil {
 			b.Fatal(err)
 		}
-		mtime := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Sec: 1_700_000_000}}
-		sub := ""
-		for i := 0; b.Loop(); i++ {
-			if i%1000 == 0 {
-				sub = filepath.Join(base, fmt.Sprint(i/1000))
-				if err := os.Mkdir(sub, 0o755); err != nil {
-					b.Fatal(err)
-				}
-			}
-			fd, err := unix.Open(filepath.Join(sub, fmt.Sprint(i)), unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
-			if err == nil {
-				_, err = unix.Write(fd, data)
-			}
-			if err == nil {
-				err = unix.UtimesNanoAt(fd, "", mtime, unix.AT_EMPTY_PATH)
-			}
-			if err == nil {
-				err = unix.Fchown(fd, 0, 0)
-			}
-			if err == nil {
-				err = unix.Fchmod(fd, 0o644)
-			}
-			if err == nil {
-				err = unix.Close(fd)
-			}
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
+		inChild(b, 0, "bench-smallfile", base)
 		b.StopTimer()
 		r.settle(b)
 	})

@@ -51,7 +51,11 @@ func runHelper(mode string, args []string) int {
 	case "jsonl-reader":
 		err = helperJSONLReader(args)
 	default:
-		err = fmt.Errorf("unknown helper %q", mode)
+		if _, ok := benchWorkloads[mode]; ok {
+			err = runWorkload(mode, args)
+		} else {
+			err = fmt.Errorf("unknown helper %q", mode)
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
