@@ -575,7 +575,7 @@ func BenchmarkSnapshot(b *testing.B) {
 // BenchmarkRoundTrip: one op is an fchmod of an open file, which the
 // kernel cannot answer itself: one synchronous round trip to the daemon
 // (SETATTR) on the mount, a system call on the native disk. It is the unit
-// the per-file cost of an untar is made of (nine such round trips a file,
+// the per-file cost of an untar is made of (eight such round trips a file,
 // docs/ARCHITECTURE.md, "Known limits").
 func BenchmarkRoundTrip(b *testing.B) {
 	r := newBenchRig(b)
