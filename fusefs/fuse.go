@@ -68,15 +68,39 @@ var (
 	_ fs.NodeCopyFileRanger = (*fnode)(nil)
 )
 
-// handle is an open file: it remembers O_APPEND so that appends land at the
-// end as the session sees it, atomically with the write, and whether the
-// kernel passes its reads and writes through to the node's backing file.
+// handle is an open file: whether the kernel passes its reads and writes
+// through to the node's backing file.
 type handle struct {
-	appendMode bool
-	f          *fnode
-	n          *node // the file opened, for Session.open; nil for none
-	pt         bool
-	fd         int // the backing file, when pt
+	f  *fnode
+	n  *node // the file opened, for Session.open; nil for none
+	pt bool
+	fd int // the backing file, when pt
+}
+
+// appendWrite is the cancel channel the gate hands go-fuse with a WRITE
+// that appends (never closed: nothing is cancelled), since go-fuse gives a
+// NodeWriter neither the request's flags nor its write flags. An append
+// lands at the end as the session sees it, atomically with the write, so
+// that appenders in two mounts never overwrite each other. Whether a
+// write appends is the descriptor's O_APPEND as the request carries it
+// (fcntl(F_SETFL) may have changed it since the open), and never for the
+// kernel's write-back of a shared mapping's dirty pages (WRITE_CACHE),
+// which go where they are mapped whatever descriptor carries them.
+var appendWrite = make(chan struct{})
+
+// writeMode returns the cancel channel for a WRITE: appendWrite for an
+// append, nil otherwise.
+func writeMode(in *fuse.WriteIn) <-chan struct{} {
+	if in.WriteFlags&fuse.WRITE_CACHE == 0 && in.Flags&syscall.O_APPEND != 0 {
+		return appendWrite
+	}
+	return nil
+}
+
+// appending reports whether the WRITE ctx belongs to appends.
+func appending(ctx context.Context) bool {
+	fc, ok := ctx.(*fuse.Context)
+	return ok && fc.Cancel == appendWrite
 }
 
 // ptHandle is a passthrough handle. Only it implements
@@ -142,7 +166,7 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 // Release returned, and an open handed that id in between would leave the
 // node with an id the kernel refuses for its next open.
 func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, error) {
-	h := &handle{appendMode: flags&syscall.O_APPEND != 0, f: f}
+	h := &handle{f: f}
 	n := f.n.Load()
 	if s := f.sess(); !s.readOnly {
 		// A backing file made here must not appear in the middle of a
@@ -455,8 +479,7 @@ func (f *fnode) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int6
 }
 
 func (f *fnode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
-	h := handleOf(fh)
-	op := WriteOp{Append: h != nil && h.appendMode, Drop: dropFor(ctx)}
+	op := WriteOp{Append: appending(ctx), Drop: dropFor(ctx)}
 	k, err := f.sess().Write(ctx, f.n.Load(), data, off, op)
 	if err != nil {
 		return 0, f.m.toErrno("write", f, err)

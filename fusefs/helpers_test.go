@@ -147,19 +147,24 @@ func helperMmap(args []string) error {
 	return unix.Munmap(mem)
 }
 
-// helperMmapAt: PATH OFF LEN SEED maps the whole file shared and
+// helperMmapAt: PATH OFF LEN SEED [append] maps the whole file shared and
 // writable, writes LEN seeded bytes at OFF through the mapping, msyncs and
-// unmaps. It prints "ok", "beyond" for a range past the end (which the
-// mapping cannot reach), or the errno that stopped it.
+// unmaps; with append, through a descriptor opened O_RDWR|O_APPEND. It
+// prints "ok", "beyond" for a range past the end (which the mapping
+// cannot reach), or the errno that stopped it.
 func helperMmapAt(args []string) error {
-	if len(args) != 4 {
-		return fmt.Errorf("mmap-at PATH OFF LEN SEED")
+	if len(args) != 4 && (len(args) != 5 || args[4] != "append") {
+		return fmt.Errorf("mmap-at PATH OFF LEN SEED [append]")
 	}
 	off, _ := strconv.Atoi(args[1])
 	n, _ := strconv.Atoi(args[2])
 	seed, _ := strconv.ParseUint(args[3], 10, 64)
+	flags := unix.O_RDWR | unix.O_CLOEXEC
+	if len(args) == 5 {
+		flags |= unix.O_APPEND
+	}
 	err := func() error {
-		fd, err := unix.Open(args[0], unix.O_RDWR|unix.O_CLOEXEC, 0)
+		fd, err := unix.Open(args[0], flags, 0)
 		if err != nil {
 			return err
 		}

@@ -96,11 +96,11 @@ func (g *rawGate) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.Lsee
 }
 
 func (g *rawGate) Write(cancel <-chan struct{}, input *fuse.WriteIn, data []byte) (written uint32, code fuse.Status) {
-	return g.RawFileSystem.Write(nil, input, data)
+	return g.RawFileSystem.Write(writeMode(input), input, data)
 }
 
 func (g *rawGate) Writev(cancel <-chan struct{}, input *fuse.WriteIn, data [][]byte) (written uint32, code fuse.Status) {
-	return g.RawFileSystem.Writev(nil, input, data)
+	return g.RawFileSystem.Writev(writeMode(input), input, data)
 }
 
 func (g *rawGate) CopyFileRange(cancel <-chan struct{}, input *fuse.CopyFileRangeIn) (written uint32, code fuse.Status) {
