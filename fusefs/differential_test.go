@@ -549,10 +549,15 @@ func (d *differential) genOp() diffOp {
 	case k < 99:
 		// Through a shared writable mapping, from another process (a
 		// fault on the mount from the daemon's own process could
-		// deadlock it).
+		// deadlock it), mapped through an O_APPEND descriptor half of
+		// the time: the pages still go where they are mapped.
 		p, off, n := d.filePath(), d.r.IntN(200_000), 1+d.r.IntN(20_000)
-		return diffOp{fmt.Sprintf("mmap write(%s, %d bytes at %d)", p, n, off), func(w *diffWorld) (string, error) {
-			cmd := helper(context.Background(), "mmap-at", w.path(p), fmt.Sprint(off), fmt.Sprint(n), fmt.Sprint(seq))
+		args := []string{fmt.Sprint(off), fmt.Sprint(n), fmt.Sprint(seq)}
+		if d.r.IntN(2) == 0 {
+			args = append(args, "append")
+		}
+		return diffOp{fmt.Sprintf("mmap write(%s, %d bytes at %d, %v)", p, n, off, args[3:]), func(w *diffWorld) (string, error) {
+			cmd := helper(context.Background(), "mmap-at", append([]string{w.path(p)}, args...)...)
 			out, err := cmd.Output()
 			return strings.TrimSpace(string(out)), err
 		}}
