@@ -320,6 +320,14 @@ func (n *node) eligible(flags uint32) passthroughKind {
 	if flags&syscall.O_ACCMODE != syscall.O_WRONLY {
 		return noPassthrough
 	}
+	if flags&syscall.O_DSYNC != 0 {
+		// O_SYNC and O_DSYNC (which O_SYNC includes) make each write
+		// durable before it returns. A passed-through write would be
+		// durable in the backing file only, which a crash discards, and
+		// the daemon would not even hear of it; served by the daemon,
+		// each write is followed by the kernel's FSYNC.
+		return noPassthrough
+	}
 	if n.mode&(syscall.S_ISUID|syscall.S_ISGID) != 0 {
 		return noPassthrough
 	}
