@@ -119,17 +119,6 @@ var (
 // the node; while it has one, go-fuse hands the new handle that one's id.
 func (h ptHandle) PassthroughFd() (int, bool) { return h.fd, true }
 
-// handleOf returns the handle behind a file handle go-fuse passes back.
-func handleOf(fh fs.FileHandle) *handle {
-	switch h := fh.(type) {
-	case *handle:
-		return h
-	case ptHandle:
-		return h.handle
-	}
-	return nil
-}
-
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	f := h.f
 	if h.n != nil {
@@ -478,7 +467,7 @@ func (f *fnode) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int6
 	return fuse.ReadResultData(dest[:k]), 0
 }
 
-func (f *fnode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+func (f *fnode) Write(ctx context.Context, _ fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
 	op := WriteOp{Append: appending(ctx), Drop: dropFor(ctx)}
 	k, err := f.sess().Write(ctx, f.n.Load(), data, off, op)
 	if err != nil {
