@@ -441,7 +441,7 @@ func (s *Session) Setattr(ctx context.Context, n *node, a SetAttr) error {
 		if err := n.truncate(ctx, *a.Size); err != nil {
 			return err
 		}
-		if err := n.writeThrough(ctx, *a.Size, *a.Size); err != nil {
+		if err := n.writeThrough(ctx, *a.Size, *a.Size, true); err != nil {
 			return err
 		}
 		n.mtime = t
@@ -666,7 +666,7 @@ func (s *Session) write(ctx context.Context, n *node, data []byte, off int64, op
 	if err := n.writeAt(ctx, data, off); err != nil {
 		return 0, err
 	}
-	if err := n.writeThrough(ctx, off, off+int64(len(data))); err != nil {
+	if err := n.writeThrough(ctx, off, off+int64(len(data)), false); err != nil {
 		return 0, err
 	}
 	t := now()
@@ -748,7 +748,7 @@ func (s *Session) Allocate(ctx context.Context, n *node, off, length int64, mode
 		}
 		n.growTo(end)
 	}
-	if err := n.writeThrough(ctx, off, off+length); err != nil {
+	if err := n.writeThrough(ctx, off, off+length, false); err != nil {
 		return err
 	}
 	t := now()

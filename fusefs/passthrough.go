@@ -471,17 +471,24 @@ func (s *Session) ingestNode(ctx context.Context, n *node) (bool, error) {
 	return true, err
 }
 
-// writeThrough repeats a change the daemon made to n's content in its
-// backing file, so that passthrough readers and writers see it. Called
+// writeThrough repeats a change the daemon made to n's content in
+// [off, end) in its backing file, so that passthrough readers and writers
+// see it; truncated says the change set the size, which the backing file
+// then takes too. Only a truncate may cut the backing file: passthrough
+// writers in another mount of the session (a second kernel inode, which
+// the kernel does not serialize with this request) may have appended to
+// it since the daemon last looked, and those bytes are theirs. Called
 // with n.mu held, after the change.
-func (n *node) writeThrough(ctx context.Context, off, end int64) error {
+func (n *node) writeThrough(ctx context.Context, off, end int64, truncated bool) error {
 	d := n.data
 	b := d.backing
 	if b == nil {
 		return nil
 	}
-	if err := b.f.Truncate(d.size); err != nil {
-		return fmt.Errorf("backing file: %w", err)
+	if truncated {
+		if err := b.f.Truncate(d.size); err != nil {
+			return fmt.Errorf("backing file: %w", err)
+		}
 	}
 	if err := n.copyOut(ctx, b.f, off, min(end, d.size)); err != nil {
 		return err
