@@ -183,6 +183,9 @@ func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, error) {
 				if flags&syscall.O_ACCMODE != syscall.O_WRONLY {
 					b.readable = true
 				}
+				if flags&syscall.O_ACCMODE == syscall.O_RDWR {
+					b.rdwr, b.unsure = true, true // it may map the file (mappable)
+				}
 				if !b.staged && (flags&syscall.O_ACCMODE != syscall.O_RDONLY && flags&syscall.O_APPEND == 0 || flags&syscall.O_ACCMODE == syscall.O_RDWR) {
 					b.wild = true // may write before the end, or map the file
 				}

@@ -70,6 +70,13 @@ type backing struct {
 	// the flush that keeps f once more for that reason (ingestAll).
 	fresh bool
 
+	// rdwr is set once a passthrough open that can both read and write
+	// f (O_RDWR) joined it: it may map f shared and writable (mappable).
+	// unsure is set while the last look at f's content may have missed
+	// stores through such a mapping, so that the next look reads it all.
+	rdwr   bool
+	unsure bool
+
 	// A staged backing file (staged.go) holds the file's content; the
 	// node holds it only as of the last absorb.
 	staged   bool
@@ -77,6 +84,31 @@ type backing struct {
 	fsynced  bool        // staged: an fsync made content durable that no durable head holds
 	absorbed fingerprint // staged: f as of the last absorb
 	size     int64       // staged: f's size when last observed
+}
+
+// mappable reports whether a shared writable mapping may still write
+// b's file: an O_RDWR passthrough open joined it, and a passthrough handle
+// is still open, or the file is still open somewhere the daemon cannot see
+// (a mapping keeps the kernel's open of the backing file after its
+// descriptor closed). A store through such a mapping into a page already
+// dirty changes neither the file's size nor its times, so no fingerprint
+// shows it, and it would reach a dropped backing file nowhere. Called with
+// the node's mu held.
+func (b *backing) mappable() bool {
+	return b.rdwr && (b.opens > 0 || openElsewhere(b.f))
+}
+
+// openElsewhere reports whether f's file is open for writing other than
+// through f, by asking for a write lease, which the kernel grants only to
+// the one open that writes the file (and then giving it back at once). It
+// errs towards true.
+func openElsewhere(f *os.File) bool {
+	fd := f.Fd()
+	if _, err := unix.FcntlInt(fd, unix.F_SETLEASE, unix.F_WRLCK); err != nil {
+		return true
+	}
+	_, _ = unix.FcntlInt(fd, unix.F_SETLEASE, unix.F_UNLCK)
+	return false
 }
 
 // backingDir holds the backing files of session s under the store
@@ -408,6 +440,7 @@ func (n *node) ingest(ctx context.Context) (int64, error) {
 		fp, err := n.absorb(ctx)
 		return fp.size, err
 	}
+	mapped := b.mappable()
 	st, err := b.f.Stat()
 	if err != nil {
 		return 0, fmt.Errorf("backing file: %w", err)
@@ -418,7 +451,7 @@ func (n *node) ingest(ctx context.Context) (int64, error) {
 		from = 0
 	}
 	from = min(from, size)
-	if size > from || mtime != b.mtime {
+	if size > from || mtime != b.mtime || b.unsure || mapped {
 		buf := make([]byte, min(size-from, 1<<20))
 		for off := from; off < size; {
 			k, err := b.f.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
@@ -443,7 +476,7 @@ func (n *node) ingest(ctx context.Context) (int64, error) {
 		// Privileges set since the open were dropped when the writer
 		// wrote: the kernel asks for it (an empty SETATTR, Setattr).
 		n.mtime, n.ctime = mtime, mtime
-		b.ingested, b.mtime, b.fresh = size, mtime, true
+		b.ingested, b.mtime, b.fresh, b.unsure = size, mtime, true, mapped
 		if err := n.sess.maybeSpill(ctx, n, -1); err != nil {
 			return 0, err
 		}
@@ -692,6 +725,9 @@ func (s *Session) appendersDue() bool {
 // Called with n.mu held.
 func (n *node) ingestedAsIs() bool {
 	b := n.data.backing
+	if b.unsure || b.mappable() {
+		return false
+	}
 	if b.staged || b.wild && n.sess.stagingOK() {
 		fp, err := fingerprintOf(b.f)
 		return err == nil && fp == b.absorbed
@@ -759,6 +795,10 @@ func (n *node) detachIngested(ctx context.Context) (dispose func(), err error) {
 	}
 	if _, err := n.ingest(ctx); err != nil {
 		return nil, err
+	}
+	if b.unsure {
+		// A mapping may still write it: flushes look at it until none can.
+		return nil, nil
 	}
 	return n.detachBacking(), nil
 }

@@ -144,11 +144,14 @@ func (n *node) noteWrite(b *backing, fp fingerprint) {
 // was read. Called with freeze held and n.mu held.
 func (n *node) absorb(ctx context.Context) (fingerprint, error) {
 	d, b := n.data, n.data.backing
+	// Before the fingerprint: a mapping's stores show in no fingerprint,
+	// so a file a mapping may write is read whole (mappable).
+	mapped := b.mappable()
 	fp, err := fingerprintOf(b.f)
 	if err != nil {
 		return fp, err
 	}
-	if fp == b.absorbed {
+	if fp == b.absorbed && !b.unsure && !mapped {
 		return fp, nil
 	}
 	if fp.size < d.size {
@@ -184,7 +187,7 @@ func (n *node) absorb(ctx context.Context) (fingerprint, error) {
 		n.sess.markWritten(n, fp.size, fp.size)
 	}
 	n.noteWrite(b, fp)
-	b.absorbed, b.size, b.ingested, b.fresh = fp, fp.size, fp.size, true
+	b.absorbed, b.size, b.ingested, b.fresh, b.unsure = fp, fp.size, fp.size, true, mapped
 	return fp, nil
 }
 
