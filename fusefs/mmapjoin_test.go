@@ -20,20 +20,28 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// joinAndMap makes p's file an appender's (13 bytes written), joins it
+// with an O_RDWR open and maps that shared and writable.
+func joinAndMap(t *testing.T, e *Engine, p string) (w, rw *os.File, mem []byte) {
+	t.Helper()
+	w = appender(t, p)
+	_, err := w.WriteString("0123456789abc")
+	require.NoError(t, err)
+	rw, err = openT(t, p, os.O_RDWR, 0)
+	require.NoError(t, err)
+	require.Equal(t, 2, backedOpens(t, e, "s", "f"))
+	mem, err = unix.Mmap(int(rw.Fd()), 0, 13, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	require.NoError(t, err)
+	return w, rw, mem
+}
+
 // TestMmapJoinSamePageAfterCapture: an O_RDWR open joins an appender's
 // passthrough (wild backing file) and maps the file shared; a store into a
 // page already dirty after a capture changes no fingerprint.
 func TestMmapJoinSamePageAfterCapture(t *testing.T) {
 	t.Parallel()
 	e, _, p := mountedFile(t, "f")
-	w := appender(t, p)
-	_, err := w.WriteString("0123456789abc")
-	require.NoError(t, err)
-	rw, err := openT(t, p, os.O_RDWR, 0)
-	require.NoError(t, err)
-	require.Equal(t, 2, backedOpens(t, e, "s", "f"))
-	mem, err := unix.Mmap(int(rw.Fd()), 0, 13, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	require.NoError(t, err)
+	w, rw, mem := joinAndMap(t, e, p)
 	mem[0] = 'M'
 	_, snap := captureMount(t, e, "s")
 	require.Equal(t, "M123456789abc", read(t, filepath.Join(snap, "f")))
@@ -61,14 +69,7 @@ func TestMmapJoinSamePageAfterCapture(t *testing.T) {
 func TestMmapJoinOutlivesClose(t *testing.T) {
 	t.Parallel()
 	e, _, p := mountedFile(t, "f")
-	w := appender(t, p)
-	_, err := w.WriteString("0123456789abc")
-	require.NoError(t, err)
-	rw, err := openT(t, p, os.O_RDWR, 0)
-	require.NoError(t, err)
-	require.Equal(t, 2, backedOpens(t, e, "s", "f"))
-	mem, err := unix.Mmap(int(rw.Fd()), 0, 13, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	require.NoError(t, err)
+	w, rw, mem := joinAndMap(t, e, p)
 	mem[0] = 'M'
 	require.NoError(t, rw.Close())
 	require.NoError(t, w.Close())
@@ -97,16 +98,9 @@ func TestMmapJoinOutlivesClose(t *testing.T) {
 func TestMmapJoinStatBetweenStores(t *testing.T) {
 	t.Parallel()
 	e, _, p := mountedFile(t, "f")
-	w := appender(t, p)
-	_, err := w.WriteString("0123456789abc")
-	require.NoError(t, err)
-	rw, err := openT(t, p, os.O_RDWR, 0)
-	require.NoError(t, err)
-	require.Equal(t, 2, backedOpens(t, e, "s", "f"))
-	mem, err := unix.Mmap(int(rw.Fd()), 0, 13, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	require.NoError(t, err)
+	w, rw, mem := joinAndMap(t, e, p)
 	mem[0] = 'M'
-	_, err = os.Stat(p)
+	_, err := os.Stat(p)
 	require.NoError(t, err)
 	mem[1] = 'N'
 	require.NoError(t, unix.Munmap(mem))
