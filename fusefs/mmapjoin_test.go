@@ -35,6 +35,17 @@ func joinAndMap(t *testing.T, e *Engine, p string) (w, rw *os.File, mem []byte) 
 	return w, rw, mem
 }
 
+// releasedAndFlushed waits until the kernel has released every handle of
+// "f" (releases are asynchronous) and flushes three times, as far as a
+// closed backing file's drop goes.
+func releasedAndFlushed(t *testing.T, e *Engine) {
+	t.Helper()
+	require.Eventually(t, func() bool { return backedOpens(t, e, "s", "f") == 0 }, 5*time.Second, 10*time.Millisecond)
+	for range 3 {
+		require.NoError(t, e.Sync(context.Background(), "s"))
+	}
+}
+
 // TestMmapJoinSamePageAfterCapture: an O_RDWR open joins an appender's
 // passthrough (wild backing file) and maps the file shared; a store into a
 // page already dirty after a capture changes no fingerprint.
@@ -51,10 +62,7 @@ func TestMmapJoinSamePageAfterCapture(t *testing.T) {
 	require.NoError(t, unix.Munmap(mem))
 	require.NoError(t, rw.Close())
 	require.NoError(t, w.Close())
-	require.Eventually(t, func() bool { return backedOpens(t, e, "s", "f") == 0 }, 5*time.Second, 10*time.Millisecond)
-	for range 3 {
-		require.NoError(t, e.Sync(context.Background(), "s"))
-	}
+	releasedAndFlushed(t, e)
 	live := read(t, p)
 	_, snap = captureMount(t, e, "s")
 	final := read(t, filepath.Join(snap, "f"))
@@ -73,10 +81,7 @@ func TestMmapJoinOutlivesClose(t *testing.T) {
 	mem[0] = 'M'
 	require.NoError(t, rw.Close())
 	require.NoError(t, w.Close())
-	require.Eventually(t, func() bool { return backedOpens(t, e, "s", "f") == 0 }, 5*time.Second, 10*time.Millisecond)
-	for range 3 {
-		require.NoError(t, e.Sync(context.Background(), "s"))
-	}
+	releasedAndFlushed(t, e)
 	require.Equal(t, 0, backedOpens(t, e, "s", "f"), "kept while the mapping may write it")
 	mem[5] = 'Z'
 	require.NoError(t, unix.Msync(mem, unix.MS_SYNC))
@@ -106,10 +111,7 @@ func TestMmapJoinStatBetweenStores(t *testing.T) {
 	require.NoError(t, unix.Munmap(mem))
 	require.NoError(t, rw.Close())
 	require.NoError(t, w.Close())
-	require.Eventually(t, func() bool { return backedOpens(t, e, "s", "f") == 0 }, 5*time.Second, 10*time.Millisecond)
-	for range 3 {
-		require.NoError(t, e.Sync(context.Background(), "s"))
-	}
+	releasedAndFlushed(t, e)
 	require.Equal(t, -1, backedOpens(t, e, "s", "f"), "dropped")
 	live := read(t, p)
 	_, snap := captureMount(t, e, "s")
