@@ -61,6 +61,7 @@ func FuzzDecodeIndex(f *testing.F) {
 
 func FuzzDecodeSnapshot(f *testing.F) {
 	addGolden(f, "snapshot.json")
+	addGolden(f, "snapshot-layout.json")
 	b, _ := EncodeSnapshot(&Snapshot{Version: FormatVersion, Session: "s", Root: fakeRef("r")})
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -67,6 +67,20 @@ func fixtureSnapshot() *Snapshot {
 	}
 }
 
+// fixtureLayoutSnapshot is a snapshot of a session with a layout: its
+// homes and workspace, and their canonical paths.
+func fixtureLayoutSnapshot() *Snapshot {
+	s := fixtureSnapshot()
+	s.Layout = &Layout{
+		Homes: []Place{
+			{Subtree: "claude", At: "/home/agent/.claude", Provider: "claude"},
+			{Subtree: "home/.codex", At: "/home/agent/.codex", Provider: "codex"},
+		},
+		Workspace: &Place{Subtree: "workspace", At: "/workspace"},
+	}
+	return s
+}
+
 // fixtureRootTree is a session's root tree: entries and its own
 // attributes.
 func fixtureRootTree() *Tree {
@@ -103,6 +117,11 @@ func TestGolden(t *testing.T) {
 	}
 	checkGolden(t, "snapshot.json", sb)
 	checkGolden(t, "snapshot.id", []byte(SnapshotID(sb)+"\n"))
+	lb, err := EncodeSnapshot(fixtureLayoutSnapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "snapshot-layout.json", lb)
 
 	// The whole Merkle structure of a small home directory.
 	s := newStore()
@@ -164,8 +183,15 @@ func TestGoldenDecode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if snap.Root != fakeRef("root") || snap.Handles["codex"].Through != "turn-17" {
+	if snap.Root != fakeRef("root") || snap.Handles["codex"].Through != "turn-17" || snap.Layout != nil {
 		t.Errorf("snapshot.json decoded to %+v", snap)
+	}
+	lsnap, err := DecodeSnapshot(read("snapshot-layout.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(lsnap.Layout, fixtureLayoutSnapshot().Layout) {
+		t.Errorf("snapshot-layout.json: layout %+v", lsnap.Layout)
 	}
 }
 

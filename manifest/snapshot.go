@@ -119,6 +119,14 @@ func (s *Snapshot) Validate() error {
 			return wrapf(err, "snapshot: handle %q: through %.80q", provider, h.Through)
 		}
 	}
+	if s.Layout != nil {
+		if s.Layout.IsEmpty() {
+			return errf(ErrInvalid, "snapshot: empty layout (omit it)")
+		}
+		if err := s.Layout.Validate(); err != nil {
+			return wrapf(err, "snapshot")
+		}
+	}
 	if s.Root.IsZero() {
 		return errf(ErrInvalid, "snapshot: zero root ref")
 	}

@@ -105,5 +105,7 @@ type Snapshot struct {
 	CreatedNs int64             `json:"created_ns"`
 	Message   string            `json:"message,omitempty"`
 	Handles   map[string]Handle `json:"handles,omitempty"`
-	Root      cas.Ref           `json:"root"`
+	// Layout is the session's layout when it was captured (see Layout).
+	Layout *Layout `json:"layout,omitempty"`
+	Root   cas.Ref `json:"root"`
 }
