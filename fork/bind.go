@@ -21,6 +21,24 @@ type BindRequest struct {
 	ID       string
 	Source   string
 	Target   string
+	// SourceHome and TargetHome are where the provider's home lies in
+	// each session ("." for the session root); "" means the provider's
+	// default (Provider.Home). A rollout added to the target lands at the
+	// same path below the target's home as below the source's.
+	SourceHome, TargetHome string
+}
+
+// AtHome returns p with its home at home ("." for the session root, ""
+// to keep p's default).
+func AtHome(p Provider, home string) Provider {
+	switch home {
+	case "":
+	case ".":
+		p.Home = ""
+	default:
+		p.Home = home
+	}
+	return p
 }
 
 // Action is what binding did with one rollout.
@@ -113,10 +131,11 @@ func BindProvider(ctx context.Context, env Env, p Provider, req BindRequest) (Bi
 	if err != nil {
 		return fail(err)
 	}
-	chain, err := sourceChain(ctx, env, srcRoot, p, id)
+	chain, err := sourceChain(ctx, env, srcRoot, AtHome(p, req.SourceHome), id)
 	if err != nil {
 		return fail(err)
 	}
+	p = AtHome(p, req.TargetHome)
 	var plans []plan
 	for attempt := 1; ; attempt++ {
 		plans, err = apply(ctx, env, p, req.Target, chain)
@@ -235,6 +254,9 @@ func findOne(ctx context.Context, g cas.Getter, root cas.Ref, p Provider, id, si
 			why = append(why, "named for it but damaged at the first record: "+strings.Join(l.unreadable, ", "))
 		}
 		msg := fmt.Sprintf("no %s rollout of %s under %s/", side, id, p.Home)
+		if p.Home == "" {
+			msg = fmt.Sprintf("no %s rollout of %s in the session", side, id)
+		}
 		if len(why) > 0 {
 			msg += " (" + strings.Join(why, "; ") + ")"
 		}
@@ -329,7 +351,7 @@ func planOne(ctx context.Context, g cas.Getter, root cas.Ref, p Provider, src ro
 	}
 	switch len(l.matches) {
 	case 0:
-		pl.path, pl.action = src.Path, ActionAdd
+		pl.path, pl.action = joinPath(p.Home, src.Rel), ActionAdd
 		cur, err := lookup(ctx, g, root, pl.path)
 		if err != nil {
 			return pl, err
@@ -402,7 +424,7 @@ func dropDerived(ctx context.Context, env Env, target string, p Provider) ([]str
 	}
 	var removed []string
 	for _, d := range p.Derived {
-		fp := p.Home + "/" + d
+		fp := joinPath(p.Home, d)
 		e, err := lookup(ctx, env, root, fp)
 		if err != nil {
 			return removed, err
@@ -436,22 +458,4 @@ func BindHandles(ctx context.Context, env Env, source, target string, handles ma
 		results = append(results, res)
 	}
 	return results, skipped, nil
-}
-
-// DropDerived removes the derived state of every registered provider from
-// session (see Provider.Derived), and returns the paths removed. A session
-// forked from another and mounted at another path needs it before a
-// harness runs there, bind or not: Codex would otherwise follow the
-// absolute paths its state_5.sqlite recorded back into the source.
-func DropDerived(ctx context.Context, env Env, session string) ([]string, error) {
-	var all []string
-	for _, name := range Providers() {
-		p, _ := Lookup(name)
-		removed, err := dropDerived(ctx, env, session, p)
-		all = append(all, removed...)
-		if err != nil {
-			return all, fmt.Errorf("fork: drop derived state of %s in %s: %w", name, session, err)
-		}
-	}
-	return all, nil
 }

@@ -1,6 +1,9 @@
 package fork
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"strings"
+)
 
 // Claude Code keeps one transcript per session in
 // projects/<cwd with / as ->/<uuid>.jsonl; its lines carry sessionId. The
@@ -22,7 +25,33 @@ func init() {
 			return Identity{ID: *r.SessionID}, true, nil
 		},
 		Through: func(last []byte) string { return stringField(last, "uuid") },
+		Detect:  isClaudeHome,
+		KeysOn:  "absolute workspace path (projects/<cwd with / as ->/)",
 	})
+}
+
+// isClaudeHome: projects/ beside one of the files and directories Claude
+// Code keeps in its config dir.
+func isClaudeHome(d Dir) (bool, error) {
+	if !d.HasDir("projects") {
+		return false, nil
+	}
+	for _, name := range []string{".claude.json", "settings.json", ".credentials.json", "history.jsonl", "todos", "shell-snapshots", "statsig", "session-env", "file-history", "plugins"} {
+		if _, ok := d.Has(name); ok {
+			return true, nil
+		}
+	}
+	// Or transcript folders named for absolute paths ("-home-u-repo").
+	names, err := d.Names("projects")
+	if err != nil {
+		return false, err
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, "-") {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // stringField returns the top-level string field key of a JSON object, ""

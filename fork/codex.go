@@ -38,7 +38,17 @@ func codexFormat(name, home string) Provider {
 		Through:        codexThrough,
 		Chain:          true,
 		Derived:        codexDerived,
+		Detect:         isCodexHome,
 	}
+}
+
+// isCodexHome: Codex's state database or installation id, or its
+// config.toml beside sessions/ or archived_sessions/.
+func isCodexHome(d Dir) (bool, error) {
+	if d.HasFile("state_5.sqlite") || d.HasFile("installation_id") {
+		return true, nil
+	}
+	return d.HasFile("config.toml") && (d.HasDir("sessions") || d.HasDir("archived_sessions")), nil
 }
 
 // codexIdentify reads {"type":"session_meta","payload":{"id"|"session_id":

@@ -206,9 +206,9 @@ func TestCodexStaleStateControl(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := fusefs.MountForTest(t, e, "c", "", fusefs.MountOptions{})
-	removed, err := fork.DropDerived(ctx, fork.WithStore(e, store), "c")
-	if err != nil || len(removed) == 0 {
-		t.Fatalf("DropDerived: %v, %v", removed, err)
+	dropped, err := fork.DropDerived(ctx, fork.WithStore(e, store), "c", nil)
+	if err != nil || len(dropped.Removed) == 0 {
+		t.Fatalf("DropDerived: %v, %v", dropped, err)
 	}
 	beforeA = codextest.HashTree(t, sessionsA)
 	codextest.Exec(t, filepath.Join(c.Dir(), "codex-home"), filepath.Join(c.Dir(), "workspace"), "resume", id, "turn resumed in C")

@@ -14,6 +14,7 @@ import (
 // rollout is a provider session's rollout found in a session tree.
 type rollout struct {
 	Path  string // relative to the session root
+	Rel   string // relative to the provider's home
 	Entry manifest.Entry
 	Info  RolloutInfo
 }
@@ -46,6 +47,17 @@ func lookup(ctx context.Context, g cas.Getter, root cas.Ref, p string) (*manifes
 	return nil, nil
 }
 
+// joinPath joins slash-separated session paths; "" is the root.
+func joinPath(dir, name string) string {
+	switch {
+	case dir == "":
+		return name
+	case name == "":
+		return dir
+	}
+	return dir + "/" + name
+}
+
 // escapeGlob quotes the metacharacters of path.Match in s.
 func escapeGlob(s string) string {
 	var b strings.Builder
@@ -61,18 +73,23 @@ func escapeGlob(s string) string {
 // candidates lists the regular files below the provider's home whose path
 // matches one of its patterns for id, sorted by path. Symlinks never match.
 func candidates(ctx context.Context, g cas.Getter, root cas.Ref, p Provider, id string) ([]rollout, error) {
-	home, err := lookup(ctx, g, root, p.Home)
-	if err != nil || home == nil || home.Kind != manifest.KindDir {
-		return nil, err
+	homeTree := root
+	if p.Home != "" {
+		home, err := lookup(ctx, g, root, p.Home)
+		if err != nil || home == nil || home.Kind != manifest.KindDir {
+			return nil, err
+		}
+		homeTree = home.Tree
 	}
 	seen := make(map[string]bool)
 	var out []rollout
 	for _, pat := range p.Patterns {
 		segs := strings.Split(strings.ReplaceAll(pat, "{id}", escapeGlob(id)), "/")
-		err := matchTree(ctx, g, home.Tree, p.Home, segs, func(fp string, e *manifest.Entry) {
+		err := matchTree(ctx, g, homeTree, "", segs, func(rel string, e *manifest.Entry) {
+			fp := joinPath(p.Home, rel)
 			if !seen[fp] {
 				seen[fp] = true
-				out = append(out, rollout{Path: fp, Entry: *e})
+				out = append(out, rollout{Path: fp, Rel: rel, Entry: *e})
 			}
 		})
 		if err != nil {
@@ -108,7 +125,7 @@ func matchTreeDepth(ctx context.Context, g cas.Getter, ref cas.Ref, dir string, 
 		}
 		for i := range t.Entries {
 			if e := &t.Entries[i]; e.Kind == manifest.KindDir {
-				if err := matchTreeDepth(ctx, g, e.Tree, dir+"/"+e.Name, segs, fn, depth+1); err != nil {
+				if err := matchTreeDepth(ctx, g, e.Tree, joinPath(dir, e.Name), segs, fn, depth+1); err != nil {
 					return err
 				}
 			}
@@ -122,9 +139,9 @@ func matchTreeDepth(ctx context.Context, g cas.Getter, ref cas.Ref, dir string, 
 		}
 		switch {
 		case len(rest) == 0 && e.Kind == manifest.KindFile:
-			fn(dir+"/"+e.Name, e)
+			fn(joinPath(dir, e.Name), e)
 		case len(rest) > 0 && e.Kind == manifest.KindDir:
-			if err := matchTreeDepth(ctx, g, e.Tree, dir+"/"+e.Name, rest, fn, depth+1); err != nil {
+			if err := matchTreeDepth(ctx, g, e.Tree, joinPath(dir, e.Name), rest, fn, depth+1); err != nil {
 				return err
 			}
 		}

@@ -1,6 +1,9 @@
 package fork
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"strings"
+)
 
 // Pi keeps sessions in sessions/--<cwd>--/<timestamp>_<uuid>.jsonl; the
 // first line is {"type":"session","version":3,"id":ID,…}. Its --fork copies
@@ -22,5 +25,25 @@ func init() {
 			return Identity{ID: *r.ID}, true, nil
 		},
 		Through: func(last []byte) string { return stringField(last, "id") },
+		Detect:  isPiHome,
+		KeysOn:  "absolute workspace path (sessions/--<cwd>--/ and each session header's cwd)",
 	})
+}
+
+// isPiHome: sessions/ holding a per-cwd folder (--<cwd with / as ->--), or
+// Pi's models.json or auth.json beside sessions/ (and no Codex state).
+func isPiHome(d Dir) (bool, error) {
+	if !d.HasDir("sessions") {
+		return false, nil
+	}
+	names, err := d.Names("sessions")
+	if err != nil {
+		return false, err
+	}
+	for _, n := range names {
+		if len(n) >= 4 && strings.HasPrefix(n, "--") && strings.HasSuffix(n, "--") {
+			return true, nil
+		}
+	}
+	return (d.HasFile("models.json") || d.HasFile("auth.json")) && !d.HasFile("config.toml"), nil
 }

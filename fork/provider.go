@@ -72,6 +72,13 @@ type Provider struct {
 	// paths or byte offsets; binding removes them from the target so the
 	// harness rebuilds them (see docs/PROVIDERS.md).
 	Derived []string
+	// Detect reports whether a directory is this provider's home, by what
+	// the provider keeps there (see Homes).
+	Detect func(d Dir) (bool, error)
+	// KeysOn, when set, says what absolute path the provider keys its
+	// sessions on ("absolute workspace path"): a session shown elsewhere
+	// cannot resume them (homefs run shows it at its canonical paths).
+	KeysOn string
 }
 
 var registry struct {

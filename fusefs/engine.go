@@ -23,11 +23,15 @@ import (
 
 // Errors of the Engine API.
 var (
-	ErrBusy          = errors.New("fusefs: mountpoint busy")
-	ErrInsideStore   = errors.New("fusefs: mountpoint overlaps the store directory")
-	ErrNotMounted    = errors.New("fusefs: not mounted")
-	ErrNotDirectory  = errors.New("fusefs: subtree is not a directory")
-	ErrSessionInUse  = errors.New("fusefs: session is mounted")
+	ErrBusy         = errors.New("fusefs: mountpoint busy")
+	ErrInsideStore  = errors.New("fusefs: mountpoint overlaps the store directory")
+	ErrNotMounted   = errors.New("fusefs: not mounted")
+	ErrNotDirectory = errors.New("fusefs: subtree is not a directory")
+	ErrSessionInUse = errors.New("fusefs: session is mounted")
+	// ErrMountOptions is a mount whose options this host or mount refuses
+	// (allow_other for an ordinary user without user_allow_other, an
+	// owner for a read-only mount).
+	ErrMountOptions  = errors.New("fusefs: mount options refused")
 	errEngineClosing = errors.New("fusefs: engine is closing")
 )
 
@@ -215,7 +219,10 @@ type MountOptions struct {
 	// AllowOther lets other users use the mount; the kernel then enforces
 	// mode bits and ownership (default_permissions), as on ext4.
 	AllowOther bool
-	Debug      bool
+	// Owner, when set, becomes the owner of the mount's root directory
+	// (a live session's, as chown would make it) before the kernel sees it.
+	Owner *Owner
+	Debug bool
 }
 
 // Mount is one mountpoint showing a session (or a snapshot) or a subtree of
@@ -418,11 +425,24 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 	if err != nil {
 		return nil, err
 	}
+	if opts.AllowOther {
+		if err := checkAllowOther(); err != nil {
+			return nil, err
+		}
+	}
 	s.treeMu.Lock()
 	rootNode, err := s.resolveDir(ctx, s.root, subtree)
 	s.treeMu.Unlock()
 	if err != nil {
 		return nil, err
+	}
+	if o := opts.Owner; o != nil {
+		if opts.ReadOnly {
+			return nil, fmt.Errorf("%w: a read-only mount cannot change its root's owner", ErrMountOptions)
+		}
+		if err := s.Setattr(ctx, rootNode, SetAttr{UID: &o.UID, GID: &o.GID}); err != nil {
+			return nil, fmt.Errorf("owner of %s: %w", real, err)
+		}
 	}
 	m := &Mount{engine: e, sess: s, subtree: subtree, dir: real, log: e.log}
 	m.root = m.wrap(rootNode)
@@ -458,12 +478,14 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 	if opts.ReadOnly {
 		mopts = append(mopts, "ro")
 	}
+	// As root the daemon mounts itself; unmount errors (EBUSY) then come
+	// back as they are, with no fallback to a fusermount binary the host
+	// may not have. An ordinary user mounts through fusermount3.
+	direct := os.Geteuid() == 0
 	server, err := e.mountFS(real, m, &fs.Options{
 		MountOptions: fuse.MountOptions{
-			DirectMount: true,
-			// Unmount errors (EBUSY) come back as they are, with no fallback
-			// to a fusermount binary the host may not have.
-			DirectMountStrict: true,
+			DirectMount:       direct,
+			DirectMountStrict: direct,
 			AllowOther:        opts.AllowOther,
 			FsName:            "homefs:" + s.name,
 			Name:              "homefs",
@@ -837,7 +859,7 @@ func (e *Engine) Close(ctx context.Context) error {
 func (e *Engine) mountFS(dir string, m *Mount, opts *fs.Options) (*fuse.Server, error) {
 	raw := &rawGate{RawFileSystem: fs.NewNodeFS(m.root, opts), m: m}
 	m.gate = raw
-	if e.uring {
+	if e.uring && os.Geteuid() == 0 {
 		server, us, err := mountURing(dir, raw, opts, m.log)
 		if err == nil {
 			m.uring = us

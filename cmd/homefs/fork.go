@@ -45,8 +45,6 @@ func runFork(ctx context.Context, cl *daemon.Client, out io.Writer, source, targ
 		from = s.Origin.Session + "@" + shortID(s.Origin.Snapshot)
 	}
 	fmt.Fprintf(out, "forked %s from %s\n", s.Name, from)
-	for _, p := range s.DroppedDerived {
-		fmt.Fprintf(out, "dropped derived state %s (the harness rebuilds it)\n", p)
-	}
+	printDerived(out, os.Stderr, s)
 	return nil
 }

@@ -18,6 +18,8 @@ type mountOptions struct {
 	readOnly bool
 	snapshot string
 	remote   string
+	private  bool
+	owner    *daemon.Owner
 	json     bool
 }
 
@@ -36,6 +38,10 @@ chunk the remote lost reads as EIO). Fork or "session create --from" it to
 write.
 DIR must be an existing directory, not already a mountpoint, and not inside
 the daemon's root.
+Every user may enter a mount, with the kernel checking modes and owners as
+on ext4 (allow_other, default_permissions); --private makes one only the
+daemon's user may enter. --owner gives the mount's root directory to an
+agent user (a live session's, recorded like a chown).
 
    homefs mount agent-1 /home/agent/.codex
    homefs mount agent-1/workspace /srv/ws --read-only
@@ -45,15 +51,22 @@ the daemon's root.
 			&cli.BoolFlag{Name: "read-only", Aliases: []string{"ro"}, Usage: "refuse writes"},
 			&cli.StringFlag{Name: "snapshot", Usage: "mount this snapshot of the session (read-only)"},
 			&cli.StringFlag{Name: "remote", Usage: "pull the snapshot from this remote first and read its chunks lazily (read-only)"},
+			&cli.BoolFlag{Name: "private", Usage: "only the daemon's user may enter the mount"},
+			ownerFlag("owner of the mount's root directory"),
 			jsonFlag,
 		},
 		Action: func(c *cli.Context) error {
 			if err := args(c, 2, 2); err != nil {
 				return err
 			}
+			owner, err := parseOwner(c.String("owner"))
+			if err != nil {
+				return err
+			}
 			return runMount(c.Context, client(c), os.Stdout, mountOptions{
 				session: c.Args().Get(0), dir: c.Args().Get(1),
 				readOnly: c.Bool("read-only"), snapshot: c.String("snapshot"), remote: c.String("remote"), json: c.Bool("json"),
+				private: c.Bool("private"), owner: owner,
 			})
 		},
 	}
@@ -64,7 +77,7 @@ func runMount(ctx context.Context, cl *daemon.Client, out io.Writer, o mountOpti
 	if err != nil {
 		return err
 	}
-	m, err := cl.Mount(ctx, daemon.MountRequest{Session: o.session, Dir: dir, ReadOnly: o.readOnly, Snapshot: o.snapshot, Remote: o.remote})
+	m, err := cl.Mount(ctx, daemon.MountRequest{Session: o.session, Dir: dir, ReadOnly: o.readOnly, Snapshot: o.snapshot, Remote: o.remote, Private: o.private, Owner: o.owner})
 	if err != nil {
 		return err
 	}

@@ -31,9 +31,11 @@ are discarded (capture first to keep them).
 }
 
 func runRestore(ctx context.Context, cl *daemon.Client, out io.Writer, session, snapshot string) error {
-	if err := cl.Restore(ctx, session, snapshot); err != nil {
+	s, err := cl.Restore(ctx, session, snapshot)
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "restored %s to %s\n", session, snapshot)
+	printDerived(out, os.Stderr, s)
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"homefs/internal/daemon"
+	"homefs/manifest"
 )
 
 func sessionCommand() *cli.Command {
@@ -25,16 +26,52 @@ func sessionCommand() *cli.Command {
 snapshot (ID, unique prefix, SESSION@ID, or SESSION for its last snapshot).
 Names are 1-128 bytes of [A-Za-z0-9._-], not starting with '.' or '-'.
 
-   homefs session create agent-1
+The layout flags record where the session's parts belong: which subtree
+is which provider's home (otherwise homes are found by content), and the
+canonical paths at which homefs run shows the homes and the workspace, so
+that the absolute paths providers store stay valid in every fork, restore
+and move. Forks, snapshots, pushes and pulls carry the layout; a session
+made from a snapshot takes the snapshot's unless flags are given.
+--owner makes the session's root directory an agent user's.
+
+   homefs session create agent-1 --owner agent --home-at codex=/home/agent/.codex --workspace-at /workspace
    homefs session create retry --from agent-1@3f2a9c1e`,
-				Flags: []cli.Flag{&cli.StringFlag{Name: "from", Usage: "snapshot to start from"}, jsonFlag},
+				Flags: append([]cli.Flag{&cli.StringFlag{Name: "from", Usage: "snapshot to start from"}, ownerFlag("owner of the session's root directory"), jsonFlag}, layoutFlags()...),
 				Action: func(c *cli.Context) error {
 					if err := args(c, 1, 1); err != nil {
 						return err
 					}
+					owner, err := parseOwner(c.String("owner"))
+					if err != nil {
+						return err
+					}
+					var layout *manifest.Layout
+					if layoutChanged(c) {
+						if layout, err = applyLayoutFlags(c, nil); err != nil {
+							return err
+						}
+					}
 					return runSessionCreate(c.Context, client(c), os.Stdout, sessionCreateOptions{
 						name: c.Args().First(), from: c.String("from"), json: c.Bool("json"),
+						owner: owner, layout: layout,
 					})
+				},
+			},
+			{
+				Name:      "set",
+				Usage:     "change a session's layout (homes, workspace, canonical paths)",
+				ArgsUsage: "NAME",
+				Description: `Changes what the layout flags name and keeps the rest; --clear starts from
+an empty layout. The next capture records the new layout.
+
+   homefs session set agent-1 --home codex=home/.codex --home-at codex=/home/agent/.codex
+   homefs session set agent-1 --workspace-at /workspace`,
+				Flags: append([]cli.Flag{&cli.BoolFlag{Name: "clear", Usage: "start from an empty layout"}, jsonFlag}, layoutFlags()...),
+				Action: func(c *cli.Context) error {
+					if err := args(c, 1, 1); err != nil {
+						return err
+					}
+					return runSessionSet(c, client(c), os.Stdout, c.Args().First())
 				},
 			},
 			{
@@ -72,10 +109,12 @@ can still be forked or restored; gc frees what nothing reaches any more.
 type sessionCreateOptions struct {
 	name, from string
 	json       bool
+	owner      *daemon.Owner
+	layout     *manifest.Layout
 }
 
 func runSessionCreate(ctx context.Context, cl *daemon.Client, out io.Writer, o sessionCreateOptions) error {
-	s, err := cl.CreateSession(ctx, daemon.CreateSessionRequest{Name: o.name, From: o.from})
+	s, err := cl.CreateSession(ctx, daemon.CreateSessionRequest{Name: o.name, From: o.from, Owner: o.owner, Layout: o.layout})
 	if err != nil {
 		return err
 	}
@@ -83,6 +122,40 @@ func runSessionCreate(ctx context.Context, cl *daemon.Client, out io.Writer, o s
 		return printJSON(out, s)
 	}
 	fmt.Fprintf(out, "created session %s\n", s.Name)
+	printDerived(out, os.Stderr, s)
+	return nil
+}
+
+func runSessionSet(c *cli.Context, cl *daemon.Client, out io.Writer, name string) error {
+	ctx := c.Context
+	var base *manifest.Layout
+	if !c.Bool("clear") {
+		list, err := cl.Sessions(ctx)
+		if err != nil {
+			return err
+		}
+		found := false
+		for _, s := range list {
+			if s.Name == name {
+				base, found = s.Layout, true
+			}
+		}
+		if !found {
+			return &daemon.Error{Code: daemon.CodeNotFound, Message: "no session " + name}
+		}
+	}
+	layout, err := applyLayoutFlags(c, base)
+	if err != nil {
+		return err
+	}
+	s, err := cl.SetLayout(ctx, name, layout)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return printJSON(out, s)
+	}
+	fmt.Fprintf(out, "%s: layout %s\n", s.Name, layoutString(s.Layout))
 	return nil
 }
 
@@ -108,9 +181,9 @@ func runSessionList(ctx context.Context, cl *daemon.Client, out io.Writer, asJSO
 		if len(s.Mounts) > 0 {
 			mounts = strings.Join(s.Mounts, ",")
 		}
-		rows = append(rows, []string{s.Name, snap, origin, ago(s.Updated), mounts})
+		rows = append(rows, []string{s.Name, snap, origin, ago(s.Updated), mounts, layoutString(s.Layout)})
 	}
-	return table(out, []string{"SESSION", "SNAPSHOT", "ORIGIN", "UPDATED", "MOUNTED AT"}, rows)
+	return table(out, []string{"SESSION", "SNAPSHOT", "ORIGIN", "UPDATED", "MOUNTED AT", "LAYOUT"}, rows)
 }
 
 func runSessionRm(ctx context.Context, cl *daemon.Client, name string) error {

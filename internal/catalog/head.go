@@ -24,10 +24,13 @@ type Head struct {
 	Snapshot string `json:"snapshot,omitempty"`
 	// Origin is set when the session was forked (or created) from a
 	// snapshot; the first capture copies it into its record.
-	Origin    *manifest.Lineage          `json:"origin,omitempty"`
-	Handles   map[string]manifest.Handle `json:"handles,omitempty"`
-	CreatedNs int64                      `json:"created_ns"`
-	UpdatedNs int64                      `json:"updated_ns"`
+	Origin  *manifest.Lineage          `json:"origin,omitempty"`
+	Handles map[string]manifest.Handle `json:"handles,omitempty"`
+	// Layout is where the session's parts belong (see manifest.Layout);
+	// captures record it, forks and restores carry it.
+	Layout    *manifest.Layout `json:"layout,omitempty"`
+	CreatedNs int64            `json:"created_ns"`
+	UpdatedNs int64            `json:"updated_ns"`
 	// Gen counts changes to the head; SetRoot expects the current value.
 	Gen uint64 `json:"gen"`
 }
@@ -74,6 +77,9 @@ func (h *Head) validate() error {
 	}
 	if h.Root.IsZero() {
 		return fmt.Errorf("catalog: head %s: zero root", h.Session)
+	}
+	if err := h.Layout.Validate(); err != nil {
+		return fmt.Errorf("catalog: head %s: %w", h.Session, err)
 	}
 	if h.Snapshot != "" && !isFullID(h.Snapshot) {
 		return fmt.Errorf("catalog: head %s: bad snapshot id %q", h.Session, h.Snapshot)

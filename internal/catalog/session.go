@@ -72,13 +72,38 @@ func (c *Catalog) Sessions(ctx context.Context) ([]Head, error) {
 // starts with, and Origin records it. Unlike Fork, the snapshot's provider
 // handles are not copied: the new session starts its own conversations.
 func (c *Catalog) CreateSession(ctx context.Context, name, from string) (*Head, error) {
+	return c.CreateSessionWith(ctx, name, from, CreateOptions{})
+}
+
+// CreateOptions are the optional parts of a new session.
+type CreateOptions struct {
+	// Layout, when set, is the session's layout; otherwise a session
+	// created from a snapshot takes the snapshot's.
+	Layout *manifest.Layout
+	// Owner, when set, owns the session's root directory (mode 0755 in
+	// an empty session; a snapshot's root keeps its mode).
+	Owner *Owner
+}
+
+// Owner is a uid and gid.
+type Owner struct{ UID, GID uint32 }
+
+// CreateSessionWith is CreateSession with options.
+func (c *Catalog) CreateSessionWith(ctx context.Context, name, from string, opts CreateOptions) (*Head, error) {
 	if err := validSession(name); err != nil {
 		return nil, err
+	}
+	if err := opts.Layout.Validate(); err != nil {
+		return nil, fmt.Errorf("catalog: create %s: %w", name, err)
 	}
 	now := c.nowNs()
 	h := &Head{Session: name, CreatedNs: now, UpdatedNs: now, Gen: 1}
 	if from == "" {
-		root, err := manifest.PutTree(ctx, c.store, &manifest.Tree{})
+		t := &manifest.Tree{}
+		if o := opts.Owner; o != nil {
+			t.Self = &manifest.DirAttr{Mode: 0o755, UID: o.UID, GID: o.GID, MtimeNs: now, CtimeNs: now}
+		}
+		root, err := manifest.PutTree(ctx, c.store, t)
 		if err != nil {
 			return nil, fmt.Errorf("catalog: create %s: empty tree: %w", name, err)
 		}
@@ -90,6 +115,18 @@ func (c *Catalog) CreateSession(ctx context.Context, name, from string) (*Head, 
 		}
 		h.Root = snap.Root
 		h.Origin = &manifest.Lineage{Session: snap.Session, Snapshot: id}
+		h.Layout = snap.Layout.Clone()
+		if o := opts.Owner; o != nil {
+			if h.Root, err = chownRoot(ctx, c.store, snap.Root, *o, now); err != nil {
+				return nil, fmt.Errorf("catalog: create %s: %w", name, err)
+			}
+		}
+	}
+	if opts.Layout != nil {
+		h.Layout = opts.Layout.Clone()
+	}
+	if h.Layout.IsEmpty() {
+		h.Layout = nil
 	}
 	if err := c.insertHead(ctx, h); err != nil {
 		return nil, fmt.Errorf("catalog: create %s: %w", name, err)
@@ -184,6 +221,7 @@ func (c *Catalog) Fork(ctx context.Context, snapID, target string) (*Head, error
 		Root:      snap.Root,
 		Origin:    &manifest.Lineage{Session: snap.Session, Snapshot: id},
 		Handles:   maps.Clone(snap.Handles),
+		Layout:    snap.Layout.Clone(),
 		CreatedNs: now,
 		UpdatedNs: now,
 		Gen:       1,
@@ -218,12 +256,56 @@ func (c *Catalog) Restore(ctx context.Context, session, snapID string) (*Head, e
 		h.Origin = &manifest.Lineage{Session: snap.Session, Snapshot: id}
 	}
 	h.Handles = maps.Clone(snap.Handles)
+	if h.Layout == nil {
+		// A session keeps its own layout; one without takes the
+		// snapshot's (a session pulled from another host).
+		h.Layout = snap.Layout.Clone()
+	}
 	h.UpdatedNs = c.nowNs()
 	h.Gen++
 	if err := c.replaceHead(ctx, h, raw, nil, true); err != nil {
 		return nil, fmt.Errorf("catalog: restore %s to %s: %w", session, id, err)
 	}
 	return h, nil
+}
+
+// SetLayout records layout as the layout of session name, durably (nil or
+// empty clears it), and returns the new head. The next capture records
+// it.
+func (c *Catalog) SetLayout(ctx context.Context, name string, layout *manifest.Layout) (*Head, error) {
+	if err := layout.Validate(); err != nil {
+		return nil, fmt.Errorf("catalog: set layout of %s: %w", name, err)
+	}
+	h, raw, err := c.readHead(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: set layout: %w", err)
+	}
+	h.Layout = layout.Clone()
+	if h.Layout.IsEmpty() {
+		h.Layout = nil
+	}
+	h.UpdatedNs = c.nowNs()
+	h.Gen++
+	if err := c.replaceHead(ctx, h, raw, nil, true); err != nil {
+		return nil, fmt.Errorf("catalog: set layout of %s: %w", name, err)
+	}
+	return h, nil
+}
+
+// chownRoot returns the root of a tree equal to root's but for its own
+// owner. It costs one tree node.
+func chownRoot(ctx context.Context, store cas.Store, root cas.Ref, o Owner, now int64) (cas.Ref, error) {
+	t, err := manifest.GetTree(ctx, store, root)
+	if err != nil {
+		return cas.Ref{}, fmt.Errorf("read root: %w", err)
+	}
+	self := manifest.DirAttr{Mode: 0o755, MtimeNs: now}
+	if t.Self != nil {
+		self = *t.Self
+	}
+	self.UID, self.GID, self.CtimeNs = o.UID, o.GID, now
+	t.Self = &self
+	return manifest.PutTree(ctx, store, t)
 }
 
 // SetHandles merges handles into the head of session name (a provider

@@ -37,6 +37,9 @@ func (c *Catalog) Capture(ctx context.Context, name string, root cas.Ref, msg st
 		Handles:   merged,
 		Root:      root,
 	}
+	if !h.Layout.IsEmpty() {
+		snap.Layout = h.Layout.Clone()
+	}
 	if h.Snapshot == "" && h.Origin != nil {
 		o := *h.Origin
 		snap.Origin = &o
@@ -246,4 +249,29 @@ func (c *Catalog) Log(ctx context.Context, session string) ([]LogEntry, error) {
 		}
 	}
 	return log, nil
+}
+
+// maxHistory bounds InHistory's walk.
+const maxHistory = 1 << 20
+
+// InHistory reports whether snapshot id is one of h's own snapshots: the
+// head's last snapshot or one of its parents (within the session, not
+// across the fork it started from). A restore to anything else is a fork
+// in place. It costs one record read per snapshot walked.
+func (c *Catalog) InHistory(ctx context.Context, h *Head, id string) (bool, error) {
+	next := h.Snapshot
+	for i := 0; next != "" && i < maxHistory; i++ {
+		if next == id {
+			return true, nil
+		}
+		snap, err := loadRecord(ctx, c.store, next)
+		if err != nil {
+			return false, fmt.Errorf("catalog: history of %s: %w", h.Session, err)
+		}
+		if snap.Session != h.Session {
+			return false, nil
+		}
+		next = snap.Parent
+	}
+	return false, nil
 }

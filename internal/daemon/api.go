@@ -27,16 +27,37 @@ type SessionInfo struct {
 	Created  time.Time         `json:"created"`
 	Updated  time.Time         `json:"updated"`
 	Mounts   []string          `json:"mounts,omitempty"`
+	Layout   *manifest.Layout  `json:"layout,omitempty"`
 	// DroppedDerived lists the providers' derived state (such as Codex's
 	// state_5.sqlite, which records absolute paths) removed from a session
 	// made from another one's tree, so the harness rebuilds it there.
 	DroppedDerived []string `json:"dropped_derived,omitempty"`
+	// Warnings name provider state that records absolute paths and that
+	// homefs left as it is: valid only where the session is shown at its
+	// canonical paths (homefs run).
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// Owner is a uid and a gid.
+type Owner struct {
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
 }
 
 // CreateSessionRequest creates a session, empty or from a snapshot.
 type CreateSessionRequest struct {
 	Name string `json:"name"`
 	From string `json:"from,omitempty"`
+	// Owner owns the session's root directory (so that an agent user can
+	// create its home there).
+	Owner *Owner `json:"owner,omitempty"`
+	// Layout, when set, is the session's layout (else a snapshot's).
+	Layout *manifest.Layout `json:"layout,omitempty"`
+}
+
+// SetLayoutRequest replaces a session's layout (nil clears it).
+type SetLayoutRequest struct {
+	Layout *manifest.Layout `json:"layout,omitempty"`
 }
 
 // MountRequest mounts SESSION[/SUBTREE] (or one of its snapshots) at Dir.
@@ -46,6 +67,11 @@ type MountRequest struct {
 	Dir      string `json:"dir"`
 	ReadOnly bool   `json:"read_only,omitempty"`
 	Snapshot string `json:"snapshot,omitempty"`
+	// Private makes a mount only the daemon's user may enter; otherwise
+	// every user may, with the kernel checking modes and owners.
+	Private bool `json:"private,omitempty"`
+	// Owner, when set, owns the mount's root directory.
+	Owner *Owner `json:"owner,omitempty"`
 	// Remote, when set, pulls the snapshot (Snapshot, else Session: an id
 	// or a session's remote head) from that remote first, tree only, and
 	// mounts it read-only; file chunks come on first read.
@@ -59,6 +85,7 @@ type MountInfo struct {
 	Subtree  string    `json:"subtree,omitempty"`
 	Snapshot string    `json:"snapshot,omitempty"`
 	ReadOnly bool      `json:"read_only,omitempty"`
+	Private  bool      `json:"private,omitempty"`
 	Remote   string    `json:"remote,omitempty"`
 	Since    time.Time `json:"since"`
 }

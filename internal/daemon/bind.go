@@ -19,15 +19,31 @@ import (
 // engine's Guard: it places entries naming chunks that only the target's
 // tree will name once flushed.
 func (s *Service) Bind(ctx context.Context, req BindRequest) (*BindResult, error) {
-	if _, err := fork.Lookup(req.Provider); err != nil {
+	p, err := fork.Lookup(req.Provider)
+	if err != nil {
 		return nil, err
 	}
 	res := &BindResult{Source: req.Source, Target: req.Target}
 	env := fork.WithStore(s.eng, s.rec)
-	err := s.eng.Guard(func() error {
-		var err error
+	err = s.eng.Guard(func() error {
+		src, err := s.homeOf(ctx, req.Source, p.Name)
+		if err != nil {
+			return err
+		}
+		tgt, err := s.homeOf(ctx, req.Target, p.Name)
+		if err != nil {
+			return err
+		}
+		if err := checkKeyedBind(p, req, src, tgt); err != nil {
+			return err
+		}
+		if tgt.home == "" {
+			// The target has no home of the provider yet: the same path.
+			tgt.home = src.home
+		}
 		res.BindResult, err = fork.Bind(ctx, env, fork.BindRequest{
 			Provider: req.Provider, ID: req.ID, Source: req.Source, Target: req.Target,
+			SourceHome: src.home, TargetHome: tgt.home,
 		})
 		return err
 	})
@@ -173,24 +189,85 @@ func (s *Service) checkOutside(p, what string) error {
 	return nil
 }
 
+// sessionHome is where a provider's home lies in a session.
+type sessionHome struct {
+	home      string // for fork.BindRequest: "." for the root, "" if none
+	workspace string // the session's canonical workspace path, "" if none
+}
+
+// homeOf finds provider's home in session: where the layout records it,
+// else by content (fork.Homes).
+func (s *Service) homeOf(ctx context.Context, session, provider string) (sessionHome, error) {
+	h, err := s.cat.Head(ctx, session)
+	if err != nil {
+		return sessionHome{}, err
+	}
+	var out sessionHome
+	if w := h.Layout; w != nil && w.Workspace != nil {
+		out.workspace = w.Workspace.At
+	}
+	root, err := s.eng.Root(ctx, session)
+	if err != nil {
+		return out, err
+	}
+	homes, err := fork.Homes(ctx, s.rec, root, h.Layout)
+	if err != nil {
+		return out, err
+	}
+	for _, p := range homes {
+		if p.Provider == provider {
+			out.home = p.Subtree
+			if out.home == "" {
+				out.home = "."
+			}
+			break
+		}
+	}
+	return out, nil
+}
+
+// checkKeyedBind refuses to bind a provider that keys its sessions on the
+// absolute workspace path (Claude Code, Pi) between sessions whose
+// canonical workspace paths differ: the bound session could not be
+// resumed in the target, or would act on the source's workspace.
+func checkKeyedBind(p fork.Provider, req BindRequest, src, tgt sessionHome) error {
+	if p.KeysOn == "" || src.workspace != "" && src.workspace == tgt.workspace {
+		return nil
+	}
+	where := func(w string) string {
+		if w == "" {
+			return "none"
+		}
+		return w
+	}
+	return usagef("%s keys its sessions on the %s: %s's canonical workspace path is %s, %s's is %s; record the same one in both (homefs session set %s --workspace-at PATH) and resume through homefs run",
+		p.Name, p.KeysOn, req.Source, where(src.workspace), req.Target, where(tgt.workspace), req.Target)
+}
+
 // dropDerived removes the providers' derived state from session, a session
 // just made from another session's tree (fork, create --from, restore of
-// another session's snapshot). Codex's state_5.sqlite records the absolute
-// paths of rollouts: mounted elsewhere, Codex would follow them back into
-// the source's files. Without it Codex rebuilds its state from sessions/.
-// The cost is the paths removed, not the session's size.
-func (s *Service) dropDerived(ctx context.Context, session string) ([]string, error) {
-	var dropped []string
+// a snapshot from outside its history), wherever its homes lie, and
+// records in info what it removed and what it left with a warning.
+// Codex's state_5.sqlite records the absolute paths of rollouts: mounted
+// elsewhere, Codex would follow them back into the source's files.
+// Without it Codex rebuilds its state from sessions/. The cost is the
+// paths removed and a few tree nodes, not the session's size.
+func (s *Service) dropDerived(ctx context.Context, session string, info *SessionInfo) error {
+	var res fork.DerivedResult
 	err := s.eng.Guard(func() error {
 		var err error
-		dropped, err = fork.DropDerived(ctx, fork.WithStore(s.eng, s.rec), session)
+		res, err = fork.DropDerived(ctx, fork.WithStore(s.eng, s.rec), session, info.Layout)
 		return err
 	})
 	if err != nil {
-		return dropped, fmt.Errorf("session %s: %w", session, err)
+		return fmt.Errorf("session %s: %w", session, err)
 	}
-	if len(dropped) > 0 {
-		s.log.Info("dropped derived state", "session", session, "paths", dropped)
+	info.DroppedDerived, info.Warnings = res.Removed, res.Warnings
+	if len(res.Removed) > 0 {
+		s.log.Info("dropped derived state", "session", session, "paths", res.Removed)
 	}
-	return dropped, nil
+	for _, w := range res.Warnings {
+		s.log.Warn("provider state keyed on absolute paths", "session", session, "warning", w)
+	}
+	return nil
 }

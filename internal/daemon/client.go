@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"homefs/manifest"
 	"io"
 	"net"
 	"net/http"
@@ -221,8 +222,17 @@ func (c *Client) Fork(ctx context.Context, req ForkRequest) (*SessionInfo, error
 }
 
 // Restore points a session at a snapshot.
-func (c *Client) Restore(ctx context.Context, session, snapshot string) error {
-	return c.call(ctx, http.MethodPost, pathSessions+"/"+url.PathEscape(session)+"/restore", nil, RestoreRequest{Snapshot: snapshot}, nil)
+func (c *Client) Restore(ctx context.Context, session, snapshot string) (*SessionInfo, error) {
+	var out SessionInfo
+	err := c.call(ctx, http.MethodPost, pathSessions+"/"+url.PathEscape(session)+"/restore", nil, RestoreRequest{Snapshot: snapshot}, &out)
+	return &out, err
+}
+
+// SetLayout replaces a session's layout.
+func (c *Client) SetLayout(ctx context.Context, session string, layout *manifest.Layout) (*SessionInfo, error) {
+	var out SessionInfo
+	err := c.call(ctx, http.MethodPost, pathSessions+"/"+url.PathEscape(session)+"/layout", nil, SetLayoutRequest{Layout: layout}, &out)
+	return &out, err
 }
 
 // Diff compares two sessions or snapshots.

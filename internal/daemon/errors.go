@@ -68,6 +68,7 @@ func classify(err error) Code {
 		return CodeCorrupt
 	case errors.Is(err, catalog.ErrAmbiguous), errors.Is(err, manifest.ErrInvalid),
 		errors.Is(err, fusefs.ErrInsideStore), errors.Is(err, syscall.ENOTDIR),
+		errors.Is(err, fusefs.ErrMountOptions),
 		errors.Is(err, archive.ErrUnsafe), errors.Is(err, archive.ErrMalformed),
 		errors.Is(err, archive.ErrUnsupported), errors.Is(err, errUsage),
 		errors.Is(err, fork.ErrUnknownProvider), errors.Is(err, fork.ErrInvalid),

@@ -74,8 +74,16 @@ func (s *Service) handler() http.Handler {
 		if !decode(w, r, &req) {
 			return
 		}
-		err := s.Restore(r.Context(), r.PathValue("name"), req)
-		reply(w, struct{}{}, err)
+		v, err := s.Restore(r.Context(), r.PathValue("name"), req)
+		reply(w, v, err)
+	})
+	mux.HandleFunc("POST "+pathSessions+"/{name}/layout", func(w http.ResponseWriter, r *http.Request) {
+		var req SetLayoutRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		v, err := s.SetLayout(r.Context(), r.PathValue("name"), req)
+		reply(w, v, err)
 	})
 	mux.HandleFunc("GET "+pathMounts, func(w http.ResponseWriter, r *http.Request) {
 		reply(w, s.Mounts(r.Context()), nil)

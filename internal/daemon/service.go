@@ -92,11 +92,9 @@ func (s *Service) Sessions(ctx context.Context) ([]SessionInfo, error) {
 	s.mu.Unlock()
 	out := make([]SessionInfo, 0, len(heads))
 	for _, h := range heads {
-		out = append(out, SessionInfo{
-			Name: h.Session, Root: h.Root, Snapshot: h.Snapshot, Origin: h.Origin,
-			Created: time.Unix(0, h.CreatedNs), Updated: time.Unix(0, h.UpdatedNs),
-			Mounts: byName[h.Session],
-		})
+		info := headInfo(&h)
+		info.Mounts = byName[h.Session]
+		out = append(out, *info)
 	}
 	return out, nil
 }
@@ -113,17 +111,21 @@ func (s *Service) CreateSession(ctx context.Context, req CreateSessionRequest) (
 			}
 			from = id
 		}
+		opts := catalog.CreateOptions{Layout: req.Layout}
+		if o := req.Owner; o != nil {
+			opts.Owner = &catalog.Owner{UID: o.UID, GID: o.GID}
+		}
 		var err error
-		h, err = s.cat.CreateSession(ctx, req.Name, from)
+		h, err = s.cat.CreateSessionWith(ctx, req.Name, from, opts)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	s.log.Info("session created", "session", h.Session, "from", req.From)
-	info := &SessionInfo{Name: h.Session, Root: h.Root, Origin: h.Origin, Created: time.Unix(0, h.CreatedNs), Updated: time.Unix(0, h.UpdatedNs)}
+	info := headInfo(h)
 	if req.From != "" {
-		if info.DroppedDerived, err = s.dropDerived(ctx, h.Session); err != nil {
+		if err := s.dropDerived(ctx, h.Session, info); err != nil {
 			return nil, err
 		}
 	}
@@ -159,9 +161,12 @@ func (s *Service) Mount(ctx context.Context, req MountRequest) (*MountInfo, erro
 	} else if busy {
 		return nil, fmt.Errorf("%w: %s is already a mountpoint (unmount it first)", fusefs.ErrBusy, dir)
 	}
-	opts := fusefs.MountOptions{ReadOnly: req.ReadOnly}
+	opts := fusefs.MountOptions{ReadOnly: req.ReadOnly, AllowOther: !req.Private}
+	if o := req.Owner; o != nil {
+		opts.Owner = &fusefs.Owner{UID: o.UID, GID: o.GID}
+	}
 	var m *fusefs.Mount
-	info := MountInfo{Session: req.Session, Subtree: req.Subtree, ReadOnly: req.ReadOnly, Since: time.Now()}
+	info := MountInfo{Session: req.Session, Subtree: req.Subtree, ReadOnly: req.ReadOnly, Private: req.Private, Since: time.Now()}
 	switch {
 	case req.Remote != "":
 		id, session, name, err := s.pullForMount(ctx, req)
@@ -313,34 +318,67 @@ func (s *Service) Fork(ctx context.Context, req ForkRequest) (*SessionInfo, erro
 		return nil, err
 	}
 	s.log.Info("forked", "source", req.Source, "target", req.Target)
-	info := &SessionInfo{Name: h.Session, Root: h.Root, Origin: h.Origin, Created: time.Unix(0, h.CreatedNs), Updated: time.Unix(0, h.UpdatedNs)}
-	if info.DroppedDerived, err = s.dropDerived(ctx, h.Session); err != nil {
+	info := headInfo(h)
+	if err := s.dropDerived(ctx, h.Session, info); err != nil {
 		return nil, err
 	}
 	return info, nil
 }
 
-// Restore points a session at a snapshot.
-func (s *Service) Restore(ctx context.Context, session string, req RestoreRequest) error {
-	if _, err := s.cat.Head(ctx, session); err != nil {
-		return err
-	}
-	snap, _, err := s.cat.Resolve(ctx, req.Snapshot)
+// Restore points a session at a snapshot. A snapshot that is not in the
+// session's own history (another session's, or a same-named session's
+// from another host) is restored like a fork in place: its providers'
+// derived state is dropped.
+func (s *Service) Restore(ctx context.Context, session string, req RestoreRequest) (*SessionInfo, error) {
+	h, err := s.cat.Head(ctx, session)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	_, id, err := s.cat.Resolve(ctx, req.Snapshot)
+	if err != nil {
+		return nil, err
+	}
+	own, err := s.cat.InHistory(ctx, h, id)
+	if err != nil {
+		return nil, err
 	}
 	err = s.eng.Guard(func() error { return s.eng.Restore(ctx, session, req.Snapshot) })
 	if err != nil {
-		return err
+		return nil, err
 	}
-	s.log.Info("restored", "session", session, "snapshot", req.Snapshot)
-	if snap.Session != session {
-		// Another session's tree, like a fork in place.
-		if _, err := s.dropDerived(ctx, session); err != nil {
-			return err
+	s.log.Info("restored", "session", session, "snapshot", id, "own_history", own)
+	if h, err = s.cat.Head(ctx, session); err != nil {
+		return nil, err
+	}
+	info := headInfo(h)
+	if !own {
+		if err := s.dropDerived(ctx, session, info); err != nil {
+			return nil, err
 		}
 	}
-	return nil
+	return info, nil
+}
+
+// SetLayout replaces a session's layout.
+func (s *Service) SetLayout(ctx context.Context, session string, req SetLayoutRequest) (*SessionInfo, error) {
+	if req.Layout != nil {
+		req.Layout.Normalize()
+	}
+	h, err := s.cat.SetLayout(ctx, session, req.Layout)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("layout set", "session", session, "layout", req.Layout)
+	return headInfo(h), nil
+}
+
+// headInfo is a head as listed.
+func headInfo(h *catalog.Head) *SessionInfo {
+	return &SessionInfo{
+		Name: h.Session, Root: h.Root, Snapshot: h.Snapshot, Origin: h.Origin,
+		Created: time.Unix(0, h.CreatedNs), Updated: time.Unix(0, h.UpdatedNs),
+		Layout: h.Layout,
+	}
 }
 
 // rootOf resolves a diff operand: a session (its current tree, flushed)

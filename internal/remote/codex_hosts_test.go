@@ -119,10 +119,11 @@ func TestCodexResumeOnAnotherHost(t *testing.T) {
 	if stateNames(homeB, homeA) {
 		t.Logf("B inherited A's state_5.sqlite naming %s", homeA)
 	}
-	removed, err := fork.DropDerived(ctx, fork.WithStore(b.e, b.rec), "agent")
+	dropped, err := fork.DropDerived(ctx, fork.WithStore(b.e, b.rec), "agent", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	removed := dropped.Removed
 	if !containsString(removed, "codex-home/state_5.sqlite") {
 		t.Fatalf("DropDerived removed %v, not codex-home/state_5.sqlite", removed)
 	}

@@ -1,0 +1,213 @@
+package fork
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strings"
+
+	"homefs/cas"
+	"homefs/manifest"
+)
+
+// A provider's home is found where the session's layout records it or, for
+// homes it does not record, by content: a directory holding what the
+// provider puts in its home (Provider.Detect). The search looks at the
+// session root and the directories up to detectDepth below it, never into
+// a home it found or into directories no provider keeps a home in, so its
+// cost is a few tree nodes, not the session's size.
+
+// detectDepth is how deep below the root a home is looked for: "", "a",
+// "a/b" (a home directory's ".codex").
+const detectDepth = 2
+
+// skipDirs are never searched for homes.
+var skipDirs = map[string]bool{".git": true, "node_modules": true, "sessions": true, "projects": true}
+
+// Dir is a directory of a session tree as Detect sees it.
+type Dir struct {
+	ctx  context.Context
+	g    cas.Getter
+	tree *manifest.Tree
+}
+
+// Has returns the kind of the entry name, ok false if there is none.
+func (d Dir) Has(name string) (manifest.Kind, bool) {
+	i, ok := slices.BinarySearchFunc(d.tree.Entries, name, func(e manifest.Entry, n string) int { return strings.Compare(e.Name, n) })
+	if !ok {
+		return 0, false
+	}
+	return d.tree.Entries[i].Kind, true
+}
+
+// HasFile and HasDir report an entry of that kind.
+func (d Dir) HasFile(name string) bool { k, ok := d.Has(name); return ok && k == manifest.KindFile }
+func (d Dir) HasDir(name string) bool  { k, ok := d.Has(name); return ok && k == manifest.KindDir }
+
+// Names lists the entries of the subdirectory name (nil if it is none).
+func (d Dir) Names(name string) ([]string, error) {
+	i, ok := slices.BinarySearchFunc(d.tree.Entries, name, func(e manifest.Entry, n string) int { return strings.Compare(e.Name, n) })
+	if !ok || d.tree.Entries[i].Kind != manifest.KindDir {
+		return nil, nil
+	}
+	t, err := manifest.GetTree(d.ctx, d.g, d.tree.Entries[i].Tree)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(t.Entries))
+	for j, e := range t.Entries {
+		names[j] = e.Name
+	}
+	return names, nil
+}
+
+// Homes returns the provider homes of the tree at root: every home layout
+// records, then the homes found by content outside them, sorted by
+// subtree. A found home's provider is the first registered provider
+// (sorted by name) whose Detect accepts the directory, except that a
+// directory named as a provider's default home goes to that provider.
+func Homes(ctx context.Context, g cas.Getter, root cas.Ref, layout *manifest.Layout) ([]manifest.Place, error) {
+	var homes []manifest.Place
+	taken := make(map[string]bool)
+	for _, h := range layout.Places() {
+		if h.Provider != "" {
+			homes = append(homes, h)
+			taken[h.Provider] = true
+		}
+	}
+	inside := func(dir string) bool {
+		for _, p := range layout.Places() {
+			if p.Subtree == "" || dir == p.Subtree || strings.HasPrefix(dir, p.Subtree+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	var walk func(ref cas.Ref, dir string, depth int) error
+	walk = func(ref cas.Ref, dir string, depth int) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t, err := manifest.GetTree(ctx, g, ref)
+		if err != nil {
+			return fmt.Errorf("fork: find homes: %s: %w", displayPath(dir), err)
+		}
+		if !inside(dir) {
+			p, err := detect(Dir{ctx, g, t}, dir)
+			if err != nil {
+				return fmt.Errorf("fork: find homes: %s: %w", displayPath(dir), err)
+			}
+			if p != "" {
+				homes = append(homes, manifest.Place{Subtree: dir, Provider: p})
+				return nil
+			}
+		}
+		if depth == detectDepth {
+			return nil
+		}
+		for _, e := range t.Entries {
+			if e.Kind == manifest.KindDir && !skipDirs[e.Name] {
+				if err := walk(e.Tree, joinPath(dir, e.Name), depth+1); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if err := walk(root, "", 0); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(homes, func(a, b manifest.Place) int { return strings.Compare(a.Subtree, b.Subtree) })
+	return homes, nil
+}
+
+func displayPath(p string) string {
+	if p == "" {
+		return "the session root"
+	}
+	return p
+}
+
+// detect returns the provider whose home d is, "" if none.
+func detect(d Dir, dir string) (string, error) {
+	base := dir[strings.LastIndexByte(dir, '/')+1:]
+	var found []string
+	for _, name := range Providers() {
+		p, _ := Lookup(name)
+		if p.Detect == nil {
+			continue
+		}
+		ok, err := p.Detect(d)
+		if err != nil {
+			return "", err
+		}
+		if ok {
+			if base != "" && base == p.Home {
+				return name, nil
+			}
+			found = append(found, name)
+		}
+	}
+	if len(found) == 0 {
+		return "", nil
+	}
+	// Providers sharing a layout (codex and tutti-agent): the one whose
+	// default home the directory is named after won above; else the first.
+	return found[0], nil
+}
+
+// Derived state handling: what DropDerived did and what it could not do.
+type DerivedResult struct {
+	// Homes are the homes found (see Homes).
+	Homes []manifest.Place
+	// Removed are the paths of derived state removed.
+	Removed []string
+	// Warnings name provider state that records absolute paths and that
+	// was left as it is.
+	Warnings []string
+}
+
+// DropDerived removes the derived state of every provider home in session
+// (see Provider.Derived and Homes) and returns the paths removed. A
+// session made from another session's tree and shown at other paths needs
+// it before a harness runs there: Codex would otherwise follow the
+// absolute paths its state_5.sqlite recorded back into the source. Homes
+// of providers that key their sessions on absolute paths (Provider.KeysOn)
+// get a warning when the layout gives no canonical path to show them at.
+func DropDerived(ctx context.Context, env Env, session string, layout *manifest.Layout) (DerivedResult, error) {
+	var res DerivedResult
+	root, err := env.Root(ctx, session)
+	if err != nil {
+		return res, err
+	}
+	if res.Homes, err = Homes(ctx, env, root, layout); err != nil {
+		return res, err
+	}
+	for _, h := range res.Homes {
+		p, err := Lookup(h.Provider)
+		if errors.Is(err, ErrUnknownProvider) {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("%s: home of provider %q, which homefs does not know: any absolute path it stores is valid only through homefs run at the session's canonical paths", displayPath(h.Subtree), h.Provider))
+			continue
+		}
+		for _, d := range p.Derived {
+			fp := joinPath(h.Subtree, d)
+			e, err := lookup(ctx, env, root, fp)
+			if err != nil {
+				return res, err
+			}
+			if e == nil {
+				continue
+			}
+			if err := env.Remove(ctx, session, fp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return res, fmt.Errorf("fork: drop derived state %s: %w", fp, err)
+			}
+			res.Removed = append(res.Removed, fp)
+		}
+		if p.KeysOn != "" && (layout == nil || layout.Workspace == nil || layout.Workspace.At == "") {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("%s: %s home: %s keys its sessions on the %s; the session records no canonical workspace path (session set --workspace-at), so resume them through homefs run only once it does", displayPath(h.Subtree), p.Name, p.Name, p.KeysOn))
+		}
+	}
+	return res, nil
+}
