@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -15,10 +16,18 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == runInitCommand {
+		os.Exit(runInit())
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	app := newApp()
 	err := app.RunContext(ctx, permute(app, os.Args))
 	stop()
+	var status exitStatus
+	if errors.As(err, &status) {
+		// homefs run: the command's own status, which it has explained.
+		os.Exit(int(status))
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "homefs:", err)
 	}
@@ -86,6 +95,7 @@ EXIT CODES:
 			remoteCommand(),
 			pushCommand(),
 			pullCommand(),
+			runCommand(),
 		},
 	}
 	var setUsage func([]*cli.Command)

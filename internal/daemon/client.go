@@ -340,3 +340,30 @@ func (c *Client) Pull(ctx context.Context, req PullRequest, progress func(Progre
 	var v PullResult
 	return &v, c.streamCall(ctx, pathPull, req, progress, &v)
 }
+
+// RunMount holds a whole-session mount of session for homefs run until
+// release is called (or the process ends): the daemon gives it back when
+// the connection closes.
+func (c *Client) RunMount(ctx context.Context, session string) (info *RunMountInfo, release func(), err error) {
+	resp, err := c.do(ctx, http.MethodPost, pathSessions+"/"+url.PathEscape(session)+"/run", nil, nil, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	var line struct {
+		Result *RunMountInfo `json:"result"`
+		Error  *Error        `json:"error"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&line); err != nil {
+		resp.Body.Close()
+		return nil, nil, fmt.Errorf("homefs daemon: bad answer to run: %w", err)
+	}
+	if line.Error != nil {
+		resp.Body.Close()
+		return nil, nil, line.Error
+	}
+	if line.Result == nil {
+		resp.Body.Close()
+		return nil, nil, fmt.Errorf("homefs daemon: empty answer to run")
+	}
+	return line.Result, func() { resp.Body.Close() }, nil
+}

@@ -77,6 +77,21 @@ func (s *Service) handler() http.Handler {
 		v, err := s.Restore(r.Context(), r.PathValue("name"), req)
 		reply(w, v, err)
 	})
+	mux.HandleFunc("POST "+pathSessions+"/{name}/run", func(w http.ResponseWriter, r *http.Request) {
+		// The run holds its mount for as long as this request is open.
+		info, release, err := s.RunMount(r.Context(), r.PathValue("name"))
+		if err != nil {
+			reply(w, nil, err)
+			return
+		}
+		defer release()
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		_ = json.NewEncoder(w).Encode(streamLine{Result: info})
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		<-r.Context().Done()
+	})
 	mux.HandleFunc("POST "+pathSessions+"/{name}/layout", func(w http.ResponseWriter, r *http.Request) {
 		var req SetLayoutRequest
 		if !decode(w, r, &req) {

@@ -37,6 +37,12 @@ type Service struct {
 
 	mu     sync.Mutex
 	mounts map[string]MountInfo // by mountpoint; GUARDED_BY(mu)
+
+	runDir string // where mounts for homefs run are made
+	// runMu guards runs, the mounts held by homefs run (run.go). Lock
+	// order: runMu before mu.
+	runMu sync.Mutex
+	runs  map[string]*runHold // by session; GUARDED_BY(runMu)
 }
 
 // NewService serves store, whose directory lies in root. Reads go through
@@ -58,7 +64,7 @@ func NewService(ctx context.Context, root string, store cas.Store, log *slog.Log
 	rec := fusefs.Record(rt)
 	cat := catalog.New(rec)
 	eng := fusefs.New(rec, cat, fusefs.Options{StoreDir: root, Logger: log, URing: uring})
-	return &Service{root: root, rt: rt, remotes: remotes, rec: rec, cat: cat, eng: eng, log: log, started: time.Now(), mounts: make(map[string]MountInfo)}, nil
+	return &Service{root: root, rt: rt, remotes: remotes, rec: rec, cat: cat, eng: eng, log: log, started: time.Now(), mounts: make(map[string]MountInfo), runDir: RunDirFor(root), runs: make(map[string]*runHold)}, nil
 }
 
 // CloseStore stops background fetches and closes the store; call it after
@@ -235,6 +241,9 @@ func (s *Service) Unmount(ctx context.Context, dir string) (*MountInfo, error) {
 	s.mu.Unlock()
 	if !ok {
 		return nil, fmt.Errorf("%w: %s is not a homefs mount of this daemon", fusefs.ErrNotMounted, dir)
+	}
+	if s.heldByRun(dir) {
+		return nil, fmt.Errorf("%w: %s: homefs run shows this mount elsewhere; end the run first", fusefs.ErrBusy, dir)
 	}
 	if err := s.eng.Unmount(dir); err != nil {
 		if still, _ := isMountpoint(dir); still {

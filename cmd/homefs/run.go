@@ -1,0 +1,361 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+
+	"homefs/internal/daemon"
+	"homefs/manifest"
+)
+
+// providerEnv is the variable that points each provider at its home.
+var providerEnv = map[string]string{
+	"codex":       "CODEX_HOME",
+	"tutti-agent": "CODEX_HOME",
+	"claude":      "CLAUDE_CONFIG_DIR",
+	"pi":          "PI_CODING_AGENT_DIR",
+}
+
+func runCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "run a command with the session shown at its canonical paths",
+		ArgsUsage: "SESSION -- CMD [ARGS…]",
+		Description: `Runs CMD in a private mount namespace (and PID namespace) in which the
+session's provider homes and workspace appear at the canonical paths its
+layout records (session create/set --home-at, --workspace-at), so that the
+absolute paths providers store stay valid in every fork, restore and move.
+CODEX_HOME, CLAUDE_CONFIG_DIR and PI_CODING_AGENT_DIR point at the homes;
+CMD starts in the workspace (or --cwd) as --user (root otherwise). A
+canonical path that does not exist on the host is created as an empty
+directory for the bind mount; a part the session lacks yet is created in
+it, owned by --user.
+
+The host sees the session through the daemon's own mount: a mount of the
+whole session that every user may enter, or one the daemon makes under
+/run/homefs/ and removes when the last run ends. Nothing run mounts is in
+the host's mount table, and when homefs run ends (also by kill -9) every
+process of CMD's namespace ends with it. Signals homefs run receives are
+forwarded to CMD (those a terminal sends its foreground reach CMD
+directly). The exit status is CMD's (128+N for signal N). --capture
+captures the session when CMD exits, whatever its status.
+
+   homefs run agent-1 --user agent -- codex exec "fix the tests"
+   homefs run agent-1 --user agent --capture -m "turn 4" -- claude -p "go on" --resume 3f0c…`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "user", Aliases: []string{"u"}, Usage: "run CMD as this user (USER, UID or UID:GID)"},
+			&cli.StringFlag{Name: "cwd", Usage: "start CMD here (default: the workspace's canonical path)"},
+			&cli.StringSliceFlag{Name: "env", Usage: "KEY=VALUE for CMD, repeatable"},
+			&cli.BoolFlag{Name: "capture", Usage: "capture the session when CMD exits"},
+			&cli.StringFlag{Name: "message", Aliases: []string{"m"}, Usage: "message of the --capture snapshot"},
+			jsonFlag,
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() < 2 {
+				return usageError{fmt.Errorf("run: want SESSION -- CMD [ARGS…] (see homefs run --help)")}
+			}
+			argv := c.Args().Slice()
+			cmdArgv := argv[1:]
+			if cmdArgv[0] == "--" {
+				cmdArgv = cmdArgv[1:]
+			}
+			if len(cmdArgv) == 0 {
+				return usageError{fmt.Errorf("run: no command after --")}
+			}
+			return runRun(c.Context, client(c), os.Stdout, runOptions{
+				session: argv[0], argv: cmdArgv,
+				user: c.String("user"), cwd: c.String("cwd"), env: c.StringSlice("env"),
+				capture: c.Bool("capture"), message: c.String("message"), json: c.Bool("json"),
+			})
+		},
+	}
+}
+
+type runOptions struct {
+	session   string
+	argv      []string
+	user, cwd string
+	env       []string
+	capture   bool
+	message   string
+	json      bool
+}
+
+// runSpec is what homefs run hands the init of the new namespaces.
+type runSpec struct {
+	Binds []nsBind `json:"binds"`
+	UID   uint32   `json:"uid"`
+	GID   uint32   `json:"gid"`
+	// Groups are the user's supplementary groups.
+	Groups []uint32 `json:"groups"`
+	Env    []string `json:"env"`
+	Cwd    string   `json:"cwd"`
+	Argv   []string `json:"argv"`
+}
+
+// nsBind shows Source (a directory of the daemon's mount) at Target.
+type nsBind struct {
+	Source string `json:"source"`
+	Target string `json:"target"`
+}
+
+// exitStatus is CMD's exit status, passed through as homefs run's.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("command exited with status %d", int(e)) }
+
+// runInitCommand is the hidden command homefs run starts in the new
+// namespaces.
+const runInitCommand = "__run-init"
+
+func runRun(ctx context.Context, cl *daemon.Client, out io.Writer, o runOptions) error {
+	if err := manifest.ValidateSessionName(o.session); err != nil {
+		return usageError{err}
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("homefs run needs root (it makes a mount namespace and bind mounts); run it as root with --user for the agent")
+	}
+	spec := runSpec{Argv: o.argv}
+	if o.user != "" {
+		if err := lookupRunUser(o.user, &spec); err != nil {
+			return err
+		}
+	}
+	// The run holds the daemon's mount until it ends: a signal that ends
+	// the command must not drop the hold before the command is gone.
+	hold, release, err := cl.RunMount(context.WithoutCancel(ctx), o.session)
+	if err != nil {
+		return err
+	}
+	defer release()
+	places := slices.DeleteFunc(hold.Layout.Places(), func(p manifest.Place) bool { return p.At == "" })
+	if len(places) == 0 {
+		return usageError{fmt.Errorf("session %s records no canonical paths: set them with homefs session set %s --home-at PROVIDER=PATH --workspace-at PATH", o.session, o.session)}
+	}
+	// Parents first: a canonical path may lie below another.
+	slices.SortFunc(places, func(a, b manifest.Place) int { return strings.Compare(a.At, b.At) })
+	env := runEnv(os.Environ(), o.user != "", spec)
+	for _, p := range places {
+		spec.Binds = append(spec.Binds, nsBind{Source: filepath.Join(hold.Dir, filepath.FromSlash(p.Subtree)), Target: p.At})
+		if v, ok := providerEnv[p.Provider]; ok {
+			env = setEnv(env, v, p.At)
+		}
+	}
+	for _, kv := range o.env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return usageError{fmt.Errorf("--env %q: want KEY=VALUE", kv)}
+		}
+		env = setEnv(env, k, v)
+	}
+	spec.Env = env
+	spec.Cwd = o.cwd
+	if spec.Cwd == "" {
+		if w := hold.Layout.Workspace; w != nil && w.At != "" {
+			spec.Cwd = w.At
+		} else {
+			spec.Cwd = places[0].At
+		}
+	}
+	status, err := runInNamespaces(spec)
+	release()
+	if err != nil {
+		return err
+	}
+	if o.capture {
+		cctx := context.WithoutCancel(ctx)
+		msg := o.message
+		if msg == "" {
+			msg = "homefs run: " + strings.Join(o.argv, " ")
+			if len(msg) > 200 {
+				msg = msg[:200]
+			}
+		}
+		snap, err := cl.Capture(cctx, o.session, daemon.CaptureRequest{Message: msg})
+		if err != nil {
+			return fmt.Errorf("capture after the command: %w", err)
+		}
+		if o.json {
+			if err := printJSON(out, snap); err != nil {
+				return err
+			}
+		} else {
+			fmt.Fprintf(os.Stderr, "homefs: captured %s as %s\n", o.session, snap.ID)
+		}
+	}
+	if status != 0 {
+		return exitStatus(status)
+	}
+	return nil
+}
+
+// runInNamespaces starts the namespaces' init with spec, forwards signals
+// to it and returns CMD's exit status.
+func runInNamespaces(spec runSpec) (int, error) {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return 0, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return 0, err
+	}
+	// The spec (CMD's environment: API keys) goes through a pipe, never
+	// an argument that ps shows.
+	r, w, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	cmd := exec.Command(self, runInitCommand)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.ExtraFiles = []*os.File{r} // fd 3
+	cmd.Env = []string{}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID,
+		// The init dies with homefs run, and every process of its PID
+		// namespace with it: nothing outlives the run.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+	// Pdeathsig follows the thread that started the child: keep it.
+	type result struct {
+		state *os.ProcessState
+		err   error
+	}
+	done := make(chan result, 1)
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_, werr := w.Write(b)
+		w.Close()
+		if werr != nil {
+			_ = cmd.Process.Kill()
+		}
+		err := cmd.Wait()
+		done <- result{cmd.ProcessState, err}
+	}()
+	if err := <-started; err != nil {
+		w.Close()
+		return 0, fmt.Errorf("start the run's namespaces: %w", err)
+	}
+	for {
+		select {
+		case sig := <-sigs:
+			if fromTerminal(sig) {
+				continue
+			}
+			_ = cmd.Process.Signal(sig)
+		case r := <-done:
+			return statusOf(r.state), nil
+		}
+	}
+}
+
+// forwarded are the signals homefs run passes on to CMD.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGCONT}
+
+// fromTerminal reports whether sig is one a terminal sends its foreground
+// process group (homefs run's, which CMD shares), so CMD has it already.
+func fromTerminal(sig os.Signal) bool {
+	switch sig {
+	case syscall.SIGINT, syscall.SIGQUIT, syscall.SIGWINCH:
+	default:
+		return false
+	}
+	fg, err := unix.IoctlGetInt(0, unix.TIOCGPGRP)
+	return err == nil && fg == syscall.Getpgrp()
+}
+
+// statusOf is a process's status as a shell reports it.
+func statusOf(st *os.ProcessState) int {
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return st.ExitCode()
+}
+
+// lookupRunUser fills spec's credentials from USER, UID or UID:GID.
+func lookupRunUser(s string, spec *runSpec) error {
+	name, group, hasGroup := strings.Cut(s, ":")
+	var u *user.User
+	var err error
+	if _, nerr := strconv.ParseUint(name, 10, 32); nerr == nil {
+		u, err = user.LookupId(name)
+		if err != nil {
+			// A uid without a passwd entry is a valid agent user too.
+			u, err = &user.User{Uid: name, Gid: name, HomeDir: "/"}, nil
+		}
+	} else {
+		u, err = user.Lookup(name)
+	}
+	if err != nil {
+		return usageError{fmt.Errorf("--user %q: %w", s, err)}
+	}
+	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+	if hasGroup {
+		if gid, err = strconv.ParseUint(group, 10, 32); err != nil {
+			g, err := user.LookupGroup(group)
+			if err != nil {
+				return usageError{fmt.Errorf("--user %q: %w", s, err)}
+			}
+			gid, _ = strconv.ParseUint(g.Gid, 10, 32)
+		}
+	}
+	spec.UID, spec.GID = uint32(uid), uint32(gid)
+	if ids, err := u.GroupIds(); err == nil {
+		for _, id := range ids {
+			if g, err := strconv.ParseUint(id, 10, 32); err == nil {
+				spec.Groups = append(spec.Groups, uint32(g))
+			}
+		}
+	}
+	if u.Username != "" {
+		spec.Env = []string{"USER=" + u.Username, "LOGNAME=" + u.Username}
+	}
+	spec.Env = append(spec.Env, "HOME="+u.HomeDir)
+	return nil
+}
+
+// runEnv is CMD's environment: homefs run's own without its HOMEFS_
+// settings, with the user's HOME, USER and LOGNAME when it drops root.
+func runEnv(base []string, asUser bool, spec runSpec) []string {
+	env := slices.DeleteFunc(slices.Clone(base), func(kv string) bool { return strings.HasPrefix(kv, "HOMEFS_") })
+	if asUser {
+		for _, kv := range spec.Env {
+			k, v, _ := strings.Cut(kv, "=")
+			env = setEnv(env, k, v)
+		}
+	}
+	return env
+}
+
+// setEnv sets k to v in env.
+func setEnv(env []string, k, v string) []string {
+	env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, k+"=") })
+	return append(env, k+"="+v)
+}
