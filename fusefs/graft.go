@@ -9,6 +9,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 
 	"homefs/cas"
+	"homefs/internal/catalog"
 	"homefs/manifest"
 )
 
@@ -204,23 +205,35 @@ func (e *Engine) invalidate(s *Session, parts []string) {
 // SetHandle records the provider session handle h in session's head.
 func (e *Engine) SetHandle(ctx context.Context, session, provider string, h manifest.Handle) error {
 	handles := map[string]manifest.Handle{provider: h}
+	_, err := e.changeHead(ctx, session, func() (*catalog.Head, error) { return e.cat.SetHandles(ctx, session, handles) })
+	return err
+}
+
+// SetLayout records layout as session's layout.
+func (e *Engine) SetLayout(ctx context.Context, session string, layout *manifest.Layout) (*catalog.Head, error) {
+	return e.changeHead(ctx, session, func() (*catalog.Head, error) { return e.cat.SetLayout(ctx, session, layout) })
+}
+
+// changeHead runs change, which moves session's head, in step with the
+// live session if there is one (whose flushes expect the head's
+// generation).
+func (e *Engine) changeHead(ctx context.Context, session string, change func() (*catalog.Head, error)) (*catalog.Head, error) {
 	e.mu.Lock()
 	s, live := e.sessions[session]
 	e.mu.Unlock()
 	if !live {
-		_, err := e.cat.SetHandles(ctx, session, handles)
-		return err
+		return change()
 	}
 	s.freeze.Lock()
 	defer s.freeze.Unlock()
 	// Moving the head makes the journal stale: make everything durable in
 	// the head first, so that nothing the journal held is lost.
 	if err := e.syncLocked(ctx, s, true); err != nil {
-		return err
+		return nil, err
 	}
-	head, err := e.cat.SetHandles(ctx, session, handles)
+	head, err := change()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return s.durableAt(head.Gen, s.synced)
+	return head, s.durableAt(head.Gen, s.synced)
 }

@@ -107,7 +107,9 @@ func setupRunMounts(spec runSpec) error {
 	return nil
 }
 
-// mkdirOwned creates dir and its missing parents, each owned by uid:gid.
+// mkdirOwned creates dir and its missing parents, each owned by uid:gid,
+// or when the run keeps root (uid and gid 0) by its parent's owner: a
+// part the session lacks belongs to whoever owns the session.
 func mkdirOwned(dir string, uid, gid uint32) error {
 	if st, err := os.Stat(dir); err == nil {
 		if !st.IsDir() {
@@ -115,10 +117,21 @@ func mkdirOwned(dir string, uid, gid uint32) error {
 		}
 		return nil
 	}
-	if err := mkdirOwned(filepath.Dir(dir), uid, gid); err != nil {
+	parent := filepath.Dir(dir)
+	if err := mkdirOwned(parent, uid, gid); err != nil {
 		return err
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	if uid == 0 && gid == 0 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(parent, &st); err != nil {
+			return err
+		}
+		uid, gid = st.Uid, st.Gid
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil // another run made it
+		}
 		return err
 	}
 	return os.Chown(dir, int(uid), int(gid))

@@ -78,7 +78,7 @@ func (s *Service) RunMount(ctx context.Context, session string) (*RunMountInfo, 
 			return nil, nil, hold.err
 		}
 	}
-	s.log.Info("run started", "session", session, "dir", hold.dir, "runs", hold.runs)
+	s.log.Info("run started", "session", session, "dir", hold.dir)
 	release := func() { s.releaseRun(session, hold) }
 	return &RunMountInfo{Dir: hold.dir, Layout: h.Layout}, release, nil
 }
@@ -108,21 +108,29 @@ func (s *Service) runMountFor(ctx context.Context, session string) (string, bool
 // runs. The kernel may still be releasing the run's files: a busy mount
 // is retried for a while before it is left for homefs unmount.
 func (s *Service) releaseRun(session string, hold *runHold) {
+	// The unmount happens under runMu, so that a run starting meanwhile
+	// waits for it rather than binding from a mount about to go.
 	s.runMu.Lock()
+	defer s.runMu.Unlock()
 	hold.runs--
-	last := hold.runs == 0
-	if last {
-		delete(s.runs, session)
-	}
-	s.runMu.Unlock()
 	s.log.Info("run ended", "session", session, "runs", hold.runs)
-	if !last || !hold.ours {
+	if hold.runs > 0 {
+		return
+	}
+	delete(s.runs, session)
+	if !hold.ours {
 		return
 	}
 	ctx := context.Background()
+	s.mu.Lock()
+	info, ok := s.mounts[hold.dir]
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
 	var err error
 	for wait := 50 * time.Millisecond; wait < 10*time.Second; wait *= 2 {
-		if _, err = s.Unmount(ctx, hold.dir); err == nil || !errors.Is(err, fusefs.ErrBusy) {
+		if _, err = s.unmount(ctx, hold.dir, info); err == nil || !errors.Is(err, fusefs.ErrBusy) {
 			break
 		}
 		time.Sleep(wait)

@@ -245,6 +245,12 @@ func (s *Service) Unmount(ctx context.Context, dir string) (*MountInfo, error) {
 	if s.heldByRun(dir) {
 		return nil, fmt.Errorf("%w: %s: homefs run shows this mount elsewhere; end the run first", fusefs.ErrBusy, dir)
 	}
+	return s.unmount(ctx, dir, info)
+}
+
+// unmount is Unmount of a mount of this daemon, without the check for
+// runs.
+func (s *Service) unmount(ctx context.Context, dir string, info MountInfo) (*MountInfo, error) {
 	if err := s.eng.Unmount(dir); err != nil {
 		if still, _ := isMountpoint(dir); still {
 			// The kernel refused (EBUSY): keep the cause out of the
@@ -373,7 +379,7 @@ func (s *Service) SetLayout(ctx context.Context, session string, req SetLayoutRe
 	if req.Layout != nil {
 		req.Layout.Normalize()
 	}
-	h, err := s.cat.SetLayout(ctx, session, req.Layout)
+	h, err := s.eng.SetLayout(ctx, session, req.Layout)
 	if err != nil {
 		return nil, err
 	}

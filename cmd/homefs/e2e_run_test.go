@@ -1,0 +1,223 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"homefs/internal/daemon"
+	"homefs/manifest"
+)
+
+// nobody is the unprivileged agent user of these tests.
+var nobody = &syscall.Credential{Uid: 65534, Gid: 65534}
+
+// openUp lets every user traverse dir and its parents up to the temporary
+// directory (t.TempDir makes them 0700).
+func openUp(t *testing.T, dir string) {
+	t.Helper()
+	for p := dir; p != "/" && p != os.TempDir(); p = filepath.Dir(p) {
+		require.NoError(t, os.Chmod(p, 0o755))
+	}
+}
+
+// as runs a shell command as cred and returns its combined output and
+// error.
+func as(cred *syscall.Credential, dir, script string) (string, error) {
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// hostMounts returns the mountpoints of the test process's namespace (the
+// host's) that lie under one of prefixes.
+func hostMounts(t *testing.T, prefixes ...string) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	require.NoError(t, err)
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		for _, p := range prefixes {
+			if strings.HasPrefix(f[4], p) {
+				out = append(out, f[4])
+			}
+		}
+	}
+	return out
+}
+
+// TestMountForAgentUsers: mounts are allow_other with the kernel checking
+// modes (an agent user may enter and write what it owns, not what it does
+// not), --owner hands a root to the agent user, --private keeps others out.
+func TestMountForAgentUsers(t *testing.T) {
+	e := newEnv(t)
+	e.start()
+	openUp(t, e.dir)
+	e.ok("session", "create", "s", "--owner", "65534:65534")
+	mnt := e.mkdir("mnt")
+	e.ok("mount", "s", mnt)
+	out, err := as(nobody, mnt, "mkdir .codex && echo hi > .codex/f && cat .codex/f && id -u")
+	require.NoError(t, err, out)
+	require.Equal(t, "hi\n65534\n", out)
+	st, err := os.Stat(filepath.Join(mnt, ".codex/f"))
+	require.NoError(t, err)
+	require.Equal(t, uint32(65534), st.Sys().(*syscall.Stat_t).Uid)
+
+	// A directory root owns with mode 0755: the kernel refuses nobody.
+	require.NoError(t, os.Mkdir(filepath.Join(mnt, "root-only"), 0o755))
+	out, err = as(nobody, mnt, "touch root-only/x")
+	require.Error(t, err)
+	require.Contains(t, out, "Permission denied")
+
+	// --owner on a mount of a subtree; --private keeps everyone else out.
+	e.ok("unmount", mnt)
+	sub := e.mkdir("sub")
+	e.ok("mount", "s/root-only", sub, "--owner", "65534:65534")
+	out, err = as(nobody, sub, "touch x && ls")
+	require.NoError(t, err, out)
+	require.Equal(t, "x\n", out)
+	priv := e.mkdir("priv")
+	e.ok("mount", "s", priv, "--private")
+	out, err = as(nobody, priv, "ls")
+	require.Error(t, err, out)
+	e.ok("mount", "s", e.mkdir("ro"), "--read-only")
+	e.fails(exitUsage, "read-only mount cannot change its root's owner", "mount", "s", e.mkdir("ro2"), "--read-only", "--owner", "1:1")
+}
+
+// runEnv is an env whose daemon serves a session "s" with canonical paths
+// under e.dir/canon, owned by nobody.
+func newRunEnv(t *testing.T, homeSubtree string) (*env, string) {
+	t.Helper()
+	e := newEnv(t)
+	e.start()
+	canon := filepath.Join(e.dir, "canon")
+	require.NoError(t, os.MkdirAll(canon, 0o755))
+	openUp(t, canon)
+	e.ok("session", "create", "s", "--owner", "nobody",
+		"--home", "codex="+homeSubtree, "--home-at", "codex="+canon+"/home/.codex",
+		"--workspace-at", canon+"/ws")
+	return e, canon
+}
+
+// TestRun: homefs run shows the session's parts at their canonical paths
+// to an unprivileged user, sets CODEX_HOME and the cwd, returns the
+// command's status, leaves nothing in the host's mount table, and the
+// layout travels with forks and snapshots.
+func TestRun(t *testing.T) {
+	e, canon := newRunEnv(t, "home")
+	r := e.run("run", "s", "--user", "nobody", "--", "sh", "-c",
+		`id -u; pwd; echo "$CODEX_HOME"; echo turn > note.txt; mkdir -p "$CODEX_HOME/sessions"; echo cfg > "$CODEX_HOME/config.toml"; exit 3`)
+	require.Equal(t, 3, r.code, r.stderr)
+	require.Equal(t, "65534\n"+canon+"/ws\n"+canon+"/home/.codex\n", r.stdout)
+	require.Empty(t, hostMounts(t, canon, "/run/homefs/"), "nothing of the run stays mounted")
+
+	// The files are the session's, owned by the agent user.
+	dump := e.mkdir("dump")
+	snap := strings.TrimSpace(e.ok("capture", "s"))
+	e.ok("export", snap, dump)
+	require.Equal(t, "turn\n", readFile(t, filepath.Join(dump, "workspace/note.txt")))
+	require.Equal(t, "cfg\n", readFile(t, filepath.Join(dump, "home/config.toml")))
+
+	// The layout is the snapshot's and the fork's.
+	var snaps []daemon.SnapshotInfo
+	require.NoError(t, json.Unmarshal([]byte(e.ok("log", "s", "--json")), &snaps))
+	var info daemon.SessionInfo
+	require.NoError(t, json.Unmarshal([]byte(e.ok("fork", "s", "t", "--json")), &info))
+	want := &manifest.Layout{
+		Homes:     []manifest.Place{{Subtree: "home", At: canon + "/home/.codex", Provider: "codex"}},
+		Workspace: &manifest.Place{Subtree: "workspace", At: canon + "/ws"},
+	}
+	require.Equal(t, want, info.Layout)
+	r = e.run("run", "t", "--", "cat", "note.txt")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "turn\n", r.stdout)
+
+	// A run shares a whole-session mount that exists, and that mount
+	// cannot be unmounted under it.
+	mnt := e.mkdir("mnt")
+	e.ok("mount", "s", mnt)
+	r = e.run("run", "s", "--", "sh", "-c", "echo shared > shared.txt")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "shared\n", readFile(t, filepath.Join(mnt, "workspace/shared.txt")))
+	require.Equal(t, []string{mnt}, hostMounts(t, mnt, canon, "/run/homefs/"))
+
+	// session set changes the layout; a session without canonical paths
+	// cannot run.
+	e.ok("session", "create", "bare")
+	e.fails(exitUsage, "records no canonical paths", "run", "bare", "--", "true")
+	e.ok("session", "set", "bare", "--workspace-at", canon+"/bare")
+	r = e.run("run", "bare", "--", "pwd")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, canon+"/bare\n", r.stdout)
+	e.fails(exitUsage, "absolute path", "session", "set", "bare", "--workspace-at", "rel")
+
+	// --capture captures when the command ends, whatever its status.
+	r = e.run("run", "s", "--capture", "-m", "after the run", "--", "sh", "-c", "echo more >> note.txt; exit 1")
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Contains(t, r.stderr, "captured s as")
+	require.Contains(t, e.ok("log", "s"), "after the run")
+
+	// A command that does not exist: 127, as a shell says.
+	r = e.run("run", "s", "--", "no-such-command-homefs")
+	require.Equal(t, 127, r.code, r.stderr)
+}
+
+// TestRunSignalsAndKill: a signal to homefs run reaches the command; a
+// kill -9 of homefs run ends every process of the run and leaves no mount.
+func TestRunSignalsAndKill(t *testing.T) {
+	e, canon := newRunEnv(t, "codex-home")
+	start := func(script string) *exec.Cmd {
+		cmd := exec.Command(homefsBin, "run", "s", "--user", "nobody", "--", "sh", "-c", script)
+		cmd.Env = append(os.Environ(), "HOMEFS_ROOT="+e.root)
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+		return cmd
+	}
+	cmd := start(`trap 'echo term > got; exit 5' TERM; touch ready; while :; do sleep 0.05; done`)
+	waitForFile := func() {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			// The file is visible to the host through the session only.
+			r := e.run("run", "s", "--", "test", "-e", "ready")
+			return r.code == 0
+		}, 20*time.Second, 50*time.Millisecond, "the command never started")
+	}
+	waitForFile()
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, 5, ee.ExitCode())
+	r := e.run("run", "s", "--", "sh", "-c", "cat got; rm ready")
+	require.Equal(t, "term\n", r.stdout, r.stderr)
+
+	// kill -9 of homefs run: the command (and what it started) ends too.
+	marker := `sleep 30[01]\.4242`
+	cmd = start(`touch ready; sleep 300.4242 & sleep 301.4242`)
+	waitForFile()
+	require.Eventually(t, func() bool { return pgrep(marker) }, 10*time.Second, 20*time.Millisecond)
+	require.NoError(t, cmd.Process.Kill())
+	_, _ = cmd.Process.Wait()
+	require.Eventually(t, func() bool { return !pgrep(marker) }, 10*time.Second, 20*time.Millisecond,
+		"the run's processes outlived homefs run")
+	require.Eventually(t, func() bool { return len(hostMounts(t, canon, "/run/homefs/")) == 0 }, 15*time.Second, 50*time.Millisecond,
+		"the daemon kept the run's mount")
+}
+
+// pgrep reports whether a process whose command line contains s runs.
+func pgrep(s string) bool {
+	return exec.Command("pgrep", "-f", "^"+s).Run() == nil
+}
