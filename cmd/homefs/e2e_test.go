@@ -114,11 +114,12 @@ func newEnv(t *testing.T) *env {
 
 func (e *env) socket() string { return filepath.Join(e.root, daemon.SocketName) }
 
-// start runs the daemon and waits until it answers.
-func (e *env) start() {
+// start runs the daemon, with extra arguments to serve, and waits until
+// it answers.
+func (e *env) start(extra ...string) {
 	e.t.Helper()
 	e.logs = &syncBuffer{}
-	cmd := exec.Command(homefsBin, "serve", "--log-level", "debug")
+	cmd := exec.Command(homefsBin, append([]string{"serve", "--log-level", "debug"}, extra...)...)
 	cmd.Env = append(os.Environ(), "HOMEFS_ROOT="+e.root, "GORACE=atexit_sleep_ms=0")
 	cmd.Env = append(cmd.Env, e.daemonEnv...)
 	cmd.Stdout, cmd.Stderr = e.logs, e.logs
@@ -196,8 +197,16 @@ func (e *env) runStdin(stdin []byte, args ...string) result {
 
 func (e *env) runAs(cred *syscall.Credential, stdin []byte, args ...string) result {
 	e.t.Helper()
+	return e.runEnv(cred, stdin, nil, args...)
+}
+
+// runEnv is runAs with extra environment variables, which override the
+// env's own.
+func (e *env) runEnv(cred *syscall.Credential, stdin []byte, extraEnv []string, args ...string) result {
+	e.t.Helper()
 	cmd := exec.Command(homefsBin, args...)
 	cmd.Env = append(os.Environ(), "HOMEFS_ROOT="+e.root, "GORACE=atexit_sleep_ms=0")
+	cmd.Env = append(cmd.Env, extraEnv...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if stdin != nil {
@@ -271,6 +280,46 @@ func TestNotRunning(t *testing.T) {
 	e := newEnv(t)
 	e.fails(exitNotRunning, "homefs daemon is not running (no socket at "+e.socket()+"): start it with `homefs serve`", "session", "list")
 	e.fails(exitUsage, "want NAME", "session", "create")
+}
+
+// TestAppFlagsAfterCommand checks that --root and --socket work after the
+// command name, as a command's own flags do, and that "--" still ends the
+// flags.
+func TestAppFlagsAfterCommand(t *testing.T) {
+	e := newEnv(t)
+	// $HOMEFS_ROOT names a root nothing serves: only the flags find it.
+	elsewhere := []string{"HOMEFS_ROOT=" + filepath.Join(e.dir, "elsewhere")}
+	e.daemonEnv = elsewhere
+	e.start("--root", e.root)
+	run := func(args ...string) result {
+		t.Helper()
+		return e.runEnv(nil, nil, elsewhere, args...)
+	}
+	ok := func(args ...string) string {
+		t.Helper()
+		r := run(args...)
+		require.Equal(t, 0, r.code, "homefs %v: %s%s", args, r.stderr, r.stdout)
+		return r.stdout
+	}
+	require.Equal(t, exitNotRunning, run("session", "list").code, "the environment's root is not served")
+
+	ok("session", "create", "s", "--root", e.root)
+	require.Contains(t, ok("session", "list", "--root", e.root, "--json"), `"s"`)
+	require.Contains(t, ok("session", "--root="+e.root, "list"), "s")
+	mnt := e.mkdir("mnt")
+	ok("mount", "s", mnt, "--socket", e.socket(), "--read-only")
+	require.True(t, isMounted(t, mnt))
+	ok("unmount", "--socket="+e.socket(), mnt)
+	// A later --root wins over an earlier one, as before the command.
+	ok("--root", filepath.Join(e.dir, "elsewhere"), "stats", "--root", e.root)
+
+	// After "--" a flag is an argument: here, a bad session name.
+	r := run("session", "create", "--root", e.root, "--", "--root")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, "session name")
+	r = run("serve", "--root")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, "flag needs an argument: -root")
 }
 
 func TestSessionsMountsCaptureForkDiff(t *testing.T) {
