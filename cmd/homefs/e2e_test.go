@@ -322,6 +322,27 @@ func TestAppFlagsAfterCommand(t *testing.T) {
 	require.Contains(t, r.stderr, "flag needs an argument: -root")
 }
 
+// TestMountMissingSubtree checks that mounting a subtree that does not
+// exist creates it, and that a read-only or snapshot mount of one fails
+// as not found.
+func TestMountMissingSubtree(t *testing.T) {
+	e, root := startMounted(t, "whole")
+	snap := strings.TrimSpace(e.ok("capture", "s"))
+	ro, sub := e.mkdir("ro"), e.mkdir("sub")
+	e.fails(exitNotFound, "no such subtree: codex-home/tmp (a read-only or snapshot mount does not create it; a writable mount of the session does)", "mount", "s/codex-home/tmp", ro, "--read-only")
+	e.fails(exitNotFound, "no such subtree", "mount", "s/codex-home/tmp", ro, "--snapshot", snap)
+	require.NoDirExists(t, filepath.Join(root, "codex-home"))
+
+	e.ok("mount", "s/codex-home/tmp", sub)
+	writeFile(t, filepath.Join(sub, "arg0/x"), "x")
+	require.Equal(t, "x", readFile(t, filepath.Join(root, "codex-home/tmp/arg0/x")))
+	fi, err := os.Stat(filepath.Join(root, "codex-home"))
+	require.NoError(t, err)
+	require.Equal(t, os.ModeDir|0o755, fi.Mode())
+	writeFile(t, filepath.Join(root, "f"), "not a directory")
+	e.fails(exitNotFound, "not a directory", "mount", "s/f", e.mkdir("f"))
+}
+
 func TestSessionsMountsCaptureForkDiff(t *testing.T) {
 	e := newEnv(t)
 	e.start()

@@ -35,7 +35,9 @@ read-only; file chunks are fetched, verified and kept on first read (a
 chunk the remote lost reads as EIO). Fork or "session create --from" it to
 write.
 DIR must be an existing directory, not already a mountpoint, and not inside
-the daemon's root.
+the daemon's root. A SUBTREE that does not exist is created, with its missing
+parents (mode 0755, owned like the session root); a read-only or snapshot
+mount of one fails (exit 3).
 
    homefs mount agent-1 /home/agent/.codex
    homefs mount agent-1/workspace /srv/ws --read-only
