@@ -497,8 +497,7 @@ func TestExportImport(t *testing.T) {
 		"truncated":        []byte(tarOut)[:700],
 		"dotdot":           mkTar(t, tarEntry{name: "a/../../escape", body: "x"}),
 		"absolute":         mkTar(t, tarEntry{name: "/etc/evil", body: "x"}),
-		"symlink-outside":  mkTar(t, tarEntry{name: "l", link: "../../etc", typ: tar.TypeSymlink}),
-		"symlink-absolute": mkTar(t, tarEntry{name: "l", link: "/etc/passwd", typ: tar.TypeSymlink}),
+		"below-symlink":    mkTar(t, tarEntry{name: "l", link: e.dir, typ: tar.TypeSymlink}, tarEntry{name: "l/escape", body: "x"}),
 		"hardlink-outside": mkTar(t, tarEntry{name: "h", link: "../x", typ: tar.TypeLink}),
 		"device":           mkTar(t, tarEntry{name: "null", typ: tar.TypeChar}),
 	} {
@@ -507,6 +506,56 @@ func TestExportImport(t *testing.T) {
 		require.Contains(t, r.stderr, "archive", name)
 		e.fails(exitNotFound, "no such session", "log", "bad-"+name)
 	}
+	require.NoFileExists(t, filepath.Join(e.dir, "escape"))
+}
+
+// TestExportImportSymlinksLeavingTheTree checks that symlinks to absolute
+// paths and out of the tree, as Codex makes under tmp/arg0, round-trip
+// through export and import, to a directory and as a tar stream, with
+// their targets byte for byte, and that none is followed.
+func TestExportImportSymlinksLeavingTheTree(t *testing.T) {
+	e, src := startMounted(t, "src")
+	outside := e.mkdir("outside") // a real directory the links reach
+	links := map[string]string{
+		"codex-home/tmp/arg0/codex-arg0Xy/codex-linux-sandbox": "/usr/lib/node_modules/@openai/codex/bin/codex-x86_64-unknown-linux-musl",
+		"codex-home/tmp/arg0/codex-arg0Xy/apply_patch":         "/usr/lib/node_modules/@openai/codex/bin/codex-x86_64-unknown-linux-musl",
+		"out":    outside,
+		"up":     "../../../etc",
+		"dangle": "/nonexistent/x",
+	}
+	for name, target := range links {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(src, name)), 0o755))
+		require.NoError(t, os.Symlink(target, filepath.Join(src, name)))
+	}
+	snap := strings.TrimSpace(e.ok("capture", "s"))
+	requireLinks := func(dir string) {
+		t.Helper()
+		for name, target := range links {
+			l, err := os.Readlink(filepath.Join(dir, name))
+			require.NoError(t, err, name)
+			require.Equal(t, target, l, name)
+		}
+	}
+
+	out := filepath.Join(e.dir, "out")
+	e.ok("export", snap, out)
+	requireLinks(out)
+	e.ok("import", out, "from-dir")
+	tarOut := e.ok("export", snap, "-")
+	e.runStdinOK([]byte(tarOut), "import", "-", "from-tar")
+	for _, s := range []string{"from-dir", "from-tar"} {
+		require.Contains(t, e.ok("diff", "s", s), "no differences", s)
+		mnt := e.mkdir("mnt-" + s)
+		e.ok("mount", s, mnt, "--read-only")
+		requireLinks(mnt)
+		e.ok("unmount", mnt)
+	}
+	again := filepath.Join(e.dir, "again")
+	e.ok("export", strings.TrimSpace(e.ok("capture", "from-tar")), again)
+	requireLinks(again)
+	left, err := os.ReadDir(outside)
+	require.NoError(t, err)
+	require.Empty(t, left, "nothing written through a link")
 }
 
 func (e *env) runStdinOK(stdin []byte, args ...string) string {
