@@ -509,6 +509,32 @@ func TestExportImport(t *testing.T) {
 	require.NoFileExists(t, filepath.Join(e.dir, "escape"))
 }
 
+// TestImportSymlinkArgument checks that "homefs import LINK S", LINK a
+// symlink to a directory, imports that directory (following only the
+// argument), not an empty session.
+func TestImportSymlinkArgument(t *testing.T) {
+	e := newEnv(t)
+	e.start()
+	home := e.mkdir("codex-home")
+	writeFile(t, filepath.Join(home, rollout), "{}\n")
+	require.NoError(t, os.Symlink("/usr/lib/node_modules/@openai/codex", filepath.Join(home, "inner")))
+	link := filepath.Join(e.dir, "dot-codex")
+	require.NoError(t, os.Symlink("codex-home", link))
+
+	var res daemon.ImportResult
+	require.NoError(t, json.Unmarshal([]byte(e.ok("import", link, "s", "--json")), &res))
+	require.EqualValues(t, 1, res.Files)
+	require.EqualValues(t, 1, res.Symlinks)
+	e.ok("import", home, "direct")
+	require.Contains(t, e.ok("diff", "s", "direct"), "no differences")
+	mnt := e.mkdir("mnt")
+	e.ok("mount", "s", mnt)
+	require.Equal(t, "{}\n", readFile(t, filepath.Join(mnt, rollout)))
+	l, err := os.Readlink(filepath.Join(mnt, "inner"))
+	require.NoError(t, err)
+	require.Equal(t, "/usr/lib/node_modules/@openai/codex", l)
+}
+
 // TestExportImportSymlinksLeavingTheTree checks that symlinks to absolute
 // paths and out of the tree, as Codex makes under tmp/arg0, round-trip
 // through export and import, to a directory and as a tar stream, with

@@ -27,7 +27,8 @@ func importCommand() *cli.Command {
 one step: on any error nothing is created. Refused: entries with ".." or
 absolute names, entries below a symlink, hard links to anything but an
 earlier file or symlink, devices, fifos and sockets, and malformed archives.
-Symlinks are kept as they are, wherever they point, and never followed.
+Symlinks are kept as they are, wherever they point, and never followed;
+only DIR itself may be a symlink to the directory to import.
 
    homefs import ~/.codex agent-1
    homefs import home.tar agent-2

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -125,6 +126,37 @@ func TestRoundTrip(t *testing.T) {
 	require.NoError(t, st.CorruptForTest(ref))
 	err = Export(ctx, st, res.Root, &bytes.Buffer{}, nil)
 	require.True(t, errors.Is(err, cas.ErrCorrupt), "%v", err)
+}
+
+// TestTarDirFollowsItsArgument checks that a dir given as a symlink (or
+// through one) is read as the directory it names, and that symlinks
+// inside it are still not followed.
+func TestTarDirFollowsItsArgument(t *testing.T) {
+	ctx := context.Background()
+	base := t.TempDir()
+	real := filepath.Join(base, "real")
+	require.NoError(t, os.MkdirAll(filepath.Join(real, "sub"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(real, "sub/f"), []byte("x"), 0o644))
+	require.NoError(t, os.Symlink("sub", filepath.Join(real, "inner")))
+	require.NoError(t, os.Symlink(real, filepath.Join(base, "link")))
+	require.NoError(t, os.Symlink("link", filepath.Join(base, "link2")))
+	for _, dir := range []string{real, filepath.Join(base, "link"), filepath.Join(base, "link2"), filepath.Join(base, "link2/sub/..")} {
+		var buf bytes.Buffer
+		require.NoError(t, TarDir(ctx, dir, &buf, nil), dir)
+		var names []string
+		tr := tar.NewReader(&buf)
+		for {
+			h, err := tr.Next()
+			if err != nil {
+				break
+			}
+			names = append(names, h.Name+" "+string(h.Typeflag))
+		}
+		require.Equal(t, []string{"inner " + string(tar.TypeSymlink), "sub/ " + string(tar.TypeDir), "sub/f " + string(tar.TypeReg)}, names, dir)
+	}
+	file := filepath.Join(base, "file-link")
+	require.NoError(t, os.Symlink(filepath.Join(real, "sub/f"), file))
+	require.ErrorIs(t, TarDir(ctx, file, &bytes.Buffer{}, nil), syscall.ENOTDIR)
 }
 
 // exportExtract exports the tree at root and extracts it into a new

@@ -19,13 +19,19 @@ import (
 // TarDir writes the content of dir (not dir itself) to w as a tar stream,
 // in lexical order. Symlinks are stored as links, a file with several
 // names once plus hard links; devices, fifos and sockets are refused.
+// dir itself may be a symlink: the directory it names is read.
 func TarDir(ctx context.Context, dir string, w io.Writer, progress Progress) error {
 	tw := tar.NewWriter(w)
 	type inode struct{ dev, ino uint64 }
 	seen := make(map[inode]string)
 	var entries, bytes int64
-	root, err := filepath.Abs(dir)
+	// WalkDir does not descend into a root that is a symlink: it would
+	// write an empty stream.
+	root, err := filepath.EvalSymlinks(dir)
 	if err != nil {
+		return err
+	}
+	if root, err = filepath.Abs(root); err != nil {
 		return err
 	}
 	st, err := os.Stat(root)
