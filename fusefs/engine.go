@@ -27,6 +27,7 @@ var (
 	ErrInsideStore  = errors.New("fusefs: mountpoint overlaps the store directory")
 	ErrNotMounted   = errors.New("fusefs: not mounted")
 	ErrNotDirectory = errors.New("fusefs: subtree is not a directory")
+	ErrNoSubtree    = errors.New("fusefs: no such subtree")
 	ErrSessionInUse = errors.New("fusefs: session is mounted")
 	// ErrMountOptions is a mount whose options this host or mount refuses
 	// (allow_other for an ordinary user without user_allow_other, an
@@ -268,7 +269,9 @@ func (m *Mount) Session() string { return m.sess.name }
 // Subtree is the path inside the session shown at the mountpoint.
 func (m *Mount) Subtree() string { return m.subtree }
 
-// Mount shows session (its subtree, "" for all of it) at dir.
+// Mount shows session (its subtree, "" for all of it) at dir. A missing
+// subtree is created, as mkdir -p would, unless opts.ReadOnly: then, as
+// for MountSnapshot, the error wraps ErrNoSubtree.
 func (e *Engine) Mount(ctx context.Context, session, subtree, dir string, opts MountOptions) (*Mount, error) {
 	if opts.ReadOnly {
 		// A read-only view of a live session is its state as of now.
@@ -327,17 +330,63 @@ func (s *Session) resolveDir(ctx context.Context, root *node, path string) (*nod
 		return n, nil
 	}
 	for _, part := range strings.Split(path, "/") {
+		if !n.isDir() {
+			return nil, fmt.Errorf("%w: %s", ErrNotDirectory, path)
+		}
 		if err := s.load(ctx, n); err != nil {
 			return nil, err
 		}
 		c, ok := n.children[part]
 		if !ok {
-			return nil, fmt.Errorf("%w: %s", ErrNotDirectory, path)
+			return nil, fmt.Errorf("%w: %s", ErrNoSubtree, path)
 		}
 		n = c
 	}
 	if !n.isDir() {
 		return nil, fmt.Errorf("%w: %s", ErrNotDirectory, path)
+	}
+	return n, nil
+}
+
+// makeSubtree creates the directories of path that are missing, as
+// mkdir -p does: mode 0755, owned like the session root. It returns the
+// last one.
+func (e *Engine) makeSubtree(ctx context.Context, s *Session, path string) (*node, error) {
+	s.treeMu.Lock()
+	if err := s.load(ctx, s.root); err != nil {
+		s.treeMu.Unlock()
+		return nil, err
+	}
+	s.root.mu.Lock()
+	who := Owner{UID: s.root.uid, GID: s.root.gid}
+	s.root.mu.Unlock()
+	s.treeMu.Unlock()
+	parts := strings.Split(path, "/")
+	n := s.root
+	for i := 0; i < len(parts); {
+		s.treeMu.Lock()
+		err := s.load(ctx, n)
+		c, ok := n.children[parts[i]]
+		s.treeMu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			c, err = s.Mkdir(ctx, n, parts[i], 0o755, who)
+			if errors.Is(err, syscall.EEXIST) {
+				continue // made meanwhile: look again
+			}
+			if err != nil {
+				return nil, fmt.Errorf("create subtree %s: %w", strings.Join(parts[:i+1], "/"), err)
+			}
+			// Other mounts of the session may hold the name as absent.
+			e.invalidate(s, parts[:i+1])
+		}
+		if !c.isDir() {
+			return nil, fmt.Errorf("%w: %s", ErrNotDirectory, strings.Join(parts[:i+1], "/"))
+		}
+		n = c
+		i++
 	}
 	return n, nil
 }
@@ -433,6 +482,12 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 	s.treeMu.Lock()
 	rootNode, err := s.resolveDir(ctx, s.root, subtree)
 	s.treeMu.Unlock()
+	if errors.Is(err, ErrNoSubtree) {
+		if s.readOnly {
+			return nil, fmt.Errorf("%w (a read-only or snapshot mount does not create it; a writable mount of the session does)", err)
+		}
+		rootNode, err = e.makeSubtree(ctx, s, subtree)
+	}
 	if err != nil {
 		return nil, err
 	}

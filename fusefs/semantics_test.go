@@ -240,15 +240,53 @@ func TestSubtreeMounts(t *testing.T) {
 	write(t, filepath.Join(ws.Dir(), "main.go"), "package main")
 	write(t, filepath.Join(ch.Dir(), "sessions/rollout.jsonl"), "{}\n")
 	require.Equal(t, "package main", read(t, filepath.Join(m.Dir(), "workspace/main.go")))
-	_, err := e.Mount(ctx, "s", "missing", t.TempDir(), MountOptions{})
+	_, err := e.Mount(ctx, "s", "workspace/main.go", t.TempDir(), MountOptions{})
 	require.ErrorIs(t, err, ErrNotDirectory)
-	_, err = e.Mount(ctx, "s", "workspace/main.go", t.TempDir(), MountOptions{})
+	_, err = e.Mount(ctx, "s", "workspace/main.go/below", t.TempDir(), MountOptions{})
 	require.ErrorIs(t, err, ErrNotDirectory)
 
 	_, snap := captureMount(t, e, "s")
 	require.Equal(t, "package main", read(t, filepath.Join(snap, "workspace/main.go")))
 	require.Equal(t, "{}\n", read(t, filepath.Join(snap, "codex-home/sessions/rollout.jsonl")))
 	require.Equal(t, uint32(0o700), stat(t, filepath.Join(snap, "codex-home")).Mode&0o777)
+}
+
+// TestMountMakesMissingSubtree checks that a writable mount of a subtree
+// that does not exist creates it (mode 0755, owned like the session root,
+// seen at once by a mount that had looked it up), and that a read-only
+// one refuses it with ErrNoSubtree and creates nothing.
+func TestMountMakesMissingSubtree(t *testing.T) {
+	t.Parallel()
+	e, m := newMount(t)
+	ctx := context.Background()
+	require.NoError(t, os.Chown(m.Dir(), 1234, 5678))
+	require.NoError(t, os.Mkdir(filepath.Join(m.Dir(), "codex-home"), 0o700))
+	_, err := os.Lstat(filepath.Join(m.Dir(), "codex-home/tmp")) // cached as absent
+	requireErrno(t, err, syscall.ENOENT)
+	id, _ := captureMount(t, e, "s")
+
+	// Read-only mounts create nothing.
+	_, err = e.Mount(ctx, "s", "codex-home/tmp/arg0", t.TempDir(), MountOptions{ReadOnly: true})
+	require.ErrorIs(t, err, ErrNoSubtree)
+	_, err = e.MountSnapshot(ctx, "@"+id, "codex-home/tmp/arg0", t.TempDir(), MountOptions{})
+	require.ErrorIs(t, err, ErrNoSubtree)
+	_, err = os.Lstat(filepath.Join(m.Dir(), "codex-home/tmp"))
+	requireErrno(t, err, syscall.ENOENT)
+
+	sub := MountForTest(t, e, "s", "codex-home/tmp/arg0", MountOptions{})
+	for _, p := range []string{"codex-home/tmp", "codex-home/tmp/arg0"} {
+		st := stat(t, filepath.Join(m.Dir(), p))
+		require.Equal(t, uint32(syscall.S_IFDIR|0o755), st.Mode, p)
+		require.Equal(t, [2]uint32{1234, 5678}, [2]uint32{st.Uid, st.Gid}, p)
+	}
+	require.Equal(t, uint32(0o700), stat(t, filepath.Join(m.Dir(), "codex-home")).Mode&0o7777, "an existing directory is left as it is")
+	write(t, filepath.Join(sub.Dir(), "f"), "x")
+	require.Equal(t, "x", read(t, filepath.Join(m.Dir(), "codex-home/tmp/arg0/f")))
+	require.NoError(t, sub.Unmount())
+	again := MountForTest(t, e, "s", "codex-home/tmp/arg0", MountOptions{})
+	require.Equal(t, "x", read(t, filepath.Join(again.Dir(), "f")), "a second mount finds what the first created")
+	_, snap := captureMount(t, e, "s")
+	require.Equal(t, "x", read(t, filepath.Join(snap, "codex-home/tmp/arg0/f")))
 }
 
 func TestReadOnlyMounts(t *testing.T) {

@@ -9,6 +9,9 @@ import (
 // permute moves a command's flags in front of its positional arguments,
 // so that "homefs capture SESSION -m MSG" works as the help shows it
 // (urfave/cli v2 stops reading flags at the first positional argument).
+// The app's own flags (--root, --socket) are accepted wherever a
+// command's flags are and moved in front of the command name, the only
+// place urfave/cli reads them; a command's flag of the same name wins.
 // "--" ends the flags; everything after it stays positional.
 func permute(app *cli.App, argv []string) []string {
 	if len(argv) < 2 {
@@ -16,50 +19,88 @@ func permute(app *cli.App, argv []string) []string {
 	}
 	out := []string{argv[0]}
 	rest := argv[1:]
-	// Global flags up to the command name.
+	var global []string // app flags found after the command name
+	noValue := false    // the last argument is an app flag that wants a value
+	// takeFlag moves the flag at rest[i] (and its value) into dst and
+	// returns the index after it.
+	takeFlag := func(dst *[]string, flags []cli.Flag, i int) int {
+		end := i + 1 + flagArity(flags, rest[i])
+		if end > len(rest) {
+			end, noValue = len(rest), dst == &global
+		}
+		*dst = append(*dst, rest[i:end]...)
+		return end
+	}
+	// App flags, command and subcommand names, and the flags between them.
 	flags := app.Flags
 	cmds := app.Commands
+	cmdStart := -1 // index in out of the first command name
 	for len(rest) > 0 {
 		a := rest[0]
-		if strings.HasPrefix(a, "-") && a != "-" {
-			n := flagArity(flags, a)
-			out = append(out, rest[:min(1+n, len(rest))]...)
-			rest = rest[min(1+n, len(rest)):]
+		if isFlag(a) {
+			if cmdStart >= 0 && isAppFlag(app, flags, a) {
+				rest = rest[takeFlag(&global, app.Flags, 0):]
+			} else {
+				rest = rest[takeFlag(&out, flags, 0):]
+			}
 			continue
 		}
 		cmd := findCommand(cmds, a)
 		if cmd == nil {
-			return append(out, rest...)
+			out = append(out, rest...)
+			rest = nil
+			break
+		}
+		if cmdStart < 0 {
+			cmdStart = len(out)
 		}
 		out = append(out, a)
 		rest = rest[1:]
+		flags = cmd.Flags
 		if len(cmd.Subcommands) == 0 {
-			flags = cmd.Flags
 			break
 		}
-		flags, cmds = cmd.Flags, cmd.Subcommands
+		cmds = cmd.Subcommands
 	}
 	var fl, pos []string
-	for i := 0; i < len(rest); i++ {
+	dashes := false
+	for i := 0; i < len(rest); {
 		a := rest[i]
 		switch {
 		case a == "--":
-			pos = append(pos, rest[i:]...)
-			i = len(rest)
-		case strings.HasPrefix(a, "-") && a != "-":
-			fl = append(fl, a)
-			if n := flagArity(flags, a); n == 1 && i+1 < len(rest) {
-				fl = append(fl, rest[i+1])
-				i++
-			}
+			pos = append(pos, rest[i+1:]...)
+			i, dashes = len(rest), true
+		case isFlag(a) && isAppFlag(app, flags, a):
+			i = takeFlag(&global, app.Flags, i)
+		case isFlag(a):
+			i = takeFlag(&fl, flags, i)
 		default:
 			pos = append(pos, a)
+			i++
 		}
 	}
-	if len(pos) > 0 && pos[0] != "--" {
+	// One "--" in front of every positional argument, so that none of
+	// them is read as a flag.
+	if len(pos) > 0 || dashes {
 		pos = append([]string{"--"}, pos...)
 	}
+	if cmdStart >= 0 && len(global) > 0 {
+		if noValue {
+			// "--root" without its value, last: urfave/cli says so.
+			return append(out[:cmdStart], global...)
+		}
+		// After the app flags given before the command: the later wins.
+		out = append(out[:cmdStart], append(global, out[cmdStart:]...)...)
+	}
 	return append(append(out, fl...), pos...)
+}
+
+func isFlag(a string) bool { return strings.HasPrefix(a, "-") && a != "-" && a != "--" }
+
+// isAppFlag reports whether a names one of the app's flags and none of
+// the command's (whose flags are cmdFlags).
+func isAppFlag(app *cli.App, cmdFlags []cli.Flag, a string) bool {
+	return lookupFlag(app.Flags, a) != nil && lookupFlag(cmdFlags, a) == nil
 }
 
 func findCommand(cmds []*cli.Command, name string) *cli.Command {
@@ -76,23 +117,32 @@ func findCommand(cmds []*cli.Command, name string) *cli.Command {
 	return nil
 }
 
+// lookupFlag returns the flag that a ("-m", "--message", "--message=x")
+// names, or nil.
+func lookupFlag(flags []cli.Flag, a string) cli.Flag {
+	name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n == name {
+				return f
+			}
+		}
+	}
+	return nil
+}
+
 // flagArity is 1 if the flag a ("-m", "--message", "--message=x") takes
 // a separate value, else 0.
 func flagArity(flags []cli.Flag, a string) int {
-	name := strings.TrimLeft(a, "-")
-	if strings.Contains(name, "=") {
+	if strings.Contains(a, "=") {
 		return 0
 	}
-	for _, f := range flags {
-		for _, n := range f.Names() {
-			if n != name {
-				continue
-			}
-			if _, ok := f.(*cli.BoolFlag); ok {
-				return 0
-			}
-			return 1
-		}
+	f := lookupFlag(flags, a)
+	if f == nil {
+		return 0
 	}
-	return 0
+	if _, ok := f.(*cli.BoolFlag); ok {
+		return 0
+	}
+	return 1
 }

@@ -114,11 +114,12 @@ func newEnv(t *testing.T) *env {
 
 func (e *env) socket() string { return filepath.Join(e.root, daemon.SocketName) }
 
-// start runs the daemon and waits until it answers.
-func (e *env) start() {
+// start runs the daemon, with extra arguments to serve, and waits until
+// it answers.
+func (e *env) start(extra ...string) {
 	e.t.Helper()
 	e.logs = &syncBuffer{}
-	cmd := exec.Command(homefsBin, "serve", "--log-level", "debug")
+	cmd := exec.Command(homefsBin, append([]string{"serve", "--log-level", "debug"}, extra...)...)
 	cmd.Env = append(os.Environ(), "HOMEFS_ROOT="+e.root, "GORACE=atexit_sleep_ms=0")
 	cmd.Env = append(cmd.Env, e.daemonEnv...)
 	cmd.Stdout, cmd.Stderr = e.logs, e.logs
@@ -196,8 +197,16 @@ func (e *env) runStdin(stdin []byte, args ...string) result {
 
 func (e *env) runAs(cred *syscall.Credential, stdin []byte, args ...string) result {
 	e.t.Helper()
+	return e.runEnv(cred, stdin, nil, args...)
+}
+
+// runEnv is runAs with extra environment variables, which override the
+// env's own.
+func (e *env) runEnv(cred *syscall.Credential, stdin []byte, extraEnv []string, args ...string) result {
+	e.t.Helper()
 	cmd := exec.Command(homefsBin, args...)
 	cmd.Env = append(os.Environ(), "HOMEFS_ROOT="+e.root, "GORACE=atexit_sleep_ms=0")
+	cmd.Env = append(cmd.Env, extraEnv...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if stdin != nil {
@@ -271,6 +280,67 @@ func TestNotRunning(t *testing.T) {
 	e := newEnv(t)
 	e.fails(exitNotRunning, "homefs daemon is not running (no socket at "+e.socket()+"): start it with `homefs serve`", "session", "list")
 	e.fails(exitUsage, "want NAME", "session", "create")
+}
+
+// TestAppFlagsAfterCommand checks that --root and --socket work after the
+// command name, as a command's own flags do, and that "--" still ends the
+// flags.
+func TestAppFlagsAfterCommand(t *testing.T) {
+	e := newEnv(t)
+	// $HOMEFS_ROOT names a root nothing serves: only the flags find it.
+	elsewhere := []string{"HOMEFS_ROOT=" + filepath.Join(e.dir, "elsewhere")}
+	e.daemonEnv = elsewhere
+	e.start("--root", e.root)
+	run := func(args ...string) result {
+		t.Helper()
+		return e.runEnv(nil, nil, elsewhere, args...)
+	}
+	ok := func(args ...string) string {
+		t.Helper()
+		r := run(args...)
+		require.Equal(t, 0, r.code, "homefs %v: %s%s", args, r.stderr, r.stdout)
+		return r.stdout
+	}
+	require.Equal(t, exitNotRunning, run("session", "list").code, "the environment's root is not served")
+
+	ok("session", "create", "s", "--root", e.root)
+	require.Contains(t, ok("session", "list", "--root", e.root, "--json"), `"s"`)
+	require.Contains(t, ok("session", "--root="+e.root, "list"), "s")
+	mnt := e.mkdir("mnt")
+	ok("mount", "s", mnt, "--socket", e.socket(), "--read-only")
+	require.True(t, isMounted(t, mnt))
+	ok("unmount", "--socket="+e.socket(), mnt)
+	// A later --root wins over an earlier one, as before the command.
+	ok("--root", filepath.Join(e.dir, "elsewhere"), "stats", "--root", e.root)
+
+	// After "--" a flag is an argument: here, a bad session name.
+	r := run("session", "create", "--root", e.root, "--", "--root")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, "session name")
+	r = run("serve", "--root")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, "flag needs an argument: -root")
+}
+
+// TestMountMissingSubtree checks that mounting a subtree that does not
+// exist creates it, and that a read-only or snapshot mount of one fails
+// as not found.
+func TestMountMissingSubtree(t *testing.T) {
+	e, root := startMounted(t, "whole")
+	snap := strings.TrimSpace(e.ok("capture", "s"))
+	ro, sub := e.mkdir("ro"), e.mkdir("sub")
+	e.fails(exitNotFound, "no such subtree: codex-home/tmp (a read-only or snapshot mount does not create it; a writable mount of the session does)", "mount", "s/codex-home/tmp", ro, "--read-only")
+	e.fails(exitNotFound, "no such subtree", "mount", "s/codex-home/tmp", ro, "--snapshot", snap)
+	require.NoDirExists(t, filepath.Join(root, "codex-home"))
+
+	e.ok("mount", "s/codex-home/tmp", sub)
+	writeFile(t, filepath.Join(sub, "arg0/x"), "x")
+	require.Equal(t, "x", readFile(t, filepath.Join(root, "codex-home/tmp/arg0/x")))
+	fi, err := os.Stat(filepath.Join(root, "codex-home"))
+	require.NoError(t, err)
+	require.Equal(t, os.ModeDir|0o755, fi.Mode())
+	writeFile(t, filepath.Join(root, "f"), "not a directory")
+	e.fails(exitNotFound, "not a directory", "mount", "s/f", e.mkdir("f"))
 }
 
 func TestSessionsMountsCaptureForkDiff(t *testing.T) {
@@ -427,8 +497,7 @@ func TestExportImport(t *testing.T) {
 		"truncated":        []byte(tarOut)[:700],
 		"dotdot":           mkTar(t, tarEntry{name: "a/../../escape", body: "x"}),
 		"absolute":         mkTar(t, tarEntry{name: "/etc/evil", body: "x"}),
-		"symlink-outside":  mkTar(t, tarEntry{name: "l", link: "../../etc", typ: tar.TypeSymlink}),
-		"symlink-absolute": mkTar(t, tarEntry{name: "l", link: "/etc/passwd", typ: tar.TypeSymlink}),
+		"below-symlink":    mkTar(t, tarEntry{name: "l", link: e.dir, typ: tar.TypeSymlink}, tarEntry{name: "l/escape", body: "x"}),
 		"hardlink-outside": mkTar(t, tarEntry{name: "h", link: "../x", typ: tar.TypeLink}),
 		"device":           mkTar(t, tarEntry{name: "null", typ: tar.TypeChar}),
 	} {
@@ -437,6 +506,82 @@ func TestExportImport(t *testing.T) {
 		require.Contains(t, r.stderr, "archive", name)
 		e.fails(exitNotFound, "no such session", "log", "bad-"+name)
 	}
+	require.NoFileExists(t, filepath.Join(e.dir, "escape"))
+}
+
+// TestImportSymlinkArgument checks that "homefs import LINK S", LINK a
+// symlink to a directory, imports that directory (following only the
+// argument), not an empty session.
+func TestImportSymlinkArgument(t *testing.T) {
+	e := newEnv(t)
+	e.start()
+	home := e.mkdir("codex-home")
+	writeFile(t, filepath.Join(home, rollout), "{}\n")
+	require.NoError(t, os.Symlink("/usr/lib/node_modules/@openai/codex", filepath.Join(home, "inner")))
+	link := filepath.Join(e.dir, "dot-codex")
+	require.NoError(t, os.Symlink("codex-home", link))
+
+	var res daemon.ImportResult
+	require.NoError(t, json.Unmarshal([]byte(e.ok("import", link, "s", "--json")), &res))
+	require.EqualValues(t, 1, res.Files)
+	require.EqualValues(t, 1, res.Symlinks)
+	e.ok("import", home, "direct")
+	require.Contains(t, e.ok("diff", "s", "direct"), "no differences")
+	mnt := e.mkdir("mnt")
+	e.ok("mount", "s", mnt)
+	require.Equal(t, "{}\n", readFile(t, filepath.Join(mnt, rollout)))
+	l, err := os.Readlink(filepath.Join(mnt, "inner"))
+	require.NoError(t, err)
+	require.Equal(t, "/usr/lib/node_modules/@openai/codex", l)
+}
+
+// TestExportImportSymlinksLeavingTheTree checks that symlinks to absolute
+// paths and out of the tree, as Codex makes under tmp/arg0, round-trip
+// through export and import, to a directory and as a tar stream, with
+// their targets byte for byte, and that none is followed.
+func TestExportImportSymlinksLeavingTheTree(t *testing.T) {
+	e, src := startMounted(t, "src")
+	outside := e.mkdir("outside") // a real directory the links reach
+	links := map[string]string{
+		"codex-home/tmp/arg0/codex-arg0Xy/codex-linux-sandbox": "/usr/lib/node_modules/@openai/codex/bin/codex-x86_64-unknown-linux-musl",
+		"codex-home/tmp/arg0/codex-arg0Xy/apply_patch":         "/usr/lib/node_modules/@openai/codex/bin/codex-x86_64-unknown-linux-musl",
+		"out":    outside,
+		"up":     "../../../etc",
+		"dangle": "/nonexistent/x",
+	}
+	for name, target := range links {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(src, name)), 0o755))
+		require.NoError(t, os.Symlink(target, filepath.Join(src, name)))
+	}
+	snap := strings.TrimSpace(e.ok("capture", "s"))
+	requireLinks := func(dir string) {
+		t.Helper()
+		for name, target := range links {
+			l, err := os.Readlink(filepath.Join(dir, name))
+			require.NoError(t, err, name)
+			require.Equal(t, target, l, name)
+		}
+	}
+
+	out := filepath.Join(e.dir, "out")
+	e.ok("export", snap, out)
+	requireLinks(out)
+	e.ok("import", out, "from-dir")
+	tarOut := e.ok("export", snap, "-")
+	e.runStdinOK([]byte(tarOut), "import", "-", "from-tar")
+	for _, s := range []string{"from-dir", "from-tar"} {
+		require.Contains(t, e.ok("diff", "s", s), "no differences", s)
+		mnt := e.mkdir("mnt-" + s)
+		e.ok("mount", s, mnt, "--read-only")
+		requireLinks(mnt)
+		e.ok("unmount", mnt)
+	}
+	again := filepath.Join(e.dir, "again")
+	e.ok("export", strings.TrimSpace(e.ok("capture", "from-tar")), again)
+	requireLinks(again)
+	left, err := os.ReadDir(outside)
+	require.NoError(t, err)
+	require.Empty(t, left, "nothing written through a link")
 }
 
 func (e *env) runStdinOK(stdin []byte, args ...string) string {

@@ -25,8 +25,10 @@ func importCommand() *cli.Command {
 		ArgsUsage: "DIR|TAR|- SESSION",
 		Description: `Stores every file (chunked, deduplicated) and creates SESSION at the end, in
 one step: on any error nothing is created. Refused: entries with ".." or
-absolute paths, symlinks pointing outside the tree, hard links to anything
-but an earlier file, devices, fifos and sockets, and malformed archives.
+absolute names, entries below a symlink, hard links to anything but an
+earlier file or symlink, devices, fifos and sockets, and malformed archives.
+Symlinks are kept as they are, wherever they point, and never followed;
+only DIR itself may be a symlink to the directory to import.
 
    homefs import ~/.codex agent-1
    homefs import home.tar agent-2

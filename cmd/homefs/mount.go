@@ -37,7 +37,9 @@ read-only; file chunks are fetched, verified and kept on first read (a
 chunk the remote lost reads as EIO). Fork or "session create --from" it to
 write.
 DIR must be an existing directory, not already a mountpoint, and not inside
-the daemon's root.
+the daemon's root. A SUBTREE that does not exist is created, with its missing
+parents (mode 0755, owned like the session root); a read-only or snapshot
+mount of one fails (exit 3).
 Every user may enter a mount, with the kernel checking modes and owners as
 on ext4 (allow_other, default_permissions); --private makes one only the
 daemon's user may enter. --owner gives the mount's root directory to an

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -51,8 +52,10 @@ func TestImportRefuses(t *testing.T) {
 	}{
 		{"dotdot", []entry{{name: "a/../../etc/passwd", typ: tar.TypeReg, body: "x"}}, ErrUnsafe},
 		{"absolute", []entry{{name: "/etc/passwd", typ: tar.TypeReg, body: "x"}}, ErrUnsafe},
-		{"symlink absolute", []entry{{name: "l", typ: tar.TypeSymlink, link: "/etc"}}, ErrUnsafe},
-		{"symlink outside", []entry{{name: "d/l", typ: tar.TypeSymlink, link: "../../x"}}, ErrUnsafe},
+		{"below a symlink", []entry{{name: "l", typ: tar.TypeSymlink, link: "/etc"}, {name: "l/passwd", typ: tar.TypeReg, body: "x"}}, ErrUnsafe},
+		{"dir below a symlink", []entry{{name: "l", typ: tar.TypeSymlink, link: "d"}, {name: "l/d/", typ: tar.TypeDir}}, ErrUnsafe},
+		{"hardlink below a symlink", []entry{{name: "f", typ: tar.TypeReg}, {name: "l", typ: tar.TypeSymlink, link: "/tmp"}, {name: "l/f", typ: tar.TypeLink, link: "f"}}, ErrUnsafe},
+		{"symlink empty", []entry{{name: "l", typ: tar.TypeSymlink}}, ErrMalformed},
 		{"hardlink outside", []entry{{name: "h", typ: tar.TypeLink, link: "../x"}}, ErrUnsafe},
 		{"hardlink missing", []entry{{name: "h", typ: tar.TypeLink, link: "nope"}}, ErrUnsafe},
 		{"device", []entry{{name: "dev", typ: tar.TypeChar}}, ErrUnsupported},
@@ -123,6 +126,37 @@ func TestRoundTrip(t *testing.T) {
 	require.NoError(t, st.CorruptForTest(ref))
 	err = Export(ctx, st, res.Root, &bytes.Buffer{}, nil)
 	require.True(t, errors.Is(err, cas.ErrCorrupt), "%v", err)
+}
+
+// TestTarDirFollowsItsArgument checks that a dir given as a symlink (or
+// through one) is read as the directory it names, and that symlinks
+// inside it are still not followed.
+func TestTarDirFollowsItsArgument(t *testing.T) {
+	ctx := context.Background()
+	base := t.TempDir()
+	real := filepath.Join(base, "real")
+	require.NoError(t, os.MkdirAll(filepath.Join(real, "sub"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(real, "sub/f"), []byte("x"), 0o644))
+	require.NoError(t, os.Symlink("sub", filepath.Join(real, "inner")))
+	require.NoError(t, os.Symlink(real, filepath.Join(base, "link")))
+	require.NoError(t, os.Symlink("link", filepath.Join(base, "link2")))
+	for _, dir := range []string{real, filepath.Join(base, "link"), filepath.Join(base, "link2"), filepath.Join(base, "link2/sub/..")} {
+		var buf bytes.Buffer
+		require.NoError(t, TarDir(ctx, dir, &buf, nil), dir)
+		var names []string
+		tr := tar.NewReader(&buf)
+		for {
+			h, err := tr.Next()
+			if err != nil {
+				break
+			}
+			names = append(names, h.Name+" "+string(h.Typeflag))
+		}
+		require.Equal(t, []string{"inner " + string(tar.TypeSymlink), "sub/ " + string(tar.TypeDir), "sub/f " + string(tar.TypeReg)}, names, dir)
+	}
+	file := filepath.Join(base, "file-link")
+	require.NoError(t, os.Symlink(filepath.Join(real, "sub/f"), file))
+	require.ErrorIs(t, TarDir(ctx, file, &bytes.Buffer{}, nil), syscall.ENOTDIR)
 }
 
 // exportExtract exports the tree at root and extracts it into a new
@@ -201,18 +235,94 @@ func TestImportLinkGroups(t *testing.T) {
 	require.Equal(t, fs.ModeSymlink, b.Mode().Type())
 }
 
-// TestHardLinkedSymlinkEscape checks that a symlink safe where it is
-// cannot be hard-linked to where its target points outside the tree.
-func TestHardLinkedSymlinkEscape(t *testing.T) {
-	data := makeTar(t,
-		entry{name: "d/", typ: tar.TypeDir},
-		entry{name: "d/up", typ: tar.TypeSymlink, link: ".."}, // the root, from d
-		entry{name: "up", typ: tar.TypeLink, link: "d/up"},    // outside, from the root
-	)
-	_, err := Import(context.Background(), cas.NewMemory(), bytes.NewReader(data), nil)
-	require.ErrorIs(t, err, ErrUnsafe)
-	err = Extract(context.Background(), bytes.NewReader(data), filepath.Join(t.TempDir(), "out"), nil)
-	require.ErrorIs(t, err, ErrUnsafe)
+// TestSymlinksLeavingTheTree checks that symlinks to absolute paths or
+// out of the tree (Codex makes such links under tmp/arg0) are stored and
+// extracted with their targets byte for byte, and that nothing is ever
+// written through one.
+func TestSymlinksLeavingTheTree(t *testing.T) {
+	ctx := context.Background()
+	outside := t.TempDir() // where the links point; must stay as it is
+	fi, err := os.Stat(outside)
+	require.NoError(t, err)
+	targets := map[string]string{
+		"tmp/arg0/codex-arg0x/codex-linux-sandbox": "/usr/lib/node_modules/@openai/codex/bin/codex-x86_64-unknown-linux-musl",
+		"out":   outside,
+		"up":    "../../etc",
+		"d/up":  "..",
+		"odd":   "a//b/./../c/",
+		"space": " /x\n",
+	}
+	var ents []entry
+	for _, name := range []string{"tmp/arg0/codex-arg0x/codex-linux-sandbox", "out", "up", "d/up", "odd", "space"} {
+		ents = append(ents, entry{name: name, typ: tar.TypeSymlink, link: targets[name]})
+	}
+	// A hard link of a symlink is the same link wherever its new name is.
+	ents = append(ents, entry{name: "d/out", typ: tar.TypeLink, link: "out"})
+	targets["d/out"] = outside
+	st := cas.NewMemory()
+	res, err := Import(ctx, st, bytes.NewReader(makeTar(t, ents...)), nil)
+	require.NoError(t, err)
+	require.EqualValues(t, 7, res.Symlinks)
+	got := map[string]string{}
+	require.NoError(t, manifest.Walk(ctx, st, res.Root, func(p string, e *manifest.Entry) error {
+		if e.Kind == manifest.KindSymlink {
+			got[p] = e.Target
+		}
+		return nil
+	}))
+	require.Equal(t, targets, got)
+
+	dst := exportExtract(t, st, res.Root)
+	for name, want := range targets {
+		l, err := os.Readlink(filepath.Join(dst, name))
+		require.NoError(t, err, name)
+		require.Equal(t, want, l, name)
+	}
+	a, err := os.Lstat(filepath.Join(dst, "out"))
+	require.NoError(t, err)
+	b, err := os.Lstat(filepath.Join(dst, "d/out"))
+	require.NoError(t, err)
+	require.True(t, os.SameFile(a, b), "hard-linked symlink kept")
+
+	// TarDir reads them back as they are.
+	var again bytes.Buffer
+	require.NoError(t, TarDir(ctx, dst, &again, nil))
+	res2, err := Import(ctx, st, &again, nil)
+	require.NoError(t, err)
+	got2 := map[string]string{}
+	require.NoError(t, manifest.Walk(ctx, st, res2.Root, func(p string, e *manifest.Entry) error {
+		if e.Kind == manifest.KindSymlink {
+			got2[p] = e.Target
+		}
+		return nil
+	}))
+	require.Equal(t, targets, got2)
+
+	// Nothing goes through a link: not a name below it, nor a directory
+	// entry for the link's own name (whose chmod would follow it).
+	for name, ents := range map[string][]entry{
+		"file below":     {{name: "l", typ: tar.TypeSymlink, link: outside}, {name: "l/x", typ: tar.TypeReg, body: "boom"}},
+		"dir below":      {{name: "l", typ: tar.TypeSymlink, link: outside}, {name: "l/d/", typ: tar.TypeDir}},
+		"hardlink below": {{name: "f", typ: tar.TypeReg, body: "boom"}, {name: "l", typ: tar.TypeSymlink, link: outside}, {name: "l/f", typ: tar.TypeLink, link: "f"}},
+		"symlink below":  {{name: "l", typ: tar.TypeSymlink, link: outside}, {name: "l/s", typ: tar.TypeSymlink, link: "x"}},
+		"dir over link":  {{name: "l", typ: tar.TypeSymlink, link: outside}, {name: "l/", typ: tar.TypeDir, body: ""}},
+		"file over link": {{name: "l", typ: tar.TypeSymlink, link: outside}, {name: "l", typ: tar.TypeReg, body: "boom"}},
+	} {
+		data := makeTar(t, ents...)
+		err := Extract(ctx, bytes.NewReader(data), filepath.Join(t.TempDir(), "out"), nil)
+		require.Error(t, err, name)
+		if name != "file over link" && name != "dir over link" {
+			require.ErrorIs(t, err, ErrUnsafe, name)
+			_, err = Import(ctx, cas.NewMemory(), bytes.NewReader(data), nil)
+			require.ErrorIs(t, err, ErrUnsafe, name)
+		}
+	}
+	left, err := os.ReadDir(outside)
+	require.NoError(t, err)
+	require.Empty(t, left, "nothing written through a link")
+	fi2, err := os.Stat(outside)
+	require.NoError(t, err)
+	require.Equal(t, fi.Mode(), fi2.Mode(), "no chmod through a link")
 }
 
 // TestRootAttributes checks that the root's own attributes travel as

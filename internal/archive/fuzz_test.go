@@ -76,7 +76,7 @@ func FuzzImport(f *testing.F) {
 				t.Fatalf("accepted path %q: %v", p, err)
 			}
 			if e.Kind == manifest.KindSymlink {
-				if err := checkSymlink(p, e.Target); err != nil {
+				if err := checkTarget(p, e.Target); err != nil {
 					t.Fatalf("accepted symlink %q → %q: %v", p, e.Target, err)
 				}
 			}

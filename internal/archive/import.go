@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"slices"
 	"sort"
 	"strings"
@@ -81,6 +82,12 @@ func Import(ctx context.Context, st Store, r io.Reader, progress Progress) (*Imp
 		if err != nil {
 			return nil, err
 		}
+		// As Extract does, never go through a symlink.
+		for d := path.Dir(p); p != "" && d != "."; d = path.Dir(d) {
+			if up, ok := files[d]; ok && up.Kind == manifest.KindSymlink {
+				return nil, fmt.Errorf("%w: %q is below %q, a symlink", ErrUnsafe, hdr.Name, d)
+			}
+		}
 		e := manifest.Entry{
 			Mode:    uint32(hdr.Mode) & 0o7777,
 			UID:     clampID(hdr.Uid),
@@ -120,7 +127,7 @@ func Import(ctx context.Context, st Store, r io.Reader, progress Progress) (*Imp
 			if p == "" {
 				return nil, fmt.Errorf("%w: a symlink named %q", ErrMalformed, hdr.Name)
 			}
-			if err := checkSymlink(p, hdr.Linkname); err != nil {
+			if err := checkTarget(p, hdr.Linkname); err != nil {
 				return nil, err
 			}
 			e.Kind = manifest.KindSymlink
@@ -138,13 +145,6 @@ func Import(ctx context.Context, st Store, r io.Reader, progress Progress) (*Imp
 			}
 			if p == target {
 				continue // a name linked to itself changes nothing
-			}
-			if t.Kind == manifest.KindSymlink {
-				// The same target read from another directory may point
-				// elsewhere: check it where the new name is.
-				if err := checkSymlink(p, t.Target); err != nil {
-					return nil, err
-				}
 			}
 			leave(p)
 			g, ok := group[target]

@@ -19,13 +19,19 @@ import (
 // TarDir writes the content of dir (not dir itself) to w as a tar stream,
 // in lexical order. Symlinks are stored as links, a file with several
 // names once plus hard links; devices, fifos and sockets are refused.
+// dir itself may be a symlink: the directory it names is read.
 func TarDir(ctx context.Context, dir string, w io.Writer, progress Progress) error {
 	tw := tar.NewWriter(w)
 	type inode struct{ dev, ino uint64 }
 	seen := make(map[inode]string)
 	var entries, bytes int64
-	root, err := filepath.Abs(dir)
+	// WalkDir does not descend into a root that is a symlink: it would
+	// write an empty stream.
+	root, err := filepath.EvalSymlinks(dir)
 	if err != nil {
+		return err
+	}
+	if root, err = filepath.Abs(root); err != nil {
 		return err
 	}
 	st, err := os.Stat(root)
@@ -110,9 +116,11 @@ func TarDir(ctx context.Context, dir string, w io.Writer, progress Progress) err
 }
 
 // Extract writes the tar stream r into dir, which must be empty or absent.
-// Every entry is checked as Import checks it; no path is created through a
-// symlink, so a link made by the stream cannot redirect a later entry.
-// Owners are restored when running as root.
+// Every entry is checked as Import checks it. Symlinks are written as they
+// are, wherever they point, and never followed: no path is created, and
+// no mode, owner, time or xattr set, through one, so a link made by the
+// stream cannot redirect a later entry. Owners are restored when running
+// as root.
 func Extract(ctx context.Context, r io.Reader, dir string, progress Progress) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -164,7 +172,13 @@ func Extract(ctx context.Context, r io.Reader, dir string, progress Progress) er
 		mode := os.FileMode(hdr.Mode & 0o777)
 		switch hdr.Typeflag {
 		case tar.TypeDir:
-			if err := os.Mkdir(target, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			if err := os.Mkdir(target, 0o700); errors.Is(err, fs.ErrExist) {
+				// Made by an earlier entry: a directory, never a symlink
+				// that the chmod below would follow.
+				if st, err := os.Lstat(target); err != nil || !st.IsDir() {
+					return fmt.Errorf("%w: directory %q: the archive made it something else before", ErrUnsafe, hdr.Name)
+				}
+			} else if err != nil {
 				return err
 			}
 			dirTimes = append(dirTimes, dirTime{target, hdr.ModTime})
@@ -182,7 +196,7 @@ func Extract(ctx context.Context, r io.Reader, dir string, progress Progress) er
 				return fmt.Errorf("%s: %w", rel, err)
 			}
 		case tar.TypeSymlink:
-			if err := checkSymlink(rel, hdr.Linkname); err != nil {
+			if err := checkTarget(rel, hdr.Linkname); err != nil {
 				return err
 			}
 			if err := os.Symlink(hdr.Linkname, target); err != nil {
@@ -201,17 +215,7 @@ func Extract(ctx context.Context, r io.Reader, dir string, progress Progress) er
 			if err != nil || !st.Mode().IsRegular() && st.Mode()&fs.ModeSymlink == 0 {
 				return fmt.Errorf("%w: hard link %q → %q: not an earlier file or symlink", ErrUnsafe, hdr.Name, hdr.Linkname)
 			}
-			if st.Mode()&fs.ModeSymlink != 0 {
-				// The same target read from another directory may point
-				// elsewhere: check it where the new name is.
-				link, err := os.Readlink(src)
-				if err != nil {
-					return err
-				}
-				if err := checkSymlink(rel, link); err != nil {
-					return err
-				}
-			}
+			// link(2) links a symlink itself, never what it points to.
 			if err := os.Link(src, target); err != nil {
 				return err
 			}
@@ -231,7 +235,7 @@ func Extract(ctx context.Context, r io.Reader, dir string, progress Progress) er
 			}
 			for k, v := range hdr.PAXRecords {
 				if name, ok := strings.CutPrefix(k, xattrPrefix); ok {
-					_ = syscall.Setxattr(target, name, []byte(v), 0)
+					_ = unix.Lsetxattr(target, name, []byte(v), 0)
 				}
 			}
 			if hdr.Typeflag != tar.TypeDir {

@@ -53,6 +53,7 @@ func classify(err error) Code {
 		errors.Is(err, fork.ErrNotFound), errors.Is(err, remote.ErrNoRemote),
 		errors.Is(err, remote.ErrNoSnapshot),
 		errors.Is(err, fusefs.ErrNotMounted), errors.Is(err, fusefs.ErrNotDirectory),
+		errors.Is(err, fusefs.ErrNoSubtree),
 		errors.Is(err, fs.ErrNotExist):
 		return CodeNotFound
 	case errors.Is(err, catalog.ErrExists), errors.Is(err, catalog.ErrSameSession),
