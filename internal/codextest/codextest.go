@@ -64,6 +64,15 @@ stream_max_retries = 0
 
 var sessionID = regexp.MustCompile(`(?m)^session id: ([0-9a-f-]{36})$`)
 
+// SessionID returns the session id `codex exec` reports in its output.
+func SessionID(out []byte) (string, bool) {
+	m := sessionID.FindSubmatch(out)
+	if m == nil {
+		return "", false
+	}
+	return string(m[1]), true
+}
+
 // Exec runs `codex exec --skip-git-repo-check ARGS…` with CODEX_HOME at
 // home and the working directory at workspace, and returns the session id
 // Codex reports.
