@@ -53,7 +53,10 @@ func runInit() int {
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, syscall.SIGCHLD)
 	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "homefs run: %v\n", err)
+		fmt.Fprintf(os.Stderr, "homefs run: start %s as uid %d in %s: %v\n", spec.Argv[0], spec.UID, spec.Cwd, err)
+		if errors.Is(err, fs.ErrPermission) {
+			fmt.Fprintln(os.Stderr, "homefs run: the user must be able to reach the canonical paths (every parent directory searchable) and to execute the command")
+		}
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
 			return 127
 		}
