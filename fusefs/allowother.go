@@ -6,21 +6,32 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+
+	"golang.org/x/sys/unix"
 )
 
 // fuseConf is where fusermount3 reads user_allow_other.
 const fuseConf = "/etc/fuse.conf"
 
-// checkAllowOther says what an ordinary user's daemon lacks to mount with
-// allow_other, which fusermount3 grants only when /etc/fuse.conf has
-// user_allow_other; root needs nothing. Without this check the mount fails
-// with a bare "permission denied".
-func checkAllowOther() error {
+// checkUnprivileged says what an ordinary user's daemon lacks to mount:
+// fusermount3 (go-fuse's helper for mounts without privileges), and for
+// allow_other a user_allow_other line in /etc/fuse.conf, which fusermount3
+// requires; root needs neither. Without this check the mount fails with a
+// bare "permission denied" or "no such file".
+func checkUnprivileged(allowOther bool) error {
 	if os.Geteuid() == 0 {
 		return nil
 	}
 	if _, err := exec.LookPath("fusermount3"); err != nil {
-		return fmt.Errorf("%w: an ordinary user mounts through fusermount3, which is not installed (install the fuse3 package)", ErrMountOptions)
+		if _, err := exec.LookPath("fusermount"); err != nil {
+			return fmt.Errorf("%w: a daemon that is not root mounts through fusermount3, which is not installed (install the fuse3 package, or run the daemon as root)", ErrMountOptions)
+		}
+	}
+	if err := unix.Access("/dev/fuse", unix.R_OK|unix.W_OK); err != nil {
+		return fmt.Errorf("%w: a daemon that is not root needs read and write access to /dev/fuse (%v); most systems make it mode 0666", ErrMountOptions, err)
+	}
+	if !allowOther {
+		return nil
 	}
 	conf, err := os.ReadFile(fuseConf)
 	if err != nil && !os.IsNotExist(err) {

@@ -474,10 +474,8 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 	if err != nil {
 		return nil, err
 	}
-	if opts.AllowOther {
-		if err := checkAllowOther(); err != nil {
-			return nil, err
-		}
+	if err := checkUnprivileged(opts.AllowOther); err != nil {
+		return nil, err
 	}
 	s.treeMu.Lock()
 	rootNode, err := s.resolveDir(ctx, s.root, subtree)

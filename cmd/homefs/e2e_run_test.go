@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"homefs/internal/daemon"
 	"homefs/manifest"
@@ -217,7 +218,77 @@ func TestRunSignalsAndKill(t *testing.T) {
 		"the daemon kept the run's mount")
 }
 
+// accessibleAs reports whether cred may read and write path.
+func accessibleAs(cred *syscall.Credential, path string) bool {
+	cmd := exec.Command("sh", "-c", `test -r "$1" && test -w "$1"`, "sh", path)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	return cmd.Run() == nil
+}
+
 // pgrep reports whether a process whose command line contains s runs.
 func pgrep(s string) bool {
 	return exec.Command("pgrep", "-f", "^"+s).Run() == nil
+}
+
+// TestUnprivilegedDaemon: a daemon run by an ordinary user mounts through
+// fusermount3; without it, or without user_allow_other in /etc/fuse.conf
+// for a mount other users may enter, the error says what is missing.
+func TestUnprivilegedDaemon(t *testing.T) {
+	e := newEnv(t)
+	openUp(t, e.dir)
+	require.NoError(t, os.Chown(e.dir, int(nobody.Uid), int(nobody.Gid)))
+	e.daemonCred = nobody
+	e.start()
+	cli := func(args ...string) result { return e.runAs(nobody, nil, args...) }
+	r := cli("session", "create", "s")
+	require.Equal(t, 0, r.code, r.stderr)
+	mnt := filepath.Join(e.dir, "mnt")
+	require.NoError(t, os.Mkdir(mnt, 0o755))
+	require.NoError(t, os.Chown(mnt, int(nobody.Uid), int(nobody.Gid)))
+
+	if _, err := exec.LookPath("fusermount3"); err != nil {
+		r = cli("mount", "s", mnt, "--private")
+		require.Equal(t, exitUsage, r.code, r.stderr)
+		require.Contains(t, r.stderr, "fusermount3, which is not installed")
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI installs fuse3: the unprivileged mount must be tried")
+		}
+		t.Skip("fusermount3 not installed (apt-get install fuse3): only the error was checked")
+	}
+	if unix.Access("/dev/fuse", unix.R_OK|unix.W_OK) != nil {
+		t.Fatal("the test runs as root")
+	}
+	if !accessibleAs(nobody, "/dev/fuse") {
+		r = cli("mount", "s", mnt, "--private")
+		require.Equal(t, exitUsage, r.code, r.stderr)
+		require.Contains(t, r.stderr, "needs read and write access to /dev/fuse")
+		if os.Getenv("CI") == "true" {
+			t.Fatal(".ci/run makes /dev/fuse 0666: the unprivileged mount must be tried")
+		}
+		t.Skip("/dev/fuse is not open to other users here: only the error was checked")
+	}
+	conf, _ := os.ReadFile("/etc/fuse.conf")
+	if !strings.Contains("\n"+string(conf), "\nuser_allow_other") {
+		r = cli("mount", "s", mnt)
+		require.Equal(t, exitUsage, r.code, r.stderr)
+		require.Contains(t, r.stderr, "user_allow_other in /etc/fuse.conf")
+	}
+	// A private mount works, made by fusermount3, and serves its user.
+	r = cli("mount", "s", mnt, "--private")
+	require.Equal(t, 0, r.code, r.stderr)
+	out, err := as(nobody, mnt, "echo unprivileged > f && cat f")
+	require.NoError(t, err, out)
+	require.Equal(t, "unprivileged\n", out)
+	r = cli("unmount", mnt)
+	require.Equal(t, 0, r.code, r.stderr)
+	r = cli("mount", "s", mnt, "--private", "--read-only")
+	require.Equal(t, 0, r.code, r.stderr)
+	out, err = as(nobody, mnt, "cat f")
+	require.NoError(t, err, out)
+	require.Equal(t, "unprivileged\n", out)
+	// Private: not even root may enter a FUSE mount of another user.
+	_, err = os.ReadFile(filepath.Join(mnt, "f"))
+	require.ErrorIs(t, err, os.ErrPermission)
+	r = cli("unmount", mnt)
+	require.Equal(t, 0, r.code, r.stderr)
 }

@@ -120,6 +120,10 @@ func (s *Service) CreateSession(ctx context.Context, req CreateSessionRequest) (
 		opts := catalog.CreateOptions{Layout: req.Layout}
 		if o := req.Owner; o != nil {
 			opts.Owner = &catalog.Owner{UID: o.UID, GID: o.GID}
+		} else if uid := os.Geteuid(); uid != 0 && req.From == "" {
+			// The kernel checks modes: a daemon that is not root owns
+			// what it creates, as a user's mkdir would.
+			opts.Owner = &catalog.Owner{UID: uint32(uid), GID: uint32(os.Getegid())}
 		}
 		var err error
 		h, err = s.cat.CreateSessionWith(ctx, req.Name, from, opts)
