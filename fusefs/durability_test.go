@@ -37,8 +37,15 @@ func durableFiles() map[string][]byte {
 // through the mount from its own process: a daemon must never use its own
 // mount (a kill -9 would then hang on the request it can no longer answer).
 func helperDurable(args []string) error {
-	if len(args) != 2 {
-		return fmt.Errorf("durable STOREDIR MOUNTPOINT")
+	if len(args) != 2 && len(args) != 3 {
+		return fmt.Errorf("durable STOREDIR MOUNTPOINT [FLUSH-INTERVAL]")
+	}
+	interval := time.Duration(-1)
+	if len(args) == 3 {
+		var err error
+		if interval, err = time.ParseDuration(args[2]); err != nil {
+			return err
+		}
 	}
 	ctx := context.Background()
 	store, err := cas.OpenBadger(args[0], cas.BadgerOptions{})
@@ -46,7 +53,7 @@ func helperDurable(args []string) error {
 		return err
 	}
 	cat := catalog.New(store)
-	e := New(store, cat, Options{StoreDir: args[0], FlushInterval: -1})
+	e := New(store, cat, Options{StoreDir: args[0], FlushInterval: interval})
 	if _, err := cat.CreateSession(ctx, "d", ""); err != nil {
 		return err
 	}
@@ -67,13 +74,14 @@ type durableDaemon struct {
 }
 
 // startDurable starts a durableDaemon and waits until it has mounted; it
-// is killed and its mount detached when the test ends.
-func startDurable(t *testing.T) *durableDaemon {
+// is killed and its mount detached when the test ends. An argument sets
+// its flush interval (none: no periodic flush).
+func startDurable(t *testing.T, args ...string) *durableDaemon {
 	t.Helper()
 	d := &durableDaemon{storeDir: t.TempDir(), mnt: t.TempDir(), exited: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	d.cmd = helper(ctx, "durable", d.storeDir, d.mnt)
+	d.cmd = helper(ctx, "durable", append([]string{d.storeDir, d.mnt}, args...)...)
 	out, err := d.cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, d.cmd.Start())

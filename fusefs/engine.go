@@ -145,7 +145,9 @@ func (e *Engine) flushEvery(interval time.Duration) {
 			s.dirtyMu.Lock()
 			dirty := len(s.dirty) > 0
 			s.dirtyMu.Unlock()
-			if !dirty && !s.appendersDue() {
+			// Every check runs: stagedIdle keeps its watch current.
+			idle := s.stagedIdle(time.Now())
+			if !dirty && !s.appendersDue() && !idle {
 				continue
 			}
 			if err := e.syncPartial(context.Background(), s); err != nil {

@@ -84,6 +84,7 @@ type backing struct {
 	fsynced  bool        // staged: an fsync made content durable that no durable head holds
 	absorbed fingerprint // staged: f as of the last absorb
 	size     int64       // staged: f's size when last observed
+	idle     idleState   // staged: the periodic flush's watch on an open file
 }
 
 // mappable reports whether a shared writable mapping may still write

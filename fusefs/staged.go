@@ -30,6 +30,7 @@ import (
 //     or by any flush that finds it closed first (the file is then
 //     dropped), and by any flush when an fsync made content durable that
 //     no durable head holds (see below);
+//   - by the periodic flush when it stays open but went idle (idleState);
 //   - when the daemon needs the content itself (a read, write, truncate,
 //     fallocate or copy_file_range it serves): the file is then unstaged,
 //     and kept current as a wild backing file is.
@@ -152,6 +153,7 @@ func (n *node) absorb(ctx context.Context) (fingerprint, error) {
 		return fp, err
 	}
 	if fp == b.absorbed && !b.unsure && !mapped {
+		b.idle.due = false
 		return fp, nil
 	}
 	if fp.size < d.size {
@@ -188,6 +190,7 @@ func (n *node) absorb(ctx context.Context) (fingerprint, error) {
 	}
 	n.noteWrite(b, fp)
 	b.absorbed, b.size, b.ingested, b.fresh, b.unsure = fp, fp.size, fp.size, true, mapped
+	b.idleAbsorbed(time.Now())
 	return fp, nil
 }
 
@@ -233,7 +236,59 @@ func (n *node) unstage(ctx context.Context) error {
 // the file is closed or holds fsynced content no durable head has. Called
 // with the node's mu held.
 func (b *backing) absorbDue(all, named bool) bool {
-	return named && (all || b.opens == 0 || b.fsynced)
+	return named && (all || b.opens == 0 || b.fsynced || b.idle.due)
+}
+
+// idleState is the periodic flush's watch on a staged file that stays
+// open (a `cmd > file` whose command went quiet): a file unchanged over a
+// whole flush interval, yet changed since its last absorb, is absorbed by
+// the next flush (due), so that a crash loses no more of it than of a
+// file the daemon serves. After each such absorb the file must stay idle
+// longer before the next (gap doubles up to idleGapMax): an absorb reads
+// the whole file, and a writer that pauses often must not make the flush
+// reread it every interval.
+type idleState struct {
+	seen fingerprint // the file at the last look
+	due  bool
+	next time.Time     // no idle absorb before
+	gap  time.Duration // the wait after the next idle absorb
+}
+
+// Bounds of idleState.gap.
+const (
+	idleGapMin = 10 * time.Second
+	idleGapMax = 5 * time.Minute
+)
+
+// stagedIdle looks at every open staged file of s for the periodic flush
+// and reports whether one is due (idleState). One fstat each.
+func (s *Session) stagedIdle(now time.Time) bool {
+	due := false
+	for _, n := range s.backedNodes() {
+		n.mu.Lock()
+		b := n.data.backing
+		if b != nil && b.staged && b.opens > 0 && !b.idle.due {
+			if fp, err := fingerprintOf(b.f); err == nil && fp != b.absorbed {
+				if fp == b.idle.seen && !now.Before(b.idle.next) {
+					b.idle.due, due = true, true
+				}
+				b.idle.seen = fp
+			}
+		}
+		n.mu.Unlock()
+	}
+	return due
+}
+
+// idleAbsorbed records an absorb of b made because it was due. Called
+// with the node's mu held.
+func (b *backing) idleAbsorbed(now time.Time) {
+	if !b.idle.due {
+		return
+	}
+	b.idle.due = false
+	b.idle.gap = min(max(2*b.idle.gap, idleGapMin), idleGapMax)
+	b.idle.next = now.Add(b.idle.gap)
 }
 
 // absorbLater queues n, a staged file whose last passthrough handle

@@ -267,6 +267,41 @@ func TestStagedDurability(t *testing.T) {
 	require.Empty(t, left, "replayed staging files are removed")
 }
 
+// TestStagedIdleSurvivesKill: a staged file left open and idle (`cmd >
+// file` whose command went quiet) is saved by the periodic flush, so a
+// kill -9 of the daemon loses none of it; before, only a close, an fsync or
+// a capture saved it, and the file came back empty.
+func TestStagedIdleSurvivesKill(t *testing.T) {
+	t.Parallel()
+	needStaging(t)
+	d := startDurable(t, "50ms")
+	out := randBytes(33, 3<<20+17)
+	f, err := openT(t, filepath.Join(d.mnt, "out"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	require.NoError(t, err)
+	_, err = f.Write(out)
+	require.NoError(t, err)
+	// Idle, open, for many flush intervals (two suffice).
+	time.Sleep(2 * time.Second)
+	d.kill(t)
+	m := d.remount(t)
+	require.Equal(t, len(out), len(read(t, filepath.Join(m.Dir(), "out"))))
+	require.True(t, read(t, filepath.Join(m.Dir(), "out")) == string(out), "the idle file's content is back")
+}
+
+func TestIdleGap(t *testing.T) {
+	var b backing
+	now := time.Unix(1000, 0)
+	gaps := []time.Duration{}
+	for range 8 {
+		b.idle.due = true
+		b.idleAbsorbed(now)
+		gaps = append(gaps, b.idle.next.Sub(now))
+	}
+	require.Equal(t, []time.Duration{10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second, 160 * time.Second, 5 * time.Minute, 5 * time.Minute, 5 * time.Minute}, gaps)
+	b.idleAbsorbed(now) // not due: nothing changes
+	require.Equal(t, 5*time.Minute, b.idle.next.Sub(now))
+}
+
 // TestStagedKillPriv: privileges set after a staged write stay; a write
 // passed through after them drops them as the writer's would on ext4: the
 // kernel asks the daemon to (an empty SETATTR) for a writer without
