@@ -126,5 +126,10 @@ func args(c *cli.Context, min, max int) error {
 		return usageError{fmt.Errorf("%s: want %s, got %d argument(s) (see homefs %s --help)",
 			c.Command.Name, c.Command.ArgsUsage, n, c.Command.FullName())}
 	}
+	for i, a := range c.Args().Slice() {
+		if a == "" {
+			return usageError{fmt.Errorf("%s: argument %d is empty (want %s)", c.Command.Name, i+1, c.Command.ArgsUsage)}
+		}
+	}
 	return nil
 }

@@ -17,6 +17,9 @@ var (
 	ErrNoSession = errors.New("catalog: no such session")
 	// ErrNoSnapshot: no snapshot matches the id, prefix or spec.
 	ErrNoSnapshot = errors.New("catalog: no such snapshot")
+	// ErrBadPrefix: a snapshot id or prefix that cannot name one (too
+	// short, too long, not hex). It comes wrapped with ErrNoSnapshot.
+	ErrBadPrefix = errors.New("catalog: malformed snapshot id")
 	// ErrAmbiguous: a snapshot prefix matches more than one snapshot.
 	ErrAmbiguous = errors.New("catalog: ambiguous snapshot prefix")
 	// ErrSameSession: a fork onto the session the snapshot came from.

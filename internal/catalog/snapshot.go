@@ -95,8 +95,12 @@ func (c *Catalog) Snapshot(ctx context.Context, id string) (*manifest.Snapshot, 
 // the indexed session.
 func (c *Catalog) lookupID(ctx context.Context, id, session string) (full, owner string, err error) {
 	id = strings.ToLower(id)
-	if len(id) < MinPrefixLen || len(id) > idLen || !isHex(id) {
+	if !isHex(id) {
+		// Maybe a session's name: not found rather than malformed.
 		return "", "", fmt.Errorf("catalog: snapshot %q: want %d to %d hex digits: %w", id, MinPrefixLen, idLen, ErrNoSnapshot)
+	}
+	if len(id) < MinPrefixLen || len(id) > idLen {
+		return "", "", fmt.Errorf("catalog: snapshot %q: want %d to %d hex digits: %w: %w", id, MinPrefixLen, idLen, ErrBadPrefix, ErrNoSnapshot)
 	}
 	var matches []string
 	err = c.store.ListNames(ctx, snapshotName(id), func(key string, value []byte) error {

@@ -73,6 +73,10 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+			// The daemon went away mid-request: say what that means.
+			return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("homefs daemon at %s closed the connection before answering %s %s: it stopped or crashed (see its log); the operation may or may not have taken effect, so check (homefs log, session list) before retrying", c.socket, method, path)}
+		}
 		return nil, fmt.Errorf("homefs daemon at %s: %w", c.socket, err)
 	}
 	if resp.StatusCode >= 400 {

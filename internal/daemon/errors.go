@@ -49,6 +49,9 @@ func classify(err error) Code {
 	switch {
 	case errors.As(err, &de):
 		return de.Code
+	case errors.Is(err, catalog.ErrBadPrefix):
+		// Before not found: it also wraps ErrNoSnapshot.
+		return CodeUsage
 	case errors.Is(err, catalog.ErrNoSession), errors.Is(err, catalog.ErrNoSnapshot),
 		errors.Is(err, fork.ErrNotFound), errors.Is(err, remote.ErrNoRemote),
 		errors.Is(err, remote.ErrNoSnapshot),
