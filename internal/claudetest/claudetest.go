@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -151,21 +152,45 @@ func (e *Env) Run(t testing.TB, cwd string, args ...string) (Result, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "claude", append([]string{"-p", "--output-format", "json"}, args...)...)
+	argv := Command(args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = cwd
-	cmd.Env = append(environ(), "HOME="+e.Home, "CLAUDE_CONFIG_DIR="+e.ConfigDir, "NO_COLOR=1")
-	for k, v := range quiet {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
+	cmd.Env = append(append(environ(), "HOME="+e.Home, "CLAUDE_CONFIG_DIR="+e.ConfigDir), Environ()...)
 	cmd.SysProcAttr = testuser.SysProcAttr(e.Cred)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdin = strings.NewReader("")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	r := Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
 	if err != nil {
-		return r, err
+		return Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, err
 	}
+	return ParseResult(stdout.Bytes(), stderr.Bytes())
+}
+
+// Command is the argv of one print-mode turn, `claude -p --output-format
+// json ARGS…`, for running Claude Code some other way than Run (homefs
+// run); give it Environ, HOME and CLAUDE_CONFIG_DIR, an empty stdin, and
+// read its output with ParseResult.
+func Command(args ...string) []string {
+	return append([]string{"claude", "-p", "--output-format", "json"}, args...)
+}
+
+// Environ is what a run of Claude Code needs in its environment besides
+// HOME and CLAUDE_CONFIG_DIR: no colours, no network calls but the
+// model's. KEY=VALUE, sorted.
+func Environ() []string {
+	env := []string{"NO_COLOR=1"}
+	for k, v := range quiet {
+		env = append(env, k+"="+v)
+	}
+	slices.Sort(env)
+	return env
+}
+
+// ParseResult reads the JSON result of a turn run with Command; the error
+// says when there is none or Claude Code reports an error.
+func ParseResult(stdout, stderr []byte) (Result, error) {
+	r := Result{Stdout: stdout, Stderr: stderr}
 	var out struct {
 		SessionID string `json:"session_id"`
 		Result    string `json:"result"`
@@ -275,13 +300,22 @@ func ReadTranscript(t testing.TB, path string) []Record {
 	if err != nil {
 		t.Fatal(err)
 	}
+	recs, err := ParseTranscript(b)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return recs
+}
+
+// ParseTranscript returns the records of a transcript's contents.
+func ParseTranscript(b []byte) ([]Record, error) {
 	var recs []Record
 	for i, line := range bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n")) {
 		var r Record
 		if err := json.Unmarshal(line, &r); err != nil {
-			t.Fatalf("%s line %d: %v", path, i+1, err)
+			return nil, fmt.Errorf("line %d: %w", i+1, err)
 		}
 		recs = append(recs, r)
 	}
-	return recs
+	return recs, nil
 }

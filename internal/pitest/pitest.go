@@ -162,18 +162,39 @@ func (e *Env) Run(t testing.TB, cwd string, args ...string) (Result, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "pi", append([]string{"-p", "--mode", "json"}, args...)...)
+	argv := Command(args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = cwd
-	cmd.Env = append(append(environ(), "HOME="+e.Home, "PI_CODING_AGENT_DIR="+e.AgentDir, "NO_COLOR=1"), quiet...)
+	cmd.Env = append(append(environ(), "HOME="+e.Home, "PI_CODING_AGENT_DIR="+e.AgentDir), Environ()...)
 	cmd.SysProcAttr = testuser.SysProcAttr(e.Cred)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdin = strings.NewReader("")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	r := Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
 	if err != nil {
-		return r, err
+		return Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, err
 	}
+	return ParseResult(stdout.Bytes(), stderr.Bytes())
+}
+
+// Command is the argv of one print-mode turn, `pi -p --mode json ARGS…`,
+// for running Pi some other way than Run (homefs run); give it Environ,
+// HOME and PI_CODING_AGENT_DIR, an empty stdin, and read its output with
+// ParseResult.
+func Command(args ...string) []string {
+	return append([]string{"pi", "-p", "--mode", "json"}, args...)
+}
+
+// Environ is what a run of Pi needs in its environment besides HOME and
+// PI_CODING_AGENT_DIR: no colours, no network calls but the model's.
+func Environ() []string {
+	return append([]string{"NO_COLOR=1"}, quiet...)
+}
+
+// ParseResult reads the JSON event stream of a turn run with Command; the
+// error says when it names no session or the model call failed.
+func ParseResult(stdout, stderr []byte) (Result, error) {
+	r := Result{Stdout: stdout, Stderr: stderr}
 	for _, line := range bytes.Split(r.Stdout, []byte("\n")) {
 		var ev struct {
 			Type    string `json:"type"`
@@ -316,18 +337,28 @@ func ReadSession(t testing.TB, path string) (Header, []Entry) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h, entries, err := ParseSession(b)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return h, entries
+}
+
+// ParseSession returns the header and entries of a session file's
+// contents.
+func ParseSession(b []byte) (Header, []Entry, error) {
 	lines := bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
 	var h Header
 	if err := json.Unmarshal(lines[0], &h); err != nil || h.Type != "session" {
-		t.Fatalf("%s: no session header (%v): %s", path, err, lines[0])
+		return h, nil, fmt.Errorf("no session header (%v): %s", err, lines[0])
 	}
 	var entries []Entry
 	for i, line := range lines[1:] {
 		var e Entry
 		if err := json.Unmarshal(line, &e); err != nil {
-			t.Fatalf("%s line %d: %v", path, i+2, err)
+			return h, nil, fmt.Errorf("line %d: %w", i+2, err)
 		}
 		entries = append(entries, e)
 	}
-	return h, entries
+	return h, entries, nil
 }
