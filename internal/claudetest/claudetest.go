@@ -11,7 +11,6 @@ package claudetest
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,7 +22,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"homefs/internal/testuser"
 )
@@ -150,21 +148,13 @@ func (e *Env) Run(t testing.TB, cwd string, args ...string) (Result, error) {
 	if e.Home == "" {
 		e.Home = testuser.Dir(t, e.Cred)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	argv := Command(args...)
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Dir = cwd
-	cmd.Env = append(append(environ(), "HOME="+e.Home, "CLAUDE_CONFIG_DIR="+e.ConfigDir), Environ()...)
-	cmd.SysProcAttr = testuser.SysProcAttr(e.Cred)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdin = strings.NewReader("")
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	// Nothing of a developer's own key, config dir or base URL.
+	env := append(testuser.Environ("ANTHROPIC_", "CLAUDE_"), "HOME="+e.Home, "CLAUDE_CONFIG_DIR="+e.ConfigDir)
+	stdout, stderr, err := testuser.Run(e.Cred, cwd, append(env, Environ()...), Command(args...))
 	if err != nil {
-		return Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, err
+		return Result{Stdout: stdout, Stderr: stderr}, err
 	}
-	return ParseResult(stdout.Bytes(), stderr.Bytes())
+	return ParseResult(stdout, stderr)
 }
 
 // Command is the argv of one print-mode turn, `claude -p --output-format
@@ -204,19 +194,6 @@ func ParseResult(stdout, stderr []byte) (Result, error) {
 		return r, errors.New("claude reported an error")
 	}
 	return r, nil
-}
-
-// environ is the test's environment without what would point Claude Code
-// elsewhere (a developer's own key, config dir or base URL).
-func environ() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "ANTHROPIC_") || strings.HasPrefix(kv, "CLAUDE_") || strings.HasPrefix(kv, "HOME=") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
 }
 
 // SessionFile returns the transcript of session id below configDir: the

@@ -12,7 +12,6 @@ package pitest
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,7 +22,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"homefs/internal/testuser"
 )
@@ -160,21 +158,13 @@ func (e *Env) Run(t testing.TB, cwd string, args ...string) (Result, error) {
 	if e.Home == "" {
 		e.Home = testuser.Dir(t, e.Cred)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	argv := Command(args...)
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Dir = cwd
-	cmd.Env = append(append(environ(), "HOME="+e.Home, "PI_CODING_AGENT_DIR="+e.AgentDir), Environ()...)
-	cmd.SysProcAttr = testuser.SysProcAttr(e.Cred)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdin = strings.NewReader("")
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	// Nothing of a developer's agent dir, session dir or keys.
+	env := append(testuser.Environ("PI_", "ANTHROPIC_"), "HOME="+e.Home, "PI_CODING_AGENT_DIR="+e.AgentDir)
+	stdout, stderr, err := testuser.Run(e.Cred, cwd, append(env, Environ()...), Command(args...))
 	if err != nil {
-		return Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, err
+		return Result{Stdout: stdout, Stderr: stderr}, err
 	}
-	return ParseResult(stdout.Bytes(), stderr.Bytes())
+	return ParseResult(stdout, stderr)
 }
 
 // Command is the argv of one print-mode turn, `pi -p --mode json ARGS…`,
@@ -234,19 +224,6 @@ func text(content []json.RawMessage) string {
 		}
 	}
 	return strings.Join(parts, "\n")
-}
-
-// environ is the test's environment without what would point Pi elsewhere
-// (a developer's agent dir, session dir or keys).
-func environ() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "PI_") || strings.HasPrefix(kv, "ANTHROPIC_") || strings.HasPrefix(kv, "HOME=") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
 }
 
 // Header is a session file's first line.

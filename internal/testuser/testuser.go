@@ -4,10 +4,16 @@
 package testuser
 
 import (
+	"bytes"
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // Nobody is uid and gid 65534, as the e2e tests use.
@@ -77,4 +83,34 @@ func SysProcAttr(cred *syscall.Credential) *syscall.SysProcAttr {
 		return nil
 	}
 	return &syscall.SysProcAttr{Credential: cred}
+}
+
+// Run runs argv as cred (nil: the test's own user) in cwd with an empty
+// stdin and env, at most 3 minutes, and returns its output.
+func Run(cred *syscall.Credential, cwd string, env, argv []string) (stdout, stderr []byte, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir = cwd
+	cmd.Env = env
+	cmd.SysProcAttr = SysProcAttr(cred)
+	var out, errb bytes.Buffer
+	cmd.Stdin = strings.NewReader("")
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err = cmd.Run()
+	return out.Bytes(), errb.Bytes(), err
+}
+
+// Environ is the test's environment without the variables whose names
+// start with one of prefixes (and without HOME), for a program that must
+// not see the test's own settings.
+func Environ(prefixes ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "HOME=") || slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(kv, p) }) {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
 }
