@@ -292,3 +292,32 @@ func TestUnprivilegedDaemon(t *testing.T) {
 	r = cli("unmount", mnt)
 	require.Equal(t, 0, r.code, r.stderr)
 }
+
+// TestRunNeverFollowsSymlinks: the run's init works as root on paths the
+// agent controls (the session's content, a canonical path's parents); a
+// symlink planted there fails the run and never makes root create, chown
+// or cover a directory elsewhere. CMD gains no privileges either.
+func TestRunNeverFollowsSymlinks(t *testing.T) {
+	e, canon := newRunEnv(t, "home")
+	r := e.run("run", "s", "--", "sh", "-c", "grep NoNewPrivs /proc/self/status")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "NoNewPrivs:\t1")
+
+	// In the session: the workspace replaced by a symlink to a host path.
+	victim := e.mkdir("victim")
+	mnt := e.mkdir("mnt")
+	e.ok("mount", "s", mnt)
+	require.NoError(t, os.RemoveAll(filepath.Join(mnt, "workspace")))
+	require.NoError(t, os.Symlink(filepath.Join(victim, "made"), filepath.Join(mnt, "workspace")))
+	e.fails(exitOther, "symlink on the way", "run", "s", "--", "true")
+	require.NoDirExists(t, filepath.Join(victim, "made"), "root made a directory through the session's symlink")
+	require.NoError(t, os.Remove(filepath.Join(mnt, "workspace")))
+
+	// Beside a canonical path: its parent replaced by a symlink.
+	require.NoError(t, os.RemoveAll(filepath.Join(canon, "home")))
+	require.NoError(t, os.Symlink(victim, filepath.Join(canon, "home")))
+	e.fails(exitOther, "symlink on the way", "run", "s", "--", "true")
+	entries, err := os.ReadDir(victim)
+	require.NoError(t, err)
+	require.Empty(t, entries, "root made a directory through the canonical path's symlink")
+}

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"os/user"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -99,9 +98,11 @@ type runOptions struct {
 
 // runSpec is what homefs run hands the init of the new namespaces.
 type runSpec struct {
-	Binds []nsBind `json:"binds"`
-	UID   uint32   `json:"uid"`
-	GID   uint32   `json:"gid"`
+	// MountDir is the daemon's mount of the whole session.
+	MountDir string   `json:"mount_dir"`
+	Binds    []nsBind `json:"binds"`
+	UID      uint32   `json:"uid"`
+	GID      uint32   `json:"gid"`
 	// Groups are the user's supplementary groups.
 	Groups []uint32 `json:"groups"`
 	Env    []string `json:"env"`
@@ -109,7 +110,8 @@ type runSpec struct {
 	Argv   []string `json:"argv"`
 }
 
-// nsBind shows Source (a directory of the daemon's mount) at Target.
+// nsBind shows Source (a subtree of the session, "" for its root) at
+// Target (an absolute path).
 type nsBind struct {
 	Source string `json:"source"`
 	Target string `json:"target"`
@@ -152,7 +154,7 @@ func runRun(ctx context.Context, cl *daemon.Client, out io.Writer, o runOptions)
 	slices.SortFunc(places, func(a, b manifest.Place) int { return strings.Compare(a.At, b.At) })
 	env := runEnv(os.Environ(), o.user != "", spec)
 	for _, p := range places {
-		spec.Binds = append(spec.Binds, nsBind{Source: filepath.Join(hold.Dir, filepath.FromSlash(p.Subtree)), Target: p.At})
+		spec.Binds = append(spec.Binds, nsBind{Source: p.Subtree, Target: p.At})
 		if v, ok := providerEnv[p.Provider]; ok {
 			env = setEnv(env, v, p.At)
 		}
@@ -173,6 +175,7 @@ func runRun(ctx context.Context, cl *daemon.Client, out io.Writer, o runOptions)
 			spec.Cwd = places[0].At
 		}
 	}
+	spec.MountDir = hold.Dir
 	status, err := runInNamespaces(spec)
 	release()
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 
@@ -41,6 +42,15 @@ func runInit() int {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
 			os.Setenv("PATH", v)
 		}
+	}
+	// Nothing CMD runs gains privileges (setuid binaries, file
+	// capabilities): the agent controls what the run's mounts show, and a
+	// privileged program reading it could be led anywhere.
+	// It is a thread's attribute: CMD is forked from this thread.
+	runtime.LockOSThread()
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "homefs run: no_new_privs:", err)
+		return exitOther
 	}
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
@@ -89,6 +99,15 @@ func runInit() int {
 // setupRunMounts makes the namespace's mounts: nothing propagates to the
 // host, /proc shows the new PID namespace, each bind shows a directory of
 // the daemon's mount at its canonical path.
+//
+// The init runs as root on paths others control: the agent owns the
+// session's content and often a canonical path's parents (its home). So no
+// path is followed through a symlink: each directory is reached one name at
+// a time with RESOLVE_NO_SYMLINKS (and below the session's mount with
+// RESOLVE_BENEATH), created with mkdirat where missing, and the bind is
+// made between the descriptors themselves (open_tree, move_mount), so a
+// symlink planted in the session or beside a canonical path can never make
+// root create, chown or cover a directory elsewhere.
 func setupRunMounts(spec runSpec) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
 		return fmt.Errorf("make the mount namespace private: %w", err)
@@ -97,45 +116,115 @@ func setupRunMounts(spec runSpec) error {
 		return fmt.Errorf("mount /proc: %w", err)
 	}
 	for _, b := range spec.Binds {
-		if err := mkdirOwned(b.Source, spec.UID, spec.GID); err != nil {
-			return fmt.Errorf("create %s in the session: %w", b.Source, err)
-		}
-		if err := os.MkdirAll(b.Target, 0o755); err != nil {
-			return fmt.Errorf("canonical path %s: %w", b.Target, err)
-		}
-		if err := unix.Mount(b.Source, b.Target, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("show %s at %s: %w", b.Source, b.Target, err)
+		if err := bindAt(b, spec.MountDir, spec.UID, spec.GID); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// mkdirOwned creates dir and its missing parents, each owned by uid:gid,
-// or when the run keeps root (uid and gid 0) by its parent's owner: a
-// part the session lacks belongs to whoever owns the session.
-func mkdirOwned(dir string, uid, gid uint32) error {
-	if st, err := os.Stat(dir); err == nil {
-		if !st.IsDir() {
-			return fmt.Errorf("%s: %w", dir, syscall.ENOTDIR)
+// bindAt shows b.Source at b.Target.
+func bindAt(b nsBind, mountDir string, uid, gid uint32) error {
+	mnt, err := openDir(unix.AT_FDCWD, mountDir, 0)
+	if err != nil {
+		return fmt.Errorf("the daemon's mount %s: %w", mountDir, err)
+	}
+	defer unix.Close(mnt)
+	src, err := mkdirAll(mnt, b.Source, unix.RESOLVE_BENEATH, func(parent int) (uint32, uint32, error) {
+		if uid != 0 || gid != 0 {
+			return uid, gid, nil
 		}
-		return nil
+		// A root run: a part the session lacks belongs to whoever
+		// owns the session.
+		var st unix.Stat_t
+		err := unix.Fstat(parent, &st)
+		return st.Uid, st.Gid, err
+	})
+	if err != nil {
+		return fmt.Errorf("%s in the session: %w", displaySubtree(b.Source), err)
 	}
-	parent := filepath.Dir(dir)
-	if err := mkdirOwned(parent, uid, gid); err != nil {
-		return err
+	defer unix.Close(src)
+	dst, err := mkdirAll(unix.AT_FDCWD, b.Target, 0, func(int) (uint32, uint32, error) { return 0, 0, nil })
+	if err != nil {
+		return fmt.Errorf("canonical path %s: %w", b.Target, err)
 	}
-	if uid == 0 && gid == 0 {
-		var st syscall.Stat_t
-		if err := syscall.Stat(parent, &st); err != nil {
-			return err
+	defer unix.Close(dst)
+	tree, err := unix.OpenTree(src, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return fmt.Errorf("show %s at %s: %w", displaySubtree(b.Source), b.Target, err)
+	}
+	defer unix.Close(tree)
+	if err := unix.MoveMount(tree, "", dst, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("show %s at %s: %w", displaySubtree(b.Source), b.Target, err)
+	}
+	return nil
+}
+
+func displaySubtree(s string) string {
+	if s == "" || s == "." {
+		return "the session root"
+	}
+	return s
+}
+
+// openDir opens the directory path (relative to dirfd) for use as a
+// descriptor only, through no symlink.
+func openDir(dirfd int, path string, resolve uint64) (int, error) {
+	fd, err := unix.Openat2(dirfd, path, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | resolve,
+	})
+	if errors.Is(err, unix.ELOOP) {
+		return -1, fmt.Errorf("%s: a symlink on the way, which homefs run never follows (give the real path): %w", path, err)
+	}
+	return fd, err
+}
+
+// mkdirAll opens dir (relative to base, "" or "." for base itself), making
+// each missing directory with mode 0755 and the owner owner(parent) names,
+// and returns a descriptor of it. No name is followed through a symlink.
+func mkdirAll(base int, dir string, resolve uint64, owner func(parent int) (uint32, uint32, error)) (int, error) {
+	cur, err := openDir(base, ".", resolve)
+	start := "."
+	if strings.HasPrefix(dir, "/") {
+		cur, err = openDir(unix.AT_FDCWD, "/", 0)
+		start = "/"
+	}
+	if err != nil {
+		return -1, err
+	}
+	path := start
+	for _, name := range strings.Split(strings.Trim(dir, "/"), "/") {
+		if name == "" || name == "." {
+			continue
 		}
-		uid, gid = st.Uid, st.Gid
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return nil // another run made it
+		if name == ".." {
+			unix.Close(cur)
+			return -1, fmt.Errorf("%s: '..' in a path", dir)
 		}
-		return err
+		path = filepath.Join(path, name)
+		next, err := openDir(cur, name, resolve)
+		if errors.Is(err, unix.ENOENT) {
+			uid, gid, oerr := owner(cur)
+			if oerr != nil {
+				unix.Close(cur)
+				return -1, oerr
+			}
+			if err := unix.Mkdirat(cur, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+				unix.Close(cur)
+				return -1, fmt.Errorf("mkdir %s: %w", path, err)
+			}
+			if next, err = openDir(cur, name, resolve); err == nil {
+				// The new directory itself, by its descriptor: never a name
+				// someone could swap for a symlink meanwhile.
+				err = unix.Fchownat(next, "", int(uid), int(gid), unix.AT_EMPTY_PATH)
+			}
+		}
+		unix.Close(cur)
+		if err != nil {
+			return -1, fmt.Errorf("%s: %w", path, err)
+		}
+		cur = next
 	}
-	return os.Chown(dir, int(uid), int(gid))
+	return cur, nil
 }
