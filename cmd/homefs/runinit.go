@@ -184,12 +184,11 @@ func openDir(dirfd int, path string, resolve uint64) (int, error) {
 // each missing directory with mode 0755 and the owner owner(parent) names,
 // and returns a descriptor of it. No name is followed through a symlink.
 func mkdirAll(base int, dir string, resolve uint64, owner func(parent int) (uint32, uint32, error)) (int, error) {
-	cur, err := openDir(base, ".", resolve)
 	start := "."
 	if strings.HasPrefix(dir, "/") {
-		cur, err = openDir(unix.AT_FDCWD, "/", 0)
-		start = "/"
+		base, start = unix.AT_FDCWD, "/"
 	}
+	cur, err := openDir(base, start, resolve)
 	if err != nil {
 		return -1, err
 	}
