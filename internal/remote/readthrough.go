@@ -142,6 +142,12 @@ func (t *ReadThrough) Get(ctx context.Context, ref cas.Ref) ([]byte, error) {
 		return nil, err
 	}
 	localErr := err
+	t.mu.Lock()
+	n := len(t.remotes)
+	t.mu.Unlock()
+	if n == 0 && errors.Is(err, cas.ErrCorrupt) {
+		return nil, err // nowhere else to look
+	}
 	if errors.Is(err, cas.ErrCorrupt) {
 		t.log.Warn("local chunk damaged, fetching it again from the remote", "ref", ref.Short(), "err", err)
 	}
