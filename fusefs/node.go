@@ -17,8 +17,8 @@ import (
 // a restore replaces every node with new ones.
 //
 // Locking: structure (children, parent, parents, nlink) is guarded by
-// Session.treeMu; attributes and file content by node.mu. Order:
-// Session.freeze < Session.treeMu < node.mu < Session.dirtyMu.
+// Session.treeMu; attributes and file content by node.mu (the lock order
+// is in doc.go).
 type node struct {
 	ino  uint64
 	kind manifest.Kind
