@@ -71,6 +71,7 @@ func fixtureSnapshot() *Snapshot {
 // homes and workspace, and their canonical paths.
 func fixtureLayoutSnapshot() *Snapshot {
 	s := fixtureSnapshot()
+	s.Version = SnapshotLayoutVersion
 	s.Layout = &Layout{
 		Homes: []Place{
 			{Subtree: "claude", At: "/home/agent/.claude", Provider: "claude"},

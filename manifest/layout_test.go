@@ -59,4 +59,19 @@ func TestSnapshotLayoutRoundTrip(t *testing.T) {
 	if _, err := EncodeSnapshot(s); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("empty layout: %v, want ErrInvalid", err)
 	}
+	// The version says whether a layout may be there.
+	s = fixtureLayoutSnapshot()
+	s.Version = FormatVersion
+	if _, err := EncodeSnapshot(s); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("version 1 with a layout: %v, want ErrInvalid", err)
+	}
+	s = fixtureSnapshot()
+	s.Version = SnapshotLayoutVersion
+	if _, err := EncodeSnapshot(s); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("version 2 without a layout: %v, want ErrInvalid", err)
+	}
+	s.Version = 3
+	if _, err := EncodeSnapshot(s); !errors.Is(err, ErrUnsupportedVersion) {
+		t.Fatalf("version 3: %v, want ErrUnsupportedVersion", err)
+	}
 }

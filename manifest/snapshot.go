@@ -53,12 +53,12 @@ func DecodeSnapshot(b []byte) (*Snapshot, error) {
 	if err := json.Unmarshal(b, &v); err != nil {
 		return nil, errf(ErrMalformed, "snapshot: %v", err)
 	}
-	if v.Version == nil || *v.Version != FormatVersion {
+	if v.Version == nil || *v.Version != FormatVersion && *v.Version != SnapshotLayoutVersion {
 		got := "none"
 		if v.Version != nil {
 			got = strconv.Itoa(*v.Version)
 		}
-		return nil, errf(ErrUnsupportedVersion, "snapshot: version %s, want %d", got, FormatVersion)
+		return nil, errf(ErrUnsupportedVersion, "snapshot: version %s, want %d or %d", got, FormatVersion, SnapshotLayoutVersion)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -76,14 +76,25 @@ func DecodeSnapshot(b []byte) (*Snapshot, error) {
 	return s, nil
 }
 
+// SnapshotVersion is the version of a snapshot record with layout l.
+func SnapshotVersion(l *Layout) int {
+	if l != nil {
+		return SnapshotLayoutVersion
+	}
+	return FormatVersion
+}
+
 // SnapshotID returns the ID of an encoded snapshot record: the hex of its
 // ref.
 func SnapshotID(encoded []byte) string { return cas.Sum(encoded).Hex() }
 
 // Validate checks the rules of a snapshot record.
 func (s *Snapshot) Validate() error {
-	if s.Version != FormatVersion {
-		return errf(ErrUnsupportedVersion, "snapshot: version %d, want %d", s.Version, FormatVersion)
+	if want := SnapshotVersion(s.Layout); s.Version != want {
+		if s.Version == FormatVersion || s.Version == SnapshotLayoutVersion {
+			return errf(ErrInvalid, "snapshot: version %d, but a record %s a layout is version %d", s.Version, map[bool]string{true: "with", false: "without"}[s.Layout != nil], want)
+		}
+		return errf(ErrUnsupportedVersion, "snapshot: version %d, want %d", s.Version, want)
 	}
 	if err := ValidateSessionName(s.Session); err != nil {
 		return wrapf(err, "snapshot")

@@ -8,6 +8,12 @@ import (
 // reject other versions.
 const FormatVersion = 1
 
+// SnapshotLayoutVersion is the version of a snapshot record that carries a
+// layout: a decoder of version 1 alone would refuse the new field, so such
+// a record says it is of a later format rather than looking damaged.
+// Records without a layout stay version 1 (and keep their ids).
+const SnapshotLayoutVersion = 2
+
 // ChunkSize is the fixed size of file chunks: chunk i of a file covers
 // bytes [i*ChunkSize, min((i+1)*ChunkSize, size)). See docs/ARCHITECTURE.md
 // for why fixed-size chunks.

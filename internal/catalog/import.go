@@ -94,6 +94,10 @@ func loadRecordBytes(id string, data []byte) (*manifest.Snapshot, error) {
 		return nil, fmt.Errorf("catalog: snapshot %s: %w: record hashes to %s", id, cas.ErrCorrupt, got)
 	}
 	snap, err := manifest.DecodeSnapshot(data)
+	if errors.Is(err, manifest.ErrUnsupportedVersion) {
+		// A later homefs wrote it (a remote's record): not damage.
+		return nil, fmt.Errorf("catalog: snapshot %s: %w (upgrade homefs to read it)", id, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("catalog: snapshot %s: %w: %w", id, cas.ErrCorrupt, err)
 	}

@@ -40,6 +40,7 @@ func (c *Catalog) Capture(ctx context.Context, name string, root cas.Ref, msg st
 	if !h.Layout.IsEmpty() {
 		snap.Layout = h.Layout.Clone()
 	}
+	snap.Version = manifest.SnapshotVersion(snap.Layout)
 	if h.Snapshot == "" && h.Origin != nil {
 		o := *h.Origin
 		snap.Origin = &o
@@ -142,6 +143,10 @@ func loadRecord(ctx context.Context, g cas.Getter, id string) (*manifest.Snapsho
 		return nil, fmt.Errorf("catalog: snapshot %s: %w: record hashes to %s", id, cas.ErrCorrupt, got)
 	}
 	snap, err := manifest.DecodeSnapshot(data)
+	if errors.Is(err, manifest.ErrUnsupportedVersion) {
+		// A later homefs wrote it (a remote's record): not damage.
+		return nil, fmt.Errorf("catalog: snapshot %s: %w (upgrade homefs to read it)", id, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("catalog: snapshot %s: %w: %w", id, cas.ErrCorrupt, err)
 	}
