@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
@@ -123,7 +125,7 @@ func TestRun(t *testing.T) {
 		`id -u; pwd; echo "$CODEX_HOME"; echo turn > note.txt; mkdir -p "$CODEX_HOME/sessions"; echo cfg > "$CODEX_HOME/config.toml"; exit 3`)
 	require.Equal(t, 3, r.code, r.stderr)
 	require.Equal(t, "65534\n"+canon+"/ws\n"+canon+"/home/.codex\n", r.stdout)
-	require.Empty(t, hostMounts(t, canon, "/run/homefs/"), "nothing of the run stays mounted")
+	require.Empty(t, hostMounts(t, canon, daemon.RunDirFor(e.root)), "nothing of the run stays mounted")
 
 	// The files are the session's, owned by the agent user.
 	dump := e.mkdir("dump")
@@ -153,7 +155,7 @@ func TestRun(t *testing.T) {
 	r = e.run("run", "s", "--", "sh", "-c", "echo shared > shared.txt")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Equal(t, "shared\n", readFile(t, filepath.Join(mnt, "workspace/shared.txt")))
-	require.Equal(t, []string{mnt}, hostMounts(t, mnt, canon, "/run/homefs/"))
+	require.Equal(t, []string{mnt}, hostMounts(t, mnt, canon, daemon.RunDirFor(e.root)))
 
 	// session set changes the layout; a session without canonical paths
 	// cannot run.
@@ -214,7 +216,7 @@ func TestRunSignalsAndKill(t *testing.T) {
 	_, _ = cmd.Process.Wait()
 	require.Eventually(t, func() bool { return !pgrep(marker) }, 10*time.Second, 20*time.Millisecond,
 		"the run's processes outlived homefs run")
-	require.Eventually(t, func() bool { return len(hostMounts(t, canon, "/run/homefs/")) == 0 }, 15*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return len(hostMounts(t, canon, daemon.RunDirFor(e.root))) == 0 }, 15*time.Second, 50*time.Millisecond,
 		"the daemon kept the run's mount")
 }
 
@@ -309,15 +311,64 @@ func TestRunNeverFollowsSymlinks(t *testing.T) {
 	e.ok("mount", "s", mnt)
 	require.NoError(t, os.RemoveAll(filepath.Join(mnt, "workspace")))
 	require.NoError(t, os.Symlink(filepath.Join(victim, "made"), filepath.Join(mnt, "workspace")))
-	e.fails(exitOther, "symlink on the way", "run", "s", "--", "true")
+	e.fails(125, "symlink on the way", "run", "s", "--", "true")
 	require.NoDirExists(t, filepath.Join(victim, "made"), "root made a directory through the session's symlink")
 	require.NoError(t, os.Remove(filepath.Join(mnt, "workspace")))
 
 	// Beside a canonical path: its parent replaced by a symlink.
 	require.NoError(t, os.RemoveAll(filepath.Join(canon, "home")))
 	require.NoError(t, os.Symlink(victim, filepath.Join(canon, "home")))
-	e.fails(exitOther, "symlink on the way", "run", "s", "--", "true")
+	e.fails(125, "symlink on the way", "run", "s", "--", "true")
 	entries, err := os.ReadDir(victim)
 	require.NoError(t, err)
 	require.Empty(t, entries, "root made a directory through the canonical path's symlink")
+}
+
+// TestRunTerminal: on a terminal, CMD gets a pseudo-terminal of its own
+// in a session of its own (so TIOCSTI cannot type into the caller's
+// terminal), the relay carries input and output, and one Ctrl-C reaches
+// CMD once.
+func TestRunTerminal(t *testing.T) {
+	e, _ := newRunEnv(t, "home")
+	ptmx, tty, err := pty.Open()
+	require.NoError(t, err)
+	t.Cleanup(func() { ptmx.Close(); tty.Close() })
+	cmd := exec.Command(homefsBin, "run", "s", "--user", "nobody", "--", "sh", "-c",
+		`trap 'n=$((n+1)); echo "INT$n"' INT; echo "tty=$(tty)"; echo ready; while :; do if read -r x; then echo "got $x"; [ "$x" = quit ] && exit 0; fi; done`)
+	cmd.Env = append(os.Environ(), "HOMEFS_ROOT="+e.root)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	out := bufio.NewReader(ptmx)
+	until := func(want string) string {
+		t.Helper()
+		var seen strings.Builder
+		for {
+			line, err := out.ReadString('\n')
+			seen.WriteString(line)
+			require.NoError(t, err, "waiting for %q, read %q", want, seen.String())
+			if strings.Contains(line, want) {
+				return seen.String()
+			}
+		}
+	}
+	lines := until("ready")
+	i := strings.Index(lines, "tty=")
+	require.GreaterOrEqual(t, i, 0, lines)
+	inner := strings.TrimSpace(strings.SplitN(lines[i+4:], "\n", 2)[0])
+	require.True(t, strings.HasPrefix(inner, "/dev/pts/"), "CMD's terminal %q", inner)
+	require.NotEqual(t, tty.Name(), inner, "CMD has the caller's terminal")
+
+	_, err = ptmx.Write([]byte{3}) // Ctrl-C
+	require.NoError(t, err)
+	until("INT1")
+	_, err = ptmx.Write([]byte("hello\n"))
+	require.NoError(t, err)
+	between := until("got hello")
+	require.NotContains(t, between, "INT2", "one Ctrl-C reached CMD twice")
+	_, err = ptmx.Write([]byte("quit\n"))
+	require.NoError(t, err)
+	until("got quit")
+	require.NoError(t, cmd.Wait())
 }

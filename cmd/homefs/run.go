@@ -16,8 +16,9 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/creack/pty"
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"homefs/internal/daemon"
 	"homefs/manifest"
@@ -108,6 +109,8 @@ type runSpec struct {
 	Env    []string `json:"env"`
 	Cwd    string   `json:"cwd"`
 	Argv   []string `json:"argv"`
+	// TTY: CMD's terminal is the pseudo-terminal at fd 4.
+	TTY bool `json:"tty,omitempty"`
 }
 
 // nsBind shows Source (a subtree of the session, "" for its root) at
@@ -141,24 +144,39 @@ func runRun(ctx context.Context, cl *daemon.Client, out io.Writer, o runOptions)
 	}
 	// The run holds the daemon's mount until it ends: a signal that ends
 	// the command must not drop the hold before the command is gone.
-	hold, release, err := cl.RunMount(context.WithoutCancel(ctx), o.session)
+	hold, err := cl.RunMount(context.WithoutCancel(ctx), o.session)
 	if err != nil {
 		return err
 	}
-	defer release()
-	places := slices.DeleteFunc(hold.Layout.Places(), func(p manifest.Place) bool { return p.At == "" })
-	if len(places) == 0 {
-		return usageError{fmt.Errorf("session %s records no canonical paths: set them with homefs session set %s --home-at PROVIDER=PATH --workspace-at PATH", o.session, o.session)}
+	defer hold.Release()
+	if err := ctx.Err(); err != nil {
+		return err // interrupted while the mount was made: run nothing
 	}
+	places := hold.Layout.Places()
 	// Parents first: a canonical path may lie below another.
 	slices.SortFunc(places, func(a, b manifest.Place) int { return strings.Compare(a.At, b.At) })
 	env := runEnv(os.Environ(), o.user != "", spec)
 	for _, p := range places {
+		if v, ok := providerEnv[p.Provider]; ok {
+			env = unsetEnv(env, v) // never a home outside the session
+		}
+		if p.At == "" {
+			name := p.Provider
+			if name == "" {
+				name = "the workspace"
+			}
+			fmt.Fprintf(os.Stderr, "homefs: warning: %s (%s) has no canonical path and is not shown in the run (homefs session set %s --home-at/--workspace-at)\n", name, displaySubtree(p.Subtree), o.session)
+			continue
+		}
 		spec.Binds = append(spec.Binds, nsBind{Source: p.Subtree, Target: p.At})
 		if v, ok := providerEnv[p.Provider]; ok {
 			env = setEnv(env, v, p.At)
 		}
 	}
+	if len(spec.Binds) == 0 {
+		return usageError{fmt.Errorf("session %s records no canonical paths: set them with homefs session set %s --home-at PROVIDER=PATH --workspace-at PATH", o.session, o.session)}
+	}
+	env = unsetEnv(env, "CODEX_SQLITE_HOME") // Codex's databases belong in its home
 	for _, kv := range o.env {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
@@ -172,34 +190,26 @@ func runRun(ctx context.Context, cl *daemon.Client, out io.Writer, o runOptions)
 		if w := hold.Layout.Workspace; w != nil && w.At != "" {
 			spec.Cwd = w.At
 		} else {
-			spec.Cwd = places[0].At
+			spec.Cwd = spec.Binds[0].Target
 		}
 	}
 	spec.MountDir = hold.Dir
-	status, err := runInNamespaces(spec)
-	release()
+	status, lost, err := runInNamespaces(spec, hold.Lost)
+	hold.Release()
 	if err != nil {
 		return err
 	}
+	if lost {
+		fmt.Fprintf(os.Stderr, "homefs run: the daemon stopped serving %s during the run; the command was ended, and what it wrote last may be lost (see the daemon's log)\n", o.session)
+		return exitStatus(runLostStatus)
+	}
 	if o.capture {
-		cctx := context.WithoutCancel(ctx)
-		msg := o.message
-		if msg == "" {
-			msg = "homefs run: " + strings.Join(o.argv, " ")
-			if len(msg) > 200 {
-				msg = msg[:200]
-			}
-		}
-		snap, err := cl.Capture(cctx, o.session, daemon.CaptureRequest{Message: msg})
-		if err != nil {
-			return fmt.Errorf("capture after the command: %w", err)
-		}
-		if o.json {
-			if err := printJSON(out, snap); err != nil {
+		if err := captureAfterRun(ctx, cl, out, o); err != nil {
+			if status == 0 {
 				return err
 			}
-		} else {
-			fmt.Fprintf(os.Stderr, "homefs: captured %s as %s\n", o.session, snap.ID)
+			// The command's failure is the news; the capture's follows.
+			fmt.Fprintln(os.Stderr, "homefs:", err)
 		}
 	}
 	if status != 0 {
@@ -208,27 +218,77 @@ func runRun(ctx context.Context, cl *daemon.Client, out io.Writer, o runOptions)
 	return nil
 }
 
-// runInNamespaces starts the namespaces' init with spec, forwards signals
-// to it and returns CMD's exit status.
-func runInNamespaces(spec runSpec) (int, error) {
-	b, err := json.Marshal(spec)
-	if err != nil {
-		return 0, err
+// Statuses of homefs run's own failures, apart from any CMD has (as
+// env(1) and docker run keep 125 for their own): the run could not be set
+// up, or the daemon stopped serving the session during it.
+const (
+	runSetupStatus = 125
+	runLostStatus  = 125
+)
+
+func captureAfterRun(ctx context.Context, cl *daemon.Client, out io.Writer, o runOptions) error {
+	msg := o.message
+	if msg == "" {
+		msg = "homefs run: " + strings.Join(o.argv, " ")
+		if len(msg) > 200 {
+			msg = msg[:200]
+		}
 	}
+	snap, err := cl.Capture(context.WithoutCancel(ctx), o.session, daemon.CaptureRequest{Message: msg})
+	if err != nil {
+		return fmt.Errorf("capture after the command: %w", err)
+	}
+	if o.json {
+		return printJSON(out, snap)
+	}
+	fmt.Fprintf(os.Stderr, "homefs: captured %s as %s\n", o.session, snap.ID)
+	return nil
+}
+
+// runInNamespaces starts the namespaces' init with spec, forwards signals
+// to it, and returns CMD's exit status; lost says that the daemon ended
+// the hold meanwhile (CMD was then told to end).
+//
+// On a terminal, CMD gets a pseudo-terminal of its own, in a session of
+// its own, which homefs run relays to and from its terminal (as sudo's
+// use_pty does): CMD runs as another user and must not reach the caller's
+// terminal, where TIOCSTI would type commands into root's shell, and the
+// terminal's keys (Ctrl-C) reach CMD once, through its own terminal.
+func runInNamespaces(spec runSpec, lost <-chan struct{}) (status int, wasLost bool, err error) {
 	self, err := os.Executable()
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	// The spec (CMD's environment: API keys) goes through a pipe, never
 	// an argument that ps shows.
 	r, w, err := os.Pipe()
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	defer r.Close()
 	cmd := exec.Command(self, runInitCommand)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.ExtraFiles = []*os.File{r} // fd 3
+	var ptmx *os.File
+	if term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd())) {
+		var tty *os.File
+		if ptmx, tty, err = pty.Open(); err != nil {
+			return 0, false, fmt.Errorf("pseudo-terminal for the command: %w", err)
+		}
+		defer ptmx.Close()
+		_ = pty.InheritSize(os.Stdin, ptmx)
+		if err := os.Chown(tty.Name(), int(spec.UID), int(spec.GID)); err != nil {
+			tty.Close()
+			return 0, false, fmt.Errorf("pseudo-terminal for the command: %w", err)
+		}
+		cmd.ExtraFiles = append(cmd.ExtraFiles, tty) // fd 4
+		spec.TTY = true
+		defer tty.Close()
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return 0, false, err
+	}
 	cmd.Env = []string{}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID,
@@ -263,35 +323,49 @@ func runInNamespaces(spec runSpec) (int, error) {
 	}()
 	if err := <-started; err != nil {
 		w.Close()
-		return 0, fmt.Errorf("start the run's namespaces: %w", err)
+		return 0, false, fmt.Errorf("start the run's namespaces: %w", err)
+	}
+	relayed := make(chan struct{})
+	if ptmx != nil {
+		for _, f := range cmd.ExtraFiles[1:] {
+			f.Close() // the init has its copy; CMD's end then shows on ptmx
+		}
+		old, err := term.MakeRaw(int(os.Stdin.Fd()))
+		if err == nil {
+			defer func() { _ = term.Restore(int(os.Stdin.Fd()), old) }()
+		}
+		go func() { _, _ = io.Copy(ptmx, os.Stdin) }()
+		go func() { _, _ = io.Copy(os.Stdout, ptmx); close(relayed) }()
+	} else {
+		close(relayed)
 	}
 	for {
 		select {
 		case sig := <-sigs:
-			if fromTerminal(sig) {
+			if sig == syscall.SIGWINCH {
+				if ptmx != nil {
+					_ = pty.InheritSize(os.Stdin, ptmx) // the kernel tells CMD
+				}
 				continue
 			}
 			_ = cmd.Process.Signal(sig)
-		case r := <-done:
-			return statusOf(r.state), nil
+		case <-lost:
+			if !wasLost {
+				wasLost = true
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+			}
+		case res := <-done:
+			if ptmx != nil {
+				<-relayed // CMD's last output
+			}
+			return statusOf(res.state), wasLost, nil
 		}
 	}
 }
 
-// forwarded are the signals homefs run passes on to CMD.
+// forwarded are the signals homefs run passes on to CMD (SIGWINCH: to its
+// pseudo-terminal).
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGCONT}
-
-// fromTerminal reports whether sig is one a terminal sends its foreground
-// process group (homefs run's, which CMD shares), so CMD has it already.
-func fromTerminal(sig os.Signal) bool {
-	switch sig {
-	case syscall.SIGINT, syscall.SIGQUIT, syscall.SIGWINCH:
-	default:
-		return false
-	}
-	fg, err := unix.IoctlGetInt(0, unix.TIOCGPGRP)
-	return err == nil && fg == syscall.Getpgrp()
-}
 
 // statusOf is a process's status as a shell reports it.
 func statusOf(st *os.ProcessState) int {
@@ -344,17 +418,36 @@ func lookupRunUser(s string, spec *runSpec) error {
 	return nil
 }
 
-// runEnv is CMD's environment: homefs run's own without its HOMEFS_
-// settings, with the user's HOME, USER and LOGNAME when it drops root.
+// runEnv is CMD's environment. Run as root it is homefs run's own without
+// its HOMEFS_ settings; dropped to --user, a fresh one: root's environment
+// holds what an agent must not see (the daemon's S3 keys, an SSH agent,
+// root's PATH and runtime directory), so only the terminal's and the
+// locale's settings pass, with the user's HOME, USER and LOGNAME and a
+// standard PATH; --env adds the rest.
 func runEnv(base []string, asUser bool, spec runSpec) []string {
-	env := slices.DeleteFunc(slices.Clone(base), func(kv string) bool { return strings.HasPrefix(kv, "HOMEFS_") })
-	if asUser {
-		for _, kv := range spec.Env {
-			k, v, _ := strings.Cut(kv, "=")
-			env = setEnv(env, k, v)
+	if !asUser {
+		return slices.DeleteFunc(slices.Clone(base), func(kv string) bool { return strings.HasPrefix(kv, "HOMEFS_") })
+	}
+	env := []string{"PATH=" + userPath}
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == "TERM" || k == "LANG" || k == "TZ" || k == "COLORTERM" || k == "NO_COLOR" || strings.HasPrefix(k, "LC_") {
+			env = append(env, kv)
 		}
 	}
+	for _, kv := range spec.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		env = setEnv(env, k, v)
+	}
 	return env
+}
+
+// userPath is the PATH of a command run as another user.
+const userPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// unsetEnv removes k from env.
+func unsetEnv(env []string, k string) []string {
+	return slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, k+"=") })
 }
 
 // setEnv sets k to v in env.

@@ -22,6 +22,11 @@ import (
 // reaps the orphans a PID 1 inherits, and exits with CMD's status. When
 // it exits, the kernel ends every other process of the namespace.
 func runInit() int {
+	// First: a signal that comes before this is CMD's, not the init's end.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwarded...)
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
 	var spec runSpec
 	f := os.NewFile(3, "spec")
 	err := json.NewDecoder(f).Decode(&spec)
@@ -31,11 +36,15 @@ func runInit() int {
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "homefs run: bad spec:", err)
-		return exitOther
+		return runSetupStatus
 	}
 	if err := setupRunMounts(spec); err != nil {
 		fmt.Fprintln(os.Stderr, "homefs run:", err)
-		return exitOther
+		return runSetupStatus
+	}
+	if st, err := os.Stat(spec.Cwd); err != nil || !st.IsDir() {
+		fmt.Fprintf(os.Stderr, "homefs run: working directory %s: not a directory in the run (%v)\n", spec.Cwd, err)
+		return runSetupStatus
 	}
 	// exec.Command looks CMD up in this process's PATH: CMD's.
 	for _, kv := range spec.Env {
@@ -50,18 +59,23 @@ func runInit() int {
 	runtime.LockOSThread()
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		fmt.Fprintln(os.Stderr, "homefs run: no_new_privs:", err)
-		return exitOther
+		return runSetupStatus
 	}
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env, cmd.Dir = spec.Env, spec.Cwd
-	if spec.UID != 0 || spec.GID != 0 {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: spec.UID, Gid: spec.GID, Groups: spec.Groups}}
+	// A session of its own: CMD never has the caller's terminal as its
+	// controlling terminal; on a terminal it gets its pseudo-terminal.
+	attr := &syscall.SysProcAttr{Setsid: true}
+	if spec.TTY {
+		tty := os.NewFile(4, "tty")
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+		attr.Setctty, attr.Ctty = true, 0
 	}
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, forwarded...)
-	chld := make(chan os.Signal, 1)
-	signal.Notify(chld, syscall.SIGCHLD)
+	if spec.UID != 0 || spec.GID != 0 {
+		attr.Credential = &syscall.Credential{Uid: spec.UID, Gid: spec.GID, Groups: spec.Groups}
+	}
+	cmd.SysProcAttr = attr
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "homefs run: start %s as uid %d in %s: %v\n", spec.Argv[0], spec.UID, spec.Cwd, err)
 		if errors.Is(err, fs.ErrPermission) {
@@ -71,6 +85,9 @@ func runInit() int {
 			return 127
 		}
 		return 126
+	}
+	if spec.TTY {
+		cmd.Stdin.(*os.File).Close()
 	}
 	pid := cmd.Process.Pid
 	for {
@@ -97,7 +114,7 @@ func runInit() int {
 }
 
 // setupRunMounts makes the namespace's mounts: nothing propagates to the
-// host, /proc shows the new PID namespace, each bind shows a directory of
+// host (the root is made a slave: the host's mounts still show), /proc shows the new PID namespace, each bind shows a directory of
 // the daemon's mount at its canonical path.
 //
 // The init runs as root on paths others control: the agent owns the
@@ -175,7 +192,7 @@ func openDir(dirfd int, path string, resolve uint64) (int, error) {
 		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | resolve,
 	})
 	if errors.Is(err, unix.ELOOP) {
-		return -1, fmt.Errorf("%s: a symlink on the way, which homefs run never follows (give the real path): %w", path, err)
+		return -1, fmt.Errorf("a symlink on the way, which homefs run never follows: if the agent replaced a directory of the path with a symlink, remove it; if the host's path holds one (/home -> /var/home), give the layout the real path: %w", err)
 	}
 	return fd, err
 }

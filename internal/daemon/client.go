@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sync/atomic"
 	"syscall"
 
 	"homefs/internal/fsck"
@@ -345,29 +346,55 @@ func (c *Client) Pull(ctx context.Context, req PullRequest, progress func(Progre
 	return &v, c.streamCall(ctx, pathPull, req, progress, &v)
 }
 
+// RunHold is a run's hold on a whole-session mount (Client.RunMount).
+type RunHold struct {
+	RunMountInfo
+	// Lost is closed if the daemon ends the hold before Release: it
+	// stopped, or died, and no longer serves the mount.
+	Lost <-chan struct{}
+	// Release gives the hold back; the daemon may then unmount.
+	Release func()
+}
+
 // RunMount holds a whole-session mount of session for homefs run until
-// release is called (or the process ends): the daemon gives it back when
+// Release is called (or the process ends): the daemon gives it back when
 // the connection closes.
-func (c *Client) RunMount(ctx context.Context, session string) (info *RunMountInfo, release func(), err error) {
+func (c *Client) RunMount(ctx context.Context, session string) (*RunHold, error) {
 	resp, err := c.do(ctx, http.MethodPost, pathSessions+"/"+url.PathEscape(session)+"/run", nil, nil, "")
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
+	dec := json.NewDecoder(resp.Body)
 	var line struct {
 		Result *RunMountInfo `json:"result"`
 		Error  *Error        `json:"error"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&line); err != nil {
+	if err := dec.Decode(&line); err != nil {
 		resp.Body.Close()
-		return nil, nil, fmt.Errorf("homefs daemon: bad answer to run: %w", err)
+		return nil, fmt.Errorf("homefs daemon: bad answer to run: %w", err)
 	}
 	if line.Error != nil {
 		resp.Body.Close()
-		return nil, nil, line.Error
+		return nil, line.Error
 	}
 	if line.Result == nil {
 		resp.Body.Close()
-		return nil, nil, fmt.Errorf("homefs daemon: empty answer to run")
+		return nil, fmt.Errorf("homefs daemon: empty answer to run")
 	}
-	return line.Result, func() { resp.Body.Close() }, nil
+	lost := make(chan struct{})
+	var released atomic.Bool
+	go func() {
+		// The daemon writes nothing more: any end of the stream is the
+		// end of the hold.
+		_, _ = io.Copy(io.Discard, resp.Body)
+		if !released.Load() {
+			close(lost)
+		}
+	}()
+	release := func() {
+		if !released.Swap(true) {
+			resp.Body.Close()
+		}
+	}
+	return &RunHold{RunMountInfo: *line.Result, Lost: lost, Release: release}, nil
 }
