@@ -485,7 +485,7 @@ func (s *Session) replayJournal(ctx context.Context, path string) (bool, error) 
 		n.mu.Lock()
 		err = n.writeAt(ctx, r.data, r.off)
 		if err == nil && r.size > n.data.size {
-			n.growTo(r.size)
+			err = n.growTo(ctx, r.size)
 		}
 		n.mu.Unlock()
 		if err != nil {

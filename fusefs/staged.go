@@ -183,7 +183,9 @@ func (n *node) absorb(ctx context.Context) (fingerprint, error) {
 		}
 	}
 	if d.size < fp.size {
-		n.growTo(fp.size)
+		if err := n.growTo(ctx, fp.size); err != nil {
+			return fp, err
+		}
 		n.sess.markWritten(n, fp.size, fp.size)
 	}
 	n.noteWrite(b, fp)
