@@ -21,13 +21,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"homefs/cas"
+	"homefs/internal/fsck"
 )
 
 // TestDifferential applies one random sequence of system calls to a
 // directory on the native disk and to a homefs mount and requires the same
 // outcome from both: every return value and errno, the bytes every read
 // returns, and the whole tree at each checkpoint. Along the way it captures
-// (the snapshot must hold the tree as the native one was at that moment),
+// (the snapshot must hold the tree as the native one was at that moment,
+// and pass fsck's verifier and export whole, as homefs's own checks),
 // forks (each fork is a pair of its own, a native copy and a mount, and
 // takes steps too: no change may reach another session of the family),
 // restores (the mount must come back to an earlier native copy) and
@@ -126,6 +128,10 @@ type differential struct {
 	snaps  []string // captured snapshot ids, by copy
 	seq    int
 	asides int // native trees moved aside by restores
+	// verifier checks every snapshot taken as fsck would (see
+	// verifySnapshot); it remembers what it verified, so each capture
+	// costs what it changed.
+	verifier *fsck.Verifier
 }
 
 // diffPair is a session's mount and the native directory it must match.
@@ -142,6 +148,7 @@ func runDifferential(t *testing.T, seed uint64, steps int, opts Options) {
 		t: t, r: rand.New(rand.NewPCG(seed, seed*7919)), e: newTestEngine(t, nil, opts),
 		saved: t.TempDir(),
 	}
+	d.verifier = fsck.NewVerifier(d.e.store)
 	d.addPair("s", t.TempDir())
 	for step := range steps {
 		// Forks take steps too: a change in one must never reach another.
@@ -674,6 +681,8 @@ func (d *differential) checkpoint() {
 		d.snaps = append(d.snaps, id)
 		d.note(fmt.Sprintf("%s: capture %s (copy %d)", p.name, id, len(d.snaps)-1))
 		require.Equal(t, want, diffDump(t, mountSnapshot(t, d.e, id)), "snapshot %s of %s differs from the tree at its capture%s", id, p.name, d.history())
+		// What homefs's own checks say of it: fsck and a full export.
+		verifySnapshot(t, d.e, d.verifier, id)
 		if k == 0 && len(d.pairs) <= diffMaxForks {
 			name := fmt.Sprintf("fork%d", len(d.pairs))
 			_, err := d.e.Fork(ctx, id, name)

@@ -203,7 +203,8 @@ func (e *Engine) openJournal(ctx context.Context, s *Session) error {
 		return err
 	}
 	if replayed {
-		e.log.Warn("replayed the journal of writes fsynced before a crash", "session", s.name)
+		e.log.Warn("replayed the journal of writes fsynced before a crash", "session", s.name,
+			"records", s.replayed.records, "applied", s.replayed.applied, "staged_bytes_read", s.replayed.stagedBytes)
 		// durableAt resets the journal.
 		if err := e.sync(ctx, s); err != nil {
 			return err

@@ -29,8 +29,9 @@ import (
 // A journal applies to one durable head: its header holds the head's
 // generation. On load, a journal whose generation is the head's is
 // replayed (its records are writes in order, at paths that exist in that
-// head) and then flushed; any other is stale (a flush moved the head after
-// the journal was written) and is discarded.
+// head; a file's last stage record supersedes its records before it) and
+// then flushed; any other is stale (a flush moved the head after the
+// journal was written) and is discarded.
 //
 // The file is preallocated (written with zeros ahead of the records) and
 // overwritten in place, never truncated by a reset: an fdatasync then
@@ -454,9 +455,25 @@ func (s *Session) durablePath(n *node) (path string, meta, named bool) {
 	return path, meta, named
 }
 
+// replayStats is what a replay did: records read, records applied (the
+// others were superseded by a later stage record of the same file) and
+// bytes read from staging files.
+type replayStats struct {
+	records, applied int
+	stagedBytes      int64
+}
+
 // replayJournal applies the journal of s, if it belongs to the head s was
 // loaded from, and reports whether it applied anything. Called before the
 // session is shown anywhere.
+//
+// A stage record makes a file's content what its staging file holds,
+// whatever earlier records wrote to it, so only the last stage record of
+// each file is applied, with the write records after it: a file fsynced
+// N times through its staging file is read once, not N times (a 25 MB
+// file fsynced 11,525 times read 146 GB and took 327 s to remount). The
+// outcome is the in-order replay's. Files are told apart by node, not
+// path, as hard links share one.
 func (s *Session) replayJournal(ctx context.Context, path string) (bool, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -470,13 +487,36 @@ func (s *Session) replayJournal(ctx context.Context, path string) (bool, error) 
 	if err != nil || gen != s.gen || len(records) == 0 {
 		return false, nil // empty, or stale: the head already moved past it
 	}
-	for _, r := range records {
-		n, err := s.walkFile(ctx, r.path)
-		if err != nil {
-			return false, fmt.Errorf("replay journal of %s: %s: %w", s.name, r.path, err)
+	// The namespace did not change while the records were written (any
+	// change made the next fsync a full flush), so a path names one node
+	// throughout.
+	nodes := make([]*node, len(records))
+	byPath := make(map[string]*node)
+	lastStage := make(map[*node]int)
+	for i, r := range records {
+		n, ok := byPath[r.path]
+		if !ok {
+			if n, err = s.walkFile(ctx, r.path); err != nil {
+				return false, fmt.Errorf("replay journal of %s: %s: %w", s.name, r.path, err)
+			}
+			byPath[r.path] = n
 		}
+		nodes[i] = n
 		if r.off == stageOff {
-			if err := s.restage(ctx, n, string(r.data), r.size); err != nil {
+			lastStage[n] = i
+		}
+	}
+	s.replayed.records = len(records)
+	for i, r := range records {
+		n := nodes[i]
+		if last, ok := lastStage[n]; ok && i < last {
+			continue // superseded: the last stage record sets the whole content
+		}
+		s.replayed.applied++
+		if r.off == stageOff {
+			read, err := s.restage(ctx, n, string(r.data), r.size)
+			s.replayed.stagedBytes += read
+			if err != nil {
 				return false, fmt.Errorf("replay journal of %s: %s: %w", s.name, r.path, err)
 			}
 			s.markDirty(n)
@@ -485,7 +525,7 @@ func (s *Session) replayJournal(ctx context.Context, path string) (bool, error) 
 		n.mu.Lock()
 		err = n.writeAt(ctx, r.data, r.off)
 		if err == nil && r.size > n.data.size {
-			n.growTo(r.size)
+			err = n.growTo(ctx, r.size)
 		}
 		n.mu.Unlock()
 		if err != nil {

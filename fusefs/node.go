@@ -102,14 +102,9 @@ func (n *node) loadChunks(ctx context.Context) error {
 	return nil
 }
 
-// chunkLen is the logical length of chunk i of a file of the given size.
-func chunkLen(size int64, i int) int {
-	start := int64(i) * manifest.ChunkSize
-	if size <= start {
-		return 0
-	}
-	return int(min(size-start, manifest.ChunkSize))
-}
+// chunkLen is the logical length of chunk i of a file of the given size,
+// which is what a stored chunk holds (manifest.ChunkLen).
+func chunkLen(size int64, i int) int { return manifest.ChunkLen(size, i) }
 
 // dirtyChunk is a chunk written since the last flush. Most are whole: buf
 // is the content, and a buffer shorter than the chunk means zeros follow.
@@ -486,17 +481,38 @@ func (n *node) writeAt(ctx context.Context, data []byte, off int64) error {
 		pos += span
 	}
 	if end := off + int64(len(data)); end > d.size {
-		n.growTo(end)
+		return n.growTo(ctx, end)
 	}
 	return nil
 }
 
-// growTo raises the size; new bytes read as zero. Called with n.mu held.
-func (n *node) growTo(size int64) {
+// growTo raises the size; new bytes read as zero. A stored chunk holds
+// exactly its length at the file's size (manifest.ChunkLen), so a short
+// last chunk that is stored and clean becomes dirty, an overlay of no
+// extents over it: the next flush stores it again, zero-padded to its new
+// length, at the cost of one chunk read then and nothing now. The chunks
+// past it are holes. Called with n.mu held.
+func (n *node) growTo(ctx context.Context, size int64) error {
 	d := n.data
-	// A partial last chunk that is stored (not dirty) keeps its length and
-	// reads as zero-padded, so growing needs no copy.
+	if size <= d.size {
+		return nil
+	}
+	if last := manifest.ChunkCount(d.size) - 1; last >= 0 && d.size%manifest.ChunkSize != 0 {
+		if _, dirty := d.dirty[last]; !dirty {
+			ref, err := n.storedRef(ctx, last)
+			if err != nil {
+				return err
+			}
+			if !ref.IsZero() {
+				if d.dirty == nil {
+					d.dirty = make(map[int]*dirtyChunk)
+				}
+				d.dirty[last] = &dirtyChunk{base: ref, baseLen: chunkLen(d.size, last)}
+			}
+		}
+	}
 	d.size = size
+	return nil
 }
 
 // truncate sets the size. Called with n.mu held.
@@ -509,8 +525,7 @@ func (n *node) truncate(ctx context.Context, size int64) error {
 	}
 	d := n.data
 	if size >= d.size {
-		n.growTo(size)
-		return nil
+		return n.growTo(ctx, size)
 	}
 	if err := n.loadChunks(ctx); err != nil {
 		return err

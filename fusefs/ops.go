@@ -746,7 +746,9 @@ func (s *Session) Allocate(ctx context.Context, n *node, off, length int64, mode
 		if end > maxFileSize {
 			return syscall.EFBIG
 		}
-		n.growTo(end)
+		if err := n.growTo(ctx, end); err != nil {
+			return err
+		}
 	}
 	if err := n.writeThrough(ctx, off, off+length, false); err != nil {
 		return err

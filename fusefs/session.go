@@ -55,6 +55,9 @@ type Session struct {
 	// journal makes writes durable cheaply (journal.go); nil when the
 	// engine has no store directory or the session is read-only.
 	journal *journal
+	// replayed is what replaying the journal cost; written before the
+	// session is shown, read-only after.
+	replayed replayStats
 	// pending holds chunks of batches not committed yet (see newBatch).
 	pending pendingChunks
 	// orphans keeps the chunks of batches whose commit failed (orphans.go).

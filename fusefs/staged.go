@@ -185,7 +185,9 @@ func (n *node) absorb(ctx context.Context) (fingerprint, error) {
 		}
 	}
 	if d.size < fp.size {
-		n.growTo(fp.size)
+		if err := n.growTo(ctx, fp.size); err != nil {
+			return fp, err
+		}
 		n.sess.markWritten(n, fp.size, fp.size)
 	}
 	n.noteWrite(b, fp)
@@ -566,11 +568,12 @@ func (e *Engine) journalStage(ctx context.Context, s *Session, n *node, b *backi
 }
 
 // restage replays a stage record: n's content becomes the first size
-// bytes of the staging file name. Called before the session is shown.
-func (s *Session) restage(ctx context.Context, n *node, name string, size int64) error {
+// bytes of the staging file name. It returns the bytes it read. Called
+// before the session is shown.
+func (s *Session) restage(ctx context.Context, n *node, name string, size int64) (int64, error) {
 	f, err := os.Open(filepath.Join(s.backingDir, name))
 	if err != nil {
-		return fmt.Errorf("staging file of a journaled fsync: %w", err)
+		return 0, fmt.Errorf("staging file of a journaled fsync: %w", err)
 	}
 	defer f.Close()
 	// The file may have been truncated since the fsync (then unstaged, its
@@ -578,29 +581,31 @@ func (s *Session) restage(ctx context.Context, n *node, name string, size int64)
 	// had, where zeros past its end would not be.
 	st, err := f.Stat()
 	if err != nil {
-		return fmt.Errorf("staging file of a journaled fsync: %w", err)
+		return 0, fmt.Errorf("staging file of a journaled fsync: %w", err)
 	}
 	size = min(size, st.Size())
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if err := n.truncate(ctx, 0); err != nil {
-		return err
+		return 0, err
 	}
+	var read int64
 	buf := make([]byte, 1<<20)
 	for off := int64(0); off < size; {
 		p := buf[:min(int64(len(buf)), size-off)]
 		k, err := f.ReadAt(p, off)
+		read += int64(k)
 		if err != nil && !errors.Is(err, io.EOF) {
-			return fmt.Errorf("read staging file: %w", err)
+			return read, fmt.Errorf("read staging file: %w", err)
 		}
 		clear(p[k:])
 		if err := n.writeAt(ctx, p, off); err != nil {
-			return err
+			return read, err
 		}
 		off += int64(len(p))
 		if err := s.maybeSpill(ctx, n, -1); err != nil {
-			return err
+			return read, err
 		}
 	}
-	return nil
+	return read, nil
 }

@@ -5,6 +5,14 @@
 //   - An entry is one name in a directory: a file, a directory or a
 //     symlink, with its metadata. A file's content is a list of chunk refs
 //     (each covering ChunkSize bytes; a zero ref is a hole).
+//   - The chunk-length rule: every stored chunk of a file but the last
+//     holds exactly ChunkSize bytes, and the last exactly the file's
+//     remaining bytes (ChunkLen). A chunk shorter or longer than that is
+//     invalid (CheckChunk), whatever its bytes: readers, fsck and export
+//     need no padding and no guess, and equal content has equal refs. So a
+//     file that grows past a stored short last chunk stores that chunk
+//     again at its new length (one chunk, never the file); the chunks
+//     beyond it are holes.
 //   - A tree node is the CAS object holding one directory: its entries,
 //     sorted bytewise by name, in a compact binary encoding (EncodeTree).
 //     A directory entry points at its tree node by ref.

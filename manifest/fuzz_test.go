@@ -127,3 +127,30 @@ func FuzzValidateSessionName(f *testing.F) {
 		}
 	})
 }
+
+// FuzzChunkLen: the lengths of a file's chunks add up to its size, every
+// chunk but the last is full, and CheckChunk accepts exactly ChunkLen.
+func FuzzChunkLen(f *testing.F) {
+	for _, size := range []int64{0, 1, ChunkSize - 1, ChunkSize, ChunkSize + 1, 150000, 262144} {
+		f.Add(size, 2)
+	}
+	f.Fuzz(func(t *testing.T, size int64, i int) {
+		size = max(size, 0) % (1 << 40)
+		n := ChunkCount(size)
+		if i >= 0 && i < n {
+			l := ChunkLen(size, i)
+			if l <= 0 || l > ChunkSize || i < n-1 && l != ChunkSize {
+				t.Fatalf("ChunkLen(%d, %d) = %d", size, i, l)
+			}
+			if int64(n-1)*ChunkSize+int64(ChunkLen(size, n-1)) != size {
+				t.Fatalf("size %d: chunk lengths do not add up", size)
+			}
+		} else if ChunkLen(size, i) != 0 {
+			t.Fatalf("ChunkLen(%d, %d) past the end = %d", size, i, ChunkLen(size, i))
+		}
+		l := ChunkLen(size, i)
+		if CheckChunk(size, i, l) != nil || CheckChunk(size, i, l+1) == nil {
+			t.Fatalf("CheckChunk(%d, %d) disagrees with ChunkLen %d", size, i, l)
+		}
+	})
+}

@@ -15,8 +15,9 @@ const FormatVersion = 1
 const SnapshotLayoutVersion = 2
 
 // ChunkSize is the fixed size of file chunks: chunk i of a file covers
-// bytes [i*ChunkSize, min((i+1)*ChunkSize, size)). See docs/ARCHITECTURE.md
-// for why fixed-size chunks.
+// bytes [i*ChunkSize, min((i+1)*ChunkSize, size)), and a stored chunk holds
+// exactly those bytes (ChunkLen, CheckChunk). See docs/ARCHITECTURE.md for
+// why fixed-size chunks.
 const ChunkSize = 64 << 10
 
 // MaxNameLen is the longest entry name, as on ext4.
@@ -49,8 +50,9 @@ type Entry struct {
 	CtimeNs int64 // status change time, nanoseconds since the Unix epoch
 
 	// File content: Chunks inline (at most MaxInlineChunks), or Index
-	// pointing at an index node of the given Depth (>= 1). A zero chunk ref
-	// is a hole: ChunkSize zero bytes (fewer for the last chunk).
+	// pointing at an index node of the given Depth (>= 1). A stored chunk
+	// holds exactly ChunkLen(Size, i) bytes; a zero chunk ref is a hole,
+	// that many zero bytes.
 	Chunks []cas.Ref
 	Index  cas.Ref
 	Depth  uint8

@@ -40,6 +40,30 @@ func ChunkCount(size int64) int {
 	return int(n)
 }
 
+// ChunkLen returns the length of chunk i of a file of size bytes: the
+// chunk-length rule. Every chunk but the last holds exactly ChunkSize
+// bytes and the last exactly the file's remaining bytes, so that a stored
+// chunk's length never depends on anything but the entry that names it,
+// and equal content always has equal refs. It is 0 past the end.
+func ChunkLen(size int64, i int) int {
+	if i < 0 || i >= ChunkCount(size) {
+		return 0
+	}
+	return int(min(size-int64(i)*ChunkSize, ChunkSize))
+}
+
+// CheckChunk checks a stored chunk of n plain bytes named as chunk i of a
+// file of size bytes against the chunk-length rule (ChunkLen). A hole (the
+// zero ref) has no stored bytes and is never checked. A chunk's length is
+// fixed by its ref, so a verdict holds for that ref at that (size, i)
+// only: the same chunk may be right in one file and wrong in another.
+func CheckChunk(size int64, i, n int) error {
+	if want := ChunkLen(size, i); n != want {
+		return errf(ErrInvalid, "chunk %d: %d bytes, want %d", i, n, want)
+	}
+	return nil
+}
+
 // indexDepth returns the smallest index depth holding n chunks, or 0 when
 // n fits inline.
 func indexDepth(n int) uint8 {

@@ -111,6 +111,43 @@ func TestChunkCount(t *testing.T) {
 	}
 }
 
+// TestCheckChunk: the chunk-length rule. The cases are the ones a grown
+// file meets: its short last chunk of 150000 bytes (18928) is right at
+// that size and wrong once the file is 262144 bytes long.
+func TestCheckChunk(t *testing.T) {
+	const tail = 150000 - 2*ChunkSize // 18928
+	for _, tc := range []struct {
+		name string
+		size int64
+		i, n int
+		ok   bool
+	}{
+		{"full middle chunk", 3 * ChunkSize, 1, ChunkSize, true},
+		{"short middle chunk", 3 * ChunkSize, 1, ChunkSize - 1, false},
+		{"long chunk", 3 * ChunkSize, 2, ChunkSize + 1, false},
+		{"exact short last chunk", 150000, 2, tail, true},
+		{"short last chunk of a grown file", 262144, 2, tail, false},
+		{"grown file, the chunk stored again", 262144, 2, ChunkSize, true},
+		{"last chunk too long after a shrink", 140000, 2, tail, false},
+		{"full last chunk", 2 * ChunkSize, 1, ChunkSize, true},
+		{"one-byte file", 1, 0, 1, true},
+		{"empty chunk in a file", 10, 0, 0, false},
+		{"past the end", 10, 1, 1, false},
+		{"nothing past the end", 10, 1, 0, true},
+		{"negative index", 10, -1, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckChunk(tc.size, tc.i, tc.n)
+			if tc.ok != (err == nil) {
+				t.Fatalf("CheckChunk(%d, %d, %d) = %v, want ok=%v", tc.size, tc.i, tc.n, err, tc.ok)
+			}
+			if err != nil && !errors.Is(err, ErrInvalid) {
+				t.Fatalf("CheckChunk: %v, not ErrInvalid", err)
+			}
+		})
+	}
+}
+
 func TestEntryValidate(t *testing.T) {
 	ref := fakeRef("x")
 	file := func(f func(e *Entry)) Entry {

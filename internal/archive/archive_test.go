@@ -349,3 +349,45 @@ func TestRootAttributes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, res.Root, again.Root, "export and import keep the root's attributes")
 }
+
+// TestExportChunkLength: export places every stored chunk at its offset,
+// so a chunk that breaks the chunk-length rule (a file grown to 262144
+// bytes past its short last chunk of 150000) stops it with ErrCorrupt, and
+// the same chunk as the last of a 150000-byte file exports.
+func TestExportChunkLength(t *testing.T) {
+	ctx := context.Background()
+	st := cas.NewMemory()
+	data := bytes.Repeat([]byte("0123456789abcdef"), 150000/16+1)[:150000]
+	var refs []cas.Ref
+	for off := 0; off < len(data); off += manifest.ChunkSize {
+		ref, err := st.Put(ctx, data[off:min(off+manifest.ChunkSize, len(data))])
+		require.NoError(t, err)
+		refs = append(refs, ref)
+	}
+	for _, tc := range []struct {
+		name   string
+		size   int64
+		chunks []cas.Ref
+		ok     bool
+	}{
+		{"exact", 150000, refs, true},
+		{"grown past a short chunk", 262144, append(append([]cas.Ref(nil), refs...), cas.Ref{}), false},
+		{"shrunk below a chunk", 140000, refs, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, err := manifest.PutTree(ctx, st, &manifest.Tree{Entries: []manifest.Entry{
+				{Name: "f", Kind: manifest.KindFile, Mode: 0o644, Size: tc.size, Chunks: tc.chunks},
+			}})
+			require.NoError(t, err)
+			var out bytes.Buffer
+			err = Export(ctx, st, root, &out, nil)
+			if tc.ok {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, cas.ErrCorrupt)
+			require.ErrorIs(t, err, manifest.ErrInvalid)
+			require.Contains(t, err.Error(), "chunk 2:")
+		})
+	}
+}

@@ -15,7 +15,8 @@ import (
 // files, symlinks and hard links (a later name of a linked file is a
 // TypeLink to its first), with modes, owners, nanosecond times and
 // xattrs. Every chunk is read through g, which verifies it; a damaged
-// chunk stops the export with an error wrapping cas.ErrCorrupt.
+// chunk, or one that breaks the chunk-length rule (manifest.CheckChunk),
+// stops the export with an error wrapping cas.ErrCorrupt.
 func Export(ctx context.Context, g cas.Getter, root cas.Ref, w io.Writer, progress Progress) error {
 	tw := tar.NewWriter(w)
 	firstName := make(map[uint64]string) // LinkID → first path written
@@ -107,16 +108,17 @@ func writeContent(ctx context.Context, g cas.Getter, e *manifest.Entry, w io.Wri
 	}
 	var written int64
 	for i := 0; i < cl.Len(); i++ {
-		want := min(int64(manifest.ChunkSize), e.Size-int64(i)*manifest.ChunkSize)
 		var data []byte
 		if ref := cl.At(i); ref.IsZero() {
-			data = make([]byte, want)
+			data = make([]byte, manifest.ChunkLen(e.Size, i))
 		} else {
 			if data, err = g.Get(ctx, ref); err != nil {
 				return written, fmt.Errorf("chunk %d: %w", i, err)
 			}
-			if int64(len(data)) != want {
-				return written, fmt.Errorf("chunk %d: %w: %d bytes, want %d", i, cas.ErrCorrupt, len(data), want)
+			// A chunk that breaks the chunk-length rule is damage: its
+			// bytes cannot be placed without guessing.
+			if err := manifest.CheckChunk(e.Size, i, len(data)); err != nil {
+				return written, fmt.Errorf("%w: %w", cas.ErrCorrupt, err)
 			}
 		}
 		n, err := w.Write(data)

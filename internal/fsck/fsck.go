@@ -51,18 +51,25 @@ type Store interface {
 type checker struct {
 	ctx      context.Context
 	g        cas.Getter
-	ok       map[cas.Ref]struct{} // read and verified
-	bad      map[cas.Ref]string   // failed, with the error
+	trees    map[cas.Ref]struct{} // tree nodes verified with everything below
+	chunks   map[cas.Ref]int      // objects read and verified, with their plain length
+	bad      map[cas.Ref]string   // objects that failed to load, with the error
 	rep      *Report
 	progress Progress
 	owner    string
+}
+
+func newChecker(g cas.Getter, progress Progress) *checker {
+	return &checker{g: g, trees: make(map[cas.Ref]struct{}), chunks: make(map[cas.Ref]int),
+		bad: make(map[cas.Ref]string), rep: &Report{}, progress: progress}
 }
 
 // Check verifies every object reachable from cat. It returns an error only
 // when it cannot run (the catalog cannot be listed, or ctx ends); damage
 // is reported in Report.Problems.
 func Check(ctx context.Context, g cas.Getter, cat *catalog.Catalog, progress Progress) (*Report, error) {
-	c := &checker{ctx: ctx, g: g, ok: make(map[cas.Ref]struct{}), bad: make(map[cas.Ref]string), rep: &Report{}, progress: progress}
+	c := newChecker(g, progress)
+	c.ctx = ctx
 	heads, err := cat.Sessions(ctx)
 	if err != nil {
 		return nil, err
@@ -94,30 +101,53 @@ func Check(ctx context.Context, g cas.Getter, cat *catalog.Catalog, progress Pro
 	return c.rep, nil
 }
 
+// Verifier checks trees one at a time, as Check does every tree of a
+// catalog, remembering what it verified: checking a series of snapshots
+// that share most of their objects costs what they do not share. It is
+// not safe for concurrent use.
+type Verifier struct{ c *checker }
+
+// NewVerifier returns a Verifier reading through g.
+func NewVerifier(g cas.Getter) *Verifier { return &Verifier{c: newChecker(g, nil)} }
+
+// Tree checks the tree at root and everything below it, and returns the
+// problems found, each with owner.
+func (v *Verifier) Tree(ctx context.Context, owner string, root cas.Ref) ([]Problem, error) {
+	c := v.c
+	c.ctx, c.owner = ctx, owner
+	from := len(c.rep.Problems)
+	c.tree(root, "")
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return c.rep.Problems[from:len(c.rep.Problems):len(c.rep.Problems)], nil
+}
+
 func (c *checker) problem(path, kind string, ref cas.Ref, err error) {
 	c.rep.Problems = append(c.rep.Problems, Problem{Owner: c.owner, Path: path, Kind: kind, Ref: ref, Err: err.Error()})
 }
 
-// get reads ref once; later calls answer from what the first learned.
-func (c *checker) get(ref cas.Ref) ([]byte, bool, error) {
-	if _, ok := c.ok[ref]; ok {
-		return nil, true, nil
+// get reads ref once and returns its plain length; later calls answer
+// from what the first learned.
+func (c *checker) get(ref cas.Ref) (int, error) {
+	if n, ok := c.chunks[ref]; ok {
+		return n, nil
 	}
 	if msg, ok := c.bad[ref]; ok {
-		return nil, false, fmt.Errorf("%s", msg)
+		return 0, fmt.Errorf("%s", msg)
 	}
 	b, err := c.g.Get(c.ctx, ref)
 	if err != nil {
 		c.bad[ref] = err.Error()
-		return nil, false, err
+		return 0, err
 	}
-	c.ok[ref] = struct{}{}
+	c.chunks[ref] = len(b)
 	c.rep.Objects++
 	c.rep.Bytes += int64(len(b))
 	if c.progress != nil && c.rep.Objects%256 == 0 {
 		c.progress(c.rep.Objects, c.rep.Bytes)
 	}
-	return b, false, nil
+	return len(b), nil
 }
 
 // tree checks the tree node ref at path and everything below it.
@@ -125,7 +155,7 @@ func (c *checker) tree(ref cas.Ref, path string) {
 	if c.ctx.Err() != nil {
 		return
 	}
-	if _, ok := c.ok[ref]; ok {
+	if _, ok := c.trees[ref]; ok {
 		return // a verified subtree: everything below was checked with it
 	}
 	t, err := manifest.GetTree(c.ctx, c.g, ref)
@@ -150,11 +180,14 @@ func (c *checker) tree(ref cas.Ref, path string) {
 	}
 	c.rep.Objects++
 	if len(c.rep.Problems) == problems {
-		c.ok[ref] = struct{}{}
+		c.trees[ref] = struct{}{}
 	}
 }
 
-// file checks a file's index nodes and chunks.
+// file checks a file's index nodes and chunks. A chunk is read once, but
+// its length is checked at every use: the chunk-length rule
+// (manifest.CheckChunk) depends on the file's size and the chunk's place,
+// so one chunk may be right in one file and wrong in another.
 func (c *checker) file(e *manifest.Entry, path string) {
 	if e.Depth > 0 {
 		if msg, bad := c.bad[e.Index]; bad {
@@ -175,16 +208,13 @@ func (c *checker) file(e *manifest.Entry, path string) {
 		if ref.IsZero() {
 			continue
 		}
-		b, cached, err := c.get(ref)
+		n, err := c.get(ref)
 		if err != nil {
 			c.problem(path, "chunk", ref, fmt.Errorf("chunk %d: %w", i, err))
 			continue
 		}
-		want := min(int64(manifest.ChunkSize), e.Size-int64(i)*manifest.ChunkSize)
-		if !cached && int64(len(b)) != want {
-			c.bad[ref] = "wrong length"
-			delete(c.ok, ref)
-			c.problem(path, "chunk", ref, fmt.Errorf("chunk %d: %d bytes, want %d", i, len(b), want))
+		if err := manifest.CheckChunk(e.Size, i, n); err != nil {
+			c.problem(path, "chunk", ref, err)
 		}
 	}
 }

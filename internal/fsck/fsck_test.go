@@ -3,6 +3,7 @@ package fsck
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"homefs/cas"
 	"homefs/internal/archive"
 	"homefs/internal/catalog"
+	"homefs/manifest"
 )
 
 func TestCheckFindsCorruptChunk(t *testing.T) {
@@ -54,4 +56,53 @@ func writeFile(t *testing.T, p, s string) {
 	t.Helper()
 	require.NoError(t, mkdirAll(p))
 	require.NoError(t, writeAll(p, s))
+}
+
+// TestCheckChunkLengthPerUse: a chunk that is the right length in one file
+// and the wrong one in another is reported against the second only,
+// whichever Check reads first. The wrong use is a file grown past its
+// stored short last chunk (150000 bytes, then 262144).
+func TestCheckChunkLengthPerUse(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		good, bad string // session names: Check reads heads in name order
+	}{
+		{"grown file read first", "b", "a"},
+		{"exact file read first", "a", "b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := cas.NewMemory()
+			cat := catalog.New(st)
+			data := make([]byte, 150000)
+			for i := range data {
+				data[i] = byte(i*7 + 1)
+			}
+			var refs []cas.Ref
+			for off := 0; off < len(data); off += manifest.ChunkSize {
+				ref, err := st.Put(ctx, data[off:min(off+manifest.ChunkSize, len(data))])
+				require.NoError(t, err)
+				refs = append(refs, ref)
+			}
+			put := func(session string, size int64, chunks []cas.Ref) {
+				root, err := manifest.PutTree(ctx, st, &manifest.Tree{Entries: []manifest.Entry{
+					{Name: "f", Kind: manifest.KindFile, Mode: 0o644, Size: size, Chunks: chunks},
+				}})
+				require.NoError(t, err)
+				_, err = cat.CreateSessionAt(ctx, session, root)
+				require.NoError(t, err)
+			}
+			put(tc.good, 150000, refs)
+			put(tc.bad, 262144, append(slices.Clone(refs), cas.Ref{}))
+
+			rep, err := Check(ctx, st, cat, nil)
+			require.NoError(t, err)
+			require.Len(t, rep.Problems, 1, "%v", rep.Problems)
+			p := rep.Problems[0]
+			require.Equal(t, "session "+tc.bad, p.Owner)
+			require.Equal(t, "f", p.Path)
+			require.Equal(t, refs[2], p.Ref)
+			require.Contains(t, p.Err, "chunk 2: 18928 bytes, want 65536")
+		})
+	}
 }
