@@ -60,6 +60,10 @@ type Options struct {
 	// HOMEFS_FUSE_URING=1 (or 0) in the environment overrides it, so that
 	// the test suite can run over either transport.
 	URing bool
+	// ShutdownGrace is how long Close serves the open files of a busy
+	// mount it detached before it ends the mount's connection (shutdown.go);
+	// 0 means 5 s.
+	ShutdownGrace time.Duration
 }
 
 // Engine serves sessions of one store: it mounts them and implements
@@ -70,6 +74,7 @@ type Engine struct {
 	storeDir string
 	noStage  bool
 	uring    bool
+	grace    time.Duration // Options.ShutdownGrace
 	log      *slog.Logger
 	cache    *chunkCache
 	inos     atomic.Uint64
@@ -103,12 +108,16 @@ func New(store cas.Store, cat *catalog.Catalog, opts Options) *Engine {
 		storeDir: opts.StoreDir,
 		noStage:  opts.NoStaging,
 		uring:    opts.URing,
+		grace:    opts.ShutdownGrace,
 		log:      log,
 		cache:    newChunkCache(store, cacheChunks),
 		sessions: make(map[string]*Session),
 		mounts:   make(map[string]*Mount),
 	}
 	e.buffers.budget = bufferBudget()
+	if e.grace <= 0 {
+		e.grace = defaultShutdownGrace
+	}
 	switch os.Getenv("HOMEFS_FUSE_URING") {
 	case "1":
 		e.uring = true
@@ -251,6 +260,9 @@ type Mount struct {
 	// streams keeps the listings of recently read directories.
 	streams dirStreams
 	gate    *rawGate
+	// conn names the mount's connection in fusectl (/sys/fs/fuse/
+	// connections), read from the mount table once mounted; "" if unknown.
+	conn string
 }
 
 // Dir is the mountpoint.
@@ -578,6 +590,10 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 		return nil, fmt.Errorf("mount %s: %w", real, err)
 	}
 	m.server = server
+	if m.conn, err = connOf(real); err != nil {
+		// Close can then only wait for a busy mount's users to leave.
+		m.log.Warn("connection of the mount unknown", "mount", real, "err", err)
+	}
 	return m, nil
 }
 
@@ -602,8 +618,15 @@ func (m *Mount) Unmount() error {
 	if m.uring != nil {
 		m.uring.wait()
 	}
+	m.forget()
+	return nil
+}
+
+// forget drops an unmounted mount from the engine.
+func (m *Mount) forget() {
 	e := m.engine
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	delete(e.mounts, m.dir)
 	// Mounts left without an overlapping one go back to long timeouts: what
 	// the kernel cached under short ones expires within a second.
@@ -618,8 +641,6 @@ func (m *Mount) Unmount() error {
 			a.shortCache.Store(false)
 		}
 	}
-	e.mu.Unlock()
-	return nil
 }
 
 // Unmount detaches the mount at dir.
@@ -876,12 +897,16 @@ func collect(n *node) []*node {
 	return out
 }
 
-// Close unmounts everything and flushes every live session durably.
+// Close unmounts everything and flushes every live session durably. A
+// busy mount is detached at once and its open files served for the grace
+// period (Options.ShutdownGrace, or until ctx ends); then its connection
+// is ended and its passthrough files sealed, and only then is every
+// session flushed: every write acknowledged before is in the flush, and
+// every later one fails (shutdown.go). The periodic flush runs on through
+// the grace period.
 func (e *Engine) Close(ctx context.Context) error {
 	e.mu.Lock()
-	if !e.closing {
-		close(e.stopFlusher)
-	}
+	first := !e.closing
 	e.closing = true
 	mounts := make([]*Mount, 0, len(e.mounts))
 	for _, m := range e.mounts {
@@ -889,12 +914,16 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	sessions := e.liveSessionsLocked()
 	e.mu.Unlock()
-	e.flusher.Wait()
 	var errs []error
-	for _, m := range mounts {
-		if err := m.Unmount(); err != nil {
-			errs = append(errs, err)
-		}
+	if err := e.endMounts(ctx, mounts); err != nil {
+		errs = append(errs, err)
+	}
+	if first {
+		close(e.stopFlusher)
+	}
+	e.flusher.Wait()
+	for _, s := range sessions {
+		s.sealBackings()
 	}
 	for _, s := range sessions {
 		if err := e.sync(ctx, s); err != nil {

@@ -425,7 +425,18 @@ func (s *Session) clearBackingDir() {
 
 func (s *Session) removeBackingNames(names []string) {
 	for _, name := range names {
-		if err := os.Remove(filepath.Join(s.backingDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		p := filepath.Join(s.backingDir, name)
+		err := os.Remove(p)
+		if errors.Is(err, os.ErrPermission) {
+			// Sealed by the end of an earlier daemon (sealBackings).
+			if f, oerr := os.Open(p); oerr == nil {
+				if setImmutable(f, false) == nil {
+					err = os.Remove(p)
+				}
+				f.Close()
+			}
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			s.log.Warn("remove staging file", "session", s.name, "err", err)
 		}
 	}

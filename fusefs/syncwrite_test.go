@@ -1,7 +1,9 @@
 package fusefs
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -60,4 +62,33 @@ func TestSyncWritesDurable(t *testing.T) {
 		require.NoError(t, err, c.name)
 		assert.Equal(t, want[c.name], string(got), "%s: what a synchronous write wrote survives", c.name)
 	}
+}
+
+// TestSyncCommandDurable: `sync MOUNT` (coreutils' sync with an operand:
+// an fsync of the mount's root) makes every file of the session durable,
+// written or not through that directory: a 3 MB and a small file, never
+// fsynced themselves, survive a kill -9 of the daemon. syncfs(2),
+// `sync -f` and sync(2) cannot: Linux sends FUSE_SYNCFS only to virtiofs,
+// so nothing of them reaches a daemon (docs/ARCHITECTURE.md, Known limits).
+func TestSyncCommandDurable(t *testing.T) {
+	t.Parallel()
+	syncBin, err := exec.LookPath("sync")
+	if err != nil {
+		t.Skip("no sync command")
+	}
+	d := startDurable(t)
+	big := randBytes(31, 3<<20)
+	require.NoError(t, os.WriteFile(filepath.Join(d.mnt, "big"), big, 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(d.mnt, "dir"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(d.mnt, "dir", "small"), []byte("small\n"), 0o644))
+	out, err := exec.Command(syncBin, d.mnt).CombinedOutput()
+	require.NoError(t, err, "sync %s: %s", d.mnt, out)
+	d.kill(t)
+	m := d.remount(t)
+	got, err := os.ReadFile(filepath.Join(m.Dir(), "big"))
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(big, got), "big: %d bytes, want %d", len(got), len(big))
+	got, err = os.ReadFile(filepath.Join(m.Dir(), "dir", "small"))
+	require.NoError(t, err)
+	require.Equal(t, "small\n", string(got))
 }

@@ -657,6 +657,32 @@ func TestCrashRecovery(t *testing.T) {
 	require.Contains(t, e.ok("fsck"), "0 problems")
 }
 
+// TestStartDetachesDeadMountsOnly: a kill -9 leaves a dead mount that
+// mounts.json does not name (the file is gone); the next serve detaches
+// it, and leaves the live mount of a second daemon alone.
+func TestStartDetachesDeadMountsOnly(t *testing.T) {
+	a, mntA := startMounted(t, "a")
+	writeFile(t, filepath.Join(mntA, "a.txt"), "a\n")
+	a.ok("capture", "s", "-m", "before the crash")
+	b, mntB := startMounted(t, "b")
+	writeFile(t, filepath.Join(mntB, "b.txt"), "b\n")
+
+	a.crash()
+	require.NoError(t, os.Remove(filepath.Join(a.root, "mounts.json")))
+	require.Eventually(t, func() bool {
+		var st syscall.Statfs_t
+		return errors.Is(syscall.Statfs(mntA, &st), syscall.ENOTCONN)
+	}, 10*time.Second, 10*time.Millisecond, "the crashed daemon's mount answers ENOTCONN")
+
+	a.start()
+	require.False(t, isMounted(t, mntA), "the dead mount is detached")
+	require.True(t, isMounted(t, mntB), "the live mount of the other daemon stays")
+	require.Equal(t, "b\n", readFile(t, filepath.Join(mntB, "b.txt")))
+	a.ok("mount", "s", mntA)
+	require.Equal(t, "a\n", readFile(t, filepath.Join(mntA, "a.txt")))
+	b.ok("unmount", mntB)
+}
+
 func TestNonOwner(t *testing.T) {
 	e := newEnv(t)
 	e.start()

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -19,6 +20,7 @@ type serveOptions struct {
 	logFormat string
 	logLevel  string
 	uring     bool
+	grace     time.Duration
 }
 
 func serveCommand() *cli.Command {
@@ -26,14 +28,19 @@ func serveCommand() *cli.Command {
 		Name:  "serve",
 		Usage: "run the homefs daemon (owns the store, serves the socket and the mounts)",
 		Description: `Runs in the foreground until SIGINT or SIGTERM, then unmounts every mount,
-flushes every session and closes the store; a second SIGINT or SIGTERM ends it at
-once, as a crash would (the next serve recovers). Only one daemon may use a root:
-a second one fails with a clear message. Mounts left by a crashed run are
-detached at start. The socket (default <root>/homefs.sock) is mode 0600 and
-answers only the daemon's own uid.`,
+flushes every session and closes the store. A mount with files still open is
+detached at once (it leaves the mount table) and those files are served for
+--shutdown-grace; then their writes fail, and everything written before is in
+the final flush. A second SIGINT or SIGTERM ends it at once, as a crash would
+(the next serve recovers). Only one daemon may use a root: a second one fails
+with a clear message. Dead homefs mounts (left by a crashed run, of this daemon
+or another) are detached at start; live ones of other daemons are left alone.
+The socket (default <root>/homefs.sock) is mode 0600 and answers only the
+daemon's own uid.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn or error"},
+			&cli.DurationFlag{Name: "shutdown-grace", Value: 5 * time.Second, Usage: "at shutdown, how long files left open in a busy mount are still served after the mount was detached; then their writes fail, and everything written before is flushed"},
 			&cli.BoolFlag{Name: "fuse-uring", Value: true, Usage: "serve mounts through FUSE over io_uring where the kernel has it (Linux 6.14+; turns on /sys/module/fuse/parameters/enable_uring); --fuse-uring=false serves them over /dev/fuse only"},
 		},
 		Action: func(c *cli.Context) error {
@@ -43,7 +50,7 @@ answers only the daemon's own uid.`,
 			return runServe(c.Context, serveOptions{
 				root: c.String("root"), socket: c.String("socket"),
 				logFormat: c.String("log-format"), logLevel: c.String("log-level"),
-				uring: c.Bool("fuse-uring"),
+				uring: c.Bool("fuse-uring"), grace: c.Duration("shutdown-grace"),
 			})
 		},
 	}
@@ -73,7 +80,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		signal.Reset(syscall.SIGINT, syscall.SIGTERM)
 		log.Info("shutting down: a second SIGINT or SIGTERM exits at once, as a crash would")
 	})()
-	err := daemon.Serve(ctx, daemon.Config{Root: o.root, Socket: o.socket, Logger: log, URing: o.uring})
+	err := daemon.Serve(ctx, daemon.Config{Root: o.root, Socket: o.socket, Logger: log, URing: o.uring, ShutdownGrace: o.grace})
 	if err != nil && ctx.Err() == nil {
 		return err
 	}

@@ -1,19 +1,18 @@
 package daemon
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
-	"strings"
 	"syscall"
+	"time"
+
+	"homefs/internal/mountinfo"
 )
 
 // mountsFile is the record of the mounts a daemon serves, kept so that the
@@ -85,71 +84,9 @@ func readMounts(root string) ([]MountInfo, error) {
 	return rec.Mounts, nil
 }
 
-// kernelMount is one line of /proc/self/mountinfo.
-type kernelMount struct {
-	Dir    string
-	FSType string
-	Source string
-}
-
-// parseMountinfo reads the mountinfo format (proc(5)): the mountpoint is
-// field 5, the filesystem type and source follow the " - " separator.
-func parseMountinfo(r io.Reader) ([]kernelMount, error) {
-	var out []kernelMount
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(pre)
-		g := strings.Fields(post)
-		if len(f) < 5 || len(g) < 2 {
-			continue
-		}
-		out = append(out, kernelMount{Dir: unescapeMountinfo(f[4]), FSType: g[0], Source: unescapeMountinfo(g[1])})
-	}
-	return out, sc.Err()
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for space, …).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func kernelMounts() ([]kernelMount, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return parseMountinfo(f)
-}
-
-// isHomefsMount reports whether a kernel mount is a homefs FUSE mount.
-func isHomefsMount(m kernelMount) bool {
-	return strings.HasPrefix(m.FSType, "fuse") && strings.HasPrefix(m.Source, "homefs:")
-}
-
 // isMountpoint reports whether dir is the mountpoint of any mount.
 func isMountpoint(dir string) (bool, error) {
-	ms, err := kernelMounts()
+	ms, err := mountinfo.Read()
 	if err != nil {
 		return false, err
 	}
@@ -161,41 +98,110 @@ func isMountpoint(dir string) (bool, error) {
 	return false, nil
 }
 
-// cleanStaleMounts detaches the homefs mounts that an earlier run of this
-// daemon recorded in mounts.json and that are still in the mount table
-// (after a crash their server is gone and every access fails with
-// ENOTCONN). Mounts of other daemons are left alone, and no mount is
-// touched by stat: a mount whose server hangs would hang the start.
-// It returns the dirs detached.
+// probeWait bounds the wait for a mount's answer at start: a dead mount
+// answers ENOTCONN at once, and one whose server hangs must not hang the
+// start.
+const probeWait = time.Second
+
+// cleanStaleMounts detaches the homefs mounts in the mount table that no
+// server answers any more (after a crash or a kill -9 every access fails
+// with ENOTCONN, and mounting at the same dir fails), recorded in
+// mounts.json or not: a crash can come before the record is written, and
+// the record may be lost. Each is probed with a statfs, which always
+// reaches the server: one that fails with ENOTCONN is dead and detached;
+// one that answers is a live mount of another daemon (several run at
+// once) and left alone; one that does not answer within probeWait is
+// detached only if the record names it (a connection kept open by a
+// process that inherited it, with nobody serving it). It returns the dirs
+// detached.
 func cleanStaleMounts(root string, log *slog.Logger) ([]string, error) {
 	recorded, err := readMounts(root)
 	if err != nil {
 		log.Warn("ignoring unreadable mount record", "err", err)
 	}
-	if len(recorded) == 0 {
-		return nil, nil
-	}
 	ours := make(map[string]bool, len(recorded))
 	for _, m := range recorded {
 		ours[m.Dir] = true
 	}
-	kms, err := kernelMounts()
+	kms, err := mountinfo.Read()
 	if err != nil {
 		return nil, fmt.Errorf("read mount table: %w", err)
 	}
+	var candidates []mountinfo.Entry
+	for _, km := range kms {
+		if km.IsHomefs() {
+			candidates = append(candidates, km)
+		}
+	}
+	state := probe(candidates)
 	var cleaned []string
 	// Deepest first, so that nested mounts come off before their parents.
-	sort.Slice(kms, func(i, j int) bool { return len(kms[i].Dir) > len(kms[j].Dir) })
-	for _, km := range kms {
-		if !isHomefsMount(km) || !ours[km.Dir] {
+	sort.SliceStable(candidates, func(i, j int) bool { return len(candidates[i].Dir) > len(candidates[j].Dir) })
+	detached := make(map[string]bool)
+	for _, km := range candidates {
+		if detached[km.Dir] {
+			continue // the probe saw only the top of a stack
+		}
+		switch st := state[km.Dir]; {
+		case st == probeDead:
+		case st == probeHung && ours[km.Dir]:
+		default:
 			continue
 		}
 		if err := syscall.Unmount(km.Dir, syscall.MNT_DETACH); err != nil {
 			log.Warn("could not detach stale mount", "dir", km.Dir, "source", km.Source, "err", err)
 			continue
 		}
-		log.Info("detached stale mount", "dir", km.Dir, "source", km.Source)
+		log.Info("detached stale mount", "dir", km.Dir, "source", km.Source, "recorded", ours[km.Dir])
+		detached[km.Dir] = true
 		cleaned = append(cleaned, km.Dir)
 	}
 	return cleaned, nil
+}
+
+// probeState is what a statfs of a mountpoint found.
+type probeState int
+
+const (
+	probeHung probeState = iota // no answer within probeWait
+	probeLive                   // answered (with anything but ENOTCONN)
+	probeDead                   // ENOTCONN or ECONNABORTED: no server
+)
+
+// probe statfs's every mount at once, each in a goroutine, and waits at
+// most probeWait for their answers. A probe still waiting then is
+// abandoned (its goroutine ends when the mount answers or goes).
+func probe(ms []mountinfo.Entry) map[string]probeState {
+	type answer struct {
+		dir string
+		st  probeState
+	}
+	// Stacked mounts share a dir, whose top mount answers for it.
+	dirs := make(map[string]bool, len(ms))
+	for _, m := range ms {
+		dirs[m.Dir] = true
+	}
+	answers := make(chan answer, len(dirs))
+	for dir := range dirs {
+		go func() {
+			var st syscall.Statfs_t
+			err := syscall.Statfs(dir, &st)
+			if errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED) {
+				answers <- answer{dir, probeDead}
+				return
+			}
+			answers <- answer{dir, probeLive}
+		}()
+	}
+	state := make(map[string]probeState, len(dirs))
+	timeout := time.After(probeWait)
+	for range dirs {
+		select {
+		case a := <-answers:
+			state[a.dir] = a.st
+		case <-timeout:
+			return state
+		}
+	}
+	return state
 }

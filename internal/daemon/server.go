@@ -36,6 +36,9 @@ type Config struct {
 	// URing serves mounts through FUSE over io_uring where the kernel has
 	// it (fusefs.Options.URing).
 	URing bool
+	// ShutdownGrace is how long open files of a busy mount are served at
+	// shutdown, after the mount left the mount table (fusefs.Options).
+	ShutdownGrace time.Duration
 	// Ready, when set, is called once the socket accepts requests.
 	Ready func()
 }
@@ -43,8 +46,10 @@ type Config struct {
 // ErrAlreadyRunning: another daemon holds the root or the socket.
 var ErrAlreadyRunning = errors.New("another homefs daemon is running")
 
-// Serve runs the daemon until ctx ends, then unmounts every mount,
-// flushes every session, closes the store and removes the socket.
+// Serve runs the daemon until ctx ends, then unmounts every mount (a busy
+// one is detached, its open files served for the grace period, then its
+// connection ended), flushes every session, closes the store and removes
+// the socket.
 func Serve(ctx context.Context, cfg Config) error {
 	log := cfg.Logger
 	if log == nil {
@@ -89,7 +94,7 @@ func Serve(ctx context.Context, cfg Config) error {
 		log.Info("cleaned mounts left by an earlier run", "count", len(cleaned))
 	}
 
-	svc, err := NewService(ctx, root, store, log, cfg.URing)
+	svc, err := NewService(ctx, root, store, log, cfg.URing, cfg.ShutdownGrace)
 	if err != nil {
 		return err
 	}
@@ -131,7 +136,8 @@ func Serve(ctx context.Context, cfg Config) error {
 		log.Error("server stopped", "err", serveErr)
 	}
 	// New requests are refused at once; running ones see ctx canceled.
-	shutCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// The grace period for busy mounts comes on top.
+	shutCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second+max(cfg.ShutdownGrace, 0))
 	defer cancel()
 	_ = srv.Shutdown(shutCtx)
 	_ = os.Remove(sock)

@@ -50,7 +50,7 @@ type Service struct {
 // fetched, checked and kept), and the catalog and the engine share one
 // recording store, so that gc sees every put. The Service owns store from
 // here on: CloseStore closes it.
-func NewService(ctx context.Context, root string, store cas.Store, log *slog.Logger, uring bool) (*Service, error) {
+func NewService(ctx context.Context, root string, store cas.Store, log *slog.Logger, uring bool, grace time.Duration) (*Service, error) {
 	rt := remote.NewReadThrough(store, remote.ReadThroughOptions{Logger: log.With("component", "remote")})
 	remotes, err := remote.NewService(root, rt, remote.Options{Logger: log.With("component", "remote")})
 	if err != nil {
@@ -63,7 +63,7 @@ func NewService(ctx context.Context, root string, store cas.Store, log *slog.Log
 	}
 	rec := fusefs.Record(rt)
 	cat := catalog.New(rec)
-	eng := fusefs.New(rec, cat, fusefs.Options{StoreDir: root, Logger: log, URing: uring})
+	eng := fusefs.New(rec, cat, fusefs.Options{StoreDir: root, Logger: log, URing: uring, ShutdownGrace: grace})
 	return &Service{root: root, rt: rt, remotes: remotes, rec: rec, cat: cat, eng: eng, log: log, started: time.Now(), mounts: make(map[string]MountInfo), runDir: RunDirFor(root), runs: make(map[string]*runHold)}, nil
 }
 
@@ -547,11 +547,20 @@ func (s *Service) Stats(ctx context.Context) (*fsck.Stats, error) {
 }
 
 // Close unmounts everything and flushes every session durably; the store
-// stays open (its owner closes it).
+// stays open (its owner closes it). A mount that could not leave the mount
+// table stays in the record, for the next start to detach.
 func (s *Service) Close(ctx context.Context) error {
 	err := s.eng.Close(ctx)
+	left := make(map[string]bool)
+	for _, m := range s.eng.Mounts() {
+		left[m.Dir()] = true
+	}
 	s.mu.Lock()
-	s.mounts = make(map[string]MountInfo)
+	for dir := range s.mounts {
+		if !left[dir] {
+			delete(s.mounts, dir)
+		}
+	}
 	if werr := s.saveMountsLocked(); werr != nil {
 		err = errors.Join(err, werr)
 	}
