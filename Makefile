@@ -15,8 +15,10 @@ build:
 	$(GO) build -o $(BIN) ./cmd/homefs
 
 # The test command (README): every package, with the race detector; then
-# the mount's suite again over FUSE over io_uring (the daemon's default
-# transport; fusefs tests use /dev/fuse unless told otherwise).
+# the mount's suite again over FUSE over io_uring (fusefs tests use
+# /dev/fuse unless told otherwise; HOMEFS_FUSE_URING=1 turns the host's
+# switch on for the run if it is off, and off again after it, as the
+# end-to-end tests' daemons do with serve --fuse-uring=on).
 test:
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 	HOMEFS_FUSE_URING=1 $(GO) test -race -count=1 -timeout 30m ./fusefs

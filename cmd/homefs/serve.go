@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"homefs/fusefs"
 	"homefs/internal/daemon"
 )
 
@@ -18,7 +19,7 @@ type serveOptions struct {
 	socket    string
 	logFormat string
 	logLevel  string
-	uring     bool
+	uring     string
 }
 
 func serveCommand() *cli.Command {
@@ -30,11 +31,17 @@ flushes every session and closes the store; a second SIGINT or SIGTERM ends it a
 once, as a crash would (the next serve recovers). Only one daemon may use a root:
 a second one fails with a clear message. Mounts left by a crashed run are
 detached at start. The socket (default <root>/homefs.sock) is mode 0600 and
-answers only the daemon's own uid.`,
+answers only the daemon's own uid.
+
+FUSE over io_uring is a host-wide kernel switch
+(/sys/module/fuse/parameters/enable_uring). --fuse-uring=auto (the default) uses
+it only if the host turned it on; --fuse-uring=on turns it on if needed, says so
+in the log, and turns it off again at a clean exit; --fuse-uring=off serves every
+mount over /dev/fuse.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn or error"},
-			&cli.BoolFlag{Name: "fuse-uring", Value: true, Usage: "serve mounts through FUSE over io_uring where the kernel has it (Linux 6.14+; turns on /sys/module/fuse/parameters/enable_uring); --fuse-uring=false serves them over /dev/fuse only"},
+			&cli.StringFlag{Name: "fuse-uring", Value: "auto", Usage: "FUSE over io_uring (Linux 6.14+): auto uses it if the host's switch /sys/module/fuse/parameters/enable_uring is on and never changes it; on turns the switch on if needed and off again at a clean exit; off serves every mount over /dev/fuse"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := args(c, 0, 0); err != nil {
@@ -43,7 +50,7 @@ answers only the daemon's own uid.`,
 			return runServe(c.Context, serveOptions{
 				root: c.String("root"), socket: c.String("socket"),
 				logFormat: c.String("log-format"), logLevel: c.String("log-level"),
-				uring: c.Bool("fuse-uring"),
+				uring: c.String("fuse-uring"),
 			})
 		},
 	}
@@ -64,6 +71,10 @@ func runServe(ctx context.Context, o serveOptions) error {
 	default:
 		return usageError{fmt.Errorf("--log-format %q: want text or json", o.logFormat)}
 	}
+	uring, err := fusefs.ParseURingMode(o.uring)
+	if err != nil {
+		return usageError{fmt.Errorf("--fuse-uring: %w", err)}
+	}
 	log := slog.New(h)
 	// The first signal asks for a clean shutdown, which waits for every
 	// mount and the store (a store whose disk fails can keep it waiting):
@@ -73,7 +84,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		signal.Reset(syscall.SIGINT, syscall.SIGTERM)
 		log.Info("shutting down: a second SIGINT or SIGTERM exits at once, as a crash would")
 	})()
-	err := daemon.Serve(ctx, daemon.Config{Root: o.root, Socket: o.socket, Logger: log, URing: o.uring})
+	err = daemon.Serve(ctx, daemon.Config{Root: o.root, Socket: o.socket, Logger: log, URing: uring})
 	if err != nil && ctx.Err() == nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"homefs/cas"
+	"homefs/fusefs"
 )
 
 // DefaultRoot is where the daemon keeps its state when neither --root nor
@@ -33,9 +34,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Badger tunes the store.
 	Badger cas.BadgerOptions
-	// URing serves mounts through FUSE over io_uring where the kernel has
-	// it (fusefs.Options.URing).
-	URing bool
+	// URing says whether mounts are served through FUSE over io_uring,
+	// and whether the daemon may turn the host's switch on for it
+	// (fusefs.URingMode; the zero value is /dev/fuse only).
+	URing fusefs.URingMode
 	// Ready, when set, is called once the socket accepts requests.
 	Ready func()
 }
@@ -118,7 +120,9 @@ func Serve(ctx context.Context, cfg Config) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("homefs daemon ready", "root", root, "socket", sock, "pid", os.Getpid())
+	uh := svc.eng.URingHost()
+	log.Info("homefs daemon ready", "root", root, "socket", sock, "pid", os.Getpid(),
+		"fuse_uring", uh.Mode, "uring_switch", uh.Switch, "uring_switch_changed", uh.Changed)
 	if cfg.Ready != nil {
 		cfg.Ready()
 	}

@@ -50,7 +50,7 @@ type Service struct {
 // fetched, checked and kept), and the catalog and the engine share one
 // recording store, so that gc sees every put. The Service owns store from
 // here on: CloseStore closes it.
-func NewService(ctx context.Context, root string, store cas.Store, log *slog.Logger, uring bool) (*Service, error) {
+func NewService(ctx context.Context, root string, store cas.Store, log *slog.Logger, uring fusefs.URingMode) (*Service, error) {
 	rt := remote.NewReadThrough(store, remote.ReadThroughOptions{Logger: log.With("component", "remote")})
 	remotes, err := remote.NewService(root, rt, remote.Options{Logger: log.With("component", "remote")})
 	if err != nil {
