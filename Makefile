@@ -6,13 +6,16 @@ BIN       := bin/homefs
 PKGS      := ./...
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1x
+# The version homefs status and homefs --version report; without it the
+# binary reports its VCS revision (internal/version).
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 
 .PHONY: all build test test-short bench fuzz lint demo clean
 
 all: lint build test
 
 build:
-	$(GO) build -o $(BIN) ./cmd/homefs
+	$(GO) build -ldflags "-X homefs/internal/version.Version=$(VERSION)" -o $(BIN) ./cmd/homefs
 
 # The test command (README): every package, with the race detector; then
 # the mount's suite again over FUSE over io_uring (fusefs tests use
