@@ -189,6 +189,7 @@ func (e *Engine) live(ctx context.Context, name string) (*Session, error) {
 	}
 	s := newSession(name, e.store, e.cache, &e.inos, &e.buffers, h.Root, false, e.log)
 	s.gen = h.Gen
+	s.lastFlush.Store(h.UpdatedNs)
 	if e.storeDir != "" {
 		s.backingDir = backingDir(e.storeDir, name)
 		s.noStage = e.noStage
