@@ -78,6 +78,7 @@ EXIT CODES:
 		},
 		Commands: []*cli.Command{
 			serveCommand(),
+			statusCommand(),
 			sessionCommand(),
 			mountCommand(),
 			unmountCommand(),

@@ -75,13 +75,6 @@ func usagef(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
 }
 
-// Status reports on the daemon.
-func (s *Service) Status(ctx context.Context) *Status {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return &Status{PID: os.Getpid(), UID: os.Getuid(), Root: s.root, Socket: s.socket, Started: s.started, Mounts: len(s.mounts)}
-}
-
 // Sessions lists every session with its mounts.
 func (s *Service) Sessions(ctx context.Context) ([]SessionInfo, error) {
 	heads, err := s.cat.Sessions(ctx)
@@ -204,7 +197,7 @@ func (s *Service) Mount(ctx context.Context, req MountRequest) (*MountInfo, erro
 			return nil, err
 		}
 	}
-	info.Dir = m.Dir()
+	info.Dir, info.Transport = m.Dir(), m.Transport()
 	s.mu.Lock()
 	s.mounts[info.Dir] = info
 	err = s.saveMountsLocked()
