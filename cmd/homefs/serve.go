@@ -12,6 +12,7 @@ import (
 
 	"homefs/fusefs"
 	"homefs/internal/daemon"
+	"homefs/internal/sdnotify"
 )
 
 type serveOptions struct {
@@ -37,7 +38,12 @@ FUSE over io_uring is a host-wide kernel switch
 (/sys/module/fuse/parameters/enable_uring). --fuse-uring=auto (the default) uses
 it only if the host turned it on; --fuse-uring=on turns it on if needed, says so
 in the log, and turns it off again at a clean exit; --fuse-uring=off serves every
-mount over /dev/fuse.`,
+mount over /dev/fuse.
+
+Under systemd (Type=notify, $NOTIFY_SOCKET) it sends READY=1 once the socket
+answers and STOPPING=1 when shutdown begins; with WatchdogSec= it sends
+WATCHDOG=1 at half the interval while the store answers a read
+(docs/DEPLOY.md).`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn or error"},
@@ -76,6 +82,10 @@ func runServe(ctx context.Context, o serveOptions) error {
 		return usageError{fmt.Errorf("--fuse-uring: %w", err)}
 	}
 	log := slog.New(h)
+	notify, err := sdnotify.FromEnv()
+	if err != nil {
+		log.Warn("systemd watchdog off", "err", err)
+	}
 	// The first signal asks for a clean shutdown, which waits for every
 	// mount and the store (a store whose disk fails can keep it waiting):
 	// a second one ends the process at once, as a crash would, which the
@@ -84,7 +94,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		signal.Reset(syscall.SIGINT, syscall.SIGTERM)
 		log.Info("shutting down: a second SIGINT or SIGTERM exits at once, as a crash would")
 	})()
-	err = daemon.Serve(ctx, daemon.Config{Root: o.root, Socket: o.socket, Logger: log, URing: uring})
+	err = daemon.Serve(ctx, daemon.Config{Root: o.root, Socket: o.socket, Logger: log, URing: uring, Notify: notify})
 	if err != nil && ctx.Err() == nil {
 		return err
 	}

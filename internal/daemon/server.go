@@ -15,6 +15,7 @@ import (
 
 	"homefs/cas"
 	"homefs/fusefs"
+	"homefs/internal/sdnotify"
 )
 
 // DefaultRoot is where the daemon keeps its state when neither --root nor
@@ -40,6 +41,11 @@ type Config struct {
 	URing fusefs.URingMode
 	// Ready, when set, is called once the socket accepts requests.
 	Ready func()
+	// Notify, when set, is the service manager (systemd, Type=notify) to
+	// tell READY=1 once the socket accepts requests, STOPPING=1 when
+	// shutdown begins, and, with a watchdog, WATCHDOG=1 while the store
+	// answers.
+	Notify *sdnotify.Notifier
 }
 
 // ErrAlreadyRunning: another daemon holds the root or the socket.
@@ -126,6 +132,17 @@ func Serve(ctx context.Context, cfg Config) error {
 	if cfg.Ready != nil {
 		cfg.Ready()
 	}
+	if n := cfg.Notify; n.Enabled() {
+		if err := n.Notify(fmt.Sprintf("READY=1\nMAINPID=%d\nSTATUS=serving %s", os.Getpid(), root)); err != nil {
+			log.Warn("could not tell systemd the daemon is ready", "err", err)
+		}
+		if n.Watchdog > 0 {
+			wctx, stopWatchdog := context.WithCancel(ctx)
+			defer stopWatchdog()
+			go watchdog(wctx, n, store, log)
+			log.Info("systemd watchdog on", "interval", n.Watchdog)
+		}
+	}
 
 	var serveErr error
 	select {
@@ -133,6 +150,9 @@ func Serve(ctx context.Context, cfg Config) error {
 		log.Info("shutting down", "cause", context.Cause(ctx))
 	case serveErr = <-errc:
 		log.Error("server stopped", "err", serveErr)
+	}
+	if err := cfg.Notify.Notify("STOPPING=1\nSTATUS=unmounting and flushing"); err != nil {
+		log.Warn("could not tell systemd the daemon is stopping", "err", err)
 	}
 	// New requests are refused at once; running ones see ctx canceled.
 	shutCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
