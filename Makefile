@@ -6,17 +6,22 @@ BIN       := bin/homefs
 PKGS      := ./...
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1x
+# The version homefs status and homefs --version report; without it the
+# binary reports its VCS revision (internal/version).
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 
 .PHONY: all build test test-short bench fuzz lint demo clean
 
 all: lint build test
 
 build:
-	$(GO) build -o $(BIN) ./cmd/homefs
+	$(GO) build -ldflags "-X homefs/internal/version.Version=$(VERSION)" -o $(BIN) ./cmd/homefs
 
 # The test command (README): every package, with the race detector; then
-# the mount's suite again over FUSE over io_uring (the daemon's default
-# transport; fusefs tests use /dev/fuse unless told otherwise).
+# the mount's suite again over FUSE over io_uring (fusefs tests use
+# /dev/fuse unless told otherwise; HOMEFS_FUSE_URING=1 turns the host's
+# switch on for the run if it is off, and off again after it, as the
+# end-to-end tests' daemons do with serve --fuse-uring=on).
 test:
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 	HOMEFS_FUSE_URING=1 $(GO) test -race -count=1 -timeout 30m ./fusefs

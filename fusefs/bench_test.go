@@ -120,7 +120,7 @@ func newBenchRig(b *testing.B) *benchRig {
 		b.Fatal(err)
 	}
 	cat := catalog.New(store)
-	r.engine = New(store, cat, Options{StoreDir: storeDir, Logger: quiet, NoStaging: os.Getenv("HOMEFS_BENCH_NOSTAGING") != "", URing: true})
+	r.engine = New(store, cat, Options{StoreDir: storeDir, Logger: quiet, NoStaging: os.Getenv("HOMEFS_BENCH_NOSTAGING") != "", URing: URingOn})
 	ctx := context.Background()
 	if _, err := cat.CreateSession(ctx, r.session, ""); err != nil {
 		b.Fatal(err)

@@ -54,12 +54,13 @@ type Options struct {
 	// staging them (staged.go), as homefs did before staging: for
 	// measuring it, or for a backing filesystem one would rather not use.
 	NoStaging bool
-	// URing serves mounts through FUSE over io_uring (uring_linux.go) when
-	// the kernel has it, turning the kernel's switch on if it is off; a
-	// mount that cannot use it is served over /dev/fuse, as without it.
-	// HOMEFS_FUSE_URING=1 (or 0) in the environment overrides it, so that
-	// the test suite can run over either transport.
-	URing bool
+	// URing says whether mounts are served through FUSE over io_uring
+	// (uring_linux.go), and whether the engine may turn the host's switch
+	// on for it (URingMode); a mount that cannot use it is served over
+	// /dev/fuse. HOMEFS_FUSE_URING (on or 1, auto, off or 0) in the
+	// environment overrides it, so that the test suite can run over either
+	// transport.
+	URing URingMode
 	// ShutdownGrace is how long Close serves the open files of a busy
 	// mount it detached before it ends the mount's connection (shutdown.go);
 	// 0 means 5 s.
@@ -73,7 +74,7 @@ type Engine struct {
 	cat      *catalog.Catalog
 	storeDir string
 	noStage  bool
-	uring    bool
+	uring    URingMode
 	grace    time.Duration // Options.ShutdownGrace
 	log      *slog.Logger
 	cache    *chunkCache
@@ -84,6 +85,10 @@ type Engine struct {
 	sessions map[string]*Session // live sessions by name; GUARDED_BY(mu)
 	mounts   map[string]*Mount   // by mountpoint; GUARDED_BY(mu)
 	closing  bool                // GUARDED_BY(mu)
+
+	// uringHeld is set while the engine holds the host's switch
+	// (URingOn); Close lets go of it. GUARDED_BY(mu)
+	uringHeld bool
 
 	stopFlusher chan struct{}  // closed by Close
 	flusher     sync.WaitGroup // the periodic flush goroutine
@@ -118,12 +123,20 @@ func New(store cas.Store, cat *catalog.Catalog, opts Options) *Engine {
 	if e.grace <= 0 {
 		e.grace = defaultShutdownGrace
 	}
-	switch os.Getenv("HOMEFS_FUSE_URING") {
+	switch v := os.Getenv("HOMEFS_FUSE_URING"); v {
+	case "":
 	case "1":
-		e.uring = true
+		e.uring = URingOn
 	case "0":
-		e.uring = false
+		e.uring = URingOff
+	default:
+		if m, err := ParseURingMode(v); err == nil {
+			e.uring = m
+		} else {
+			log.Warn("HOMEFS_FUSE_URING ignored", "err", err)
+		}
 	}
+	e.holdURing()
 	e.inos.Store(1) // FUSE reserves 1 for the root of each mount
 	interval := opts.FlushInterval
 	if interval == 0 {
@@ -185,6 +198,7 @@ func (e *Engine) live(ctx context.Context, name string) (*Session, error) {
 	}
 	s := newSession(name, e.store, e.cache, &e.inos, &e.buffers, h.Root, false, e.log)
 	s.gen = h.Gen
+	s.lastFlush.Store(h.UpdatedNs)
 	if e.storeDir != "" {
 		s.backingDir = backingDir(e.storeDir, name)
 		s.noStage = e.noStage
@@ -936,6 +950,8 @@ func (e *Engine) Close(ctx context.Context) error {
 			}
 		}
 	}
+	// Every mount is gone: the host's switch goes back as it was.
+	e.releaseURing()
 	return errors.Join(errs...)
 }
 
@@ -944,7 +960,7 @@ func (e *Engine) Close(ctx context.Context) error {
 func (e *Engine) mountFS(dir string, m *Mount, opts *fs.Options) (*fuse.Server, error) {
 	raw := &rawGate{RawFileSystem: fs.NewNodeFS(m.root, opts), m: m}
 	m.gate = raw
-	if e.uring && os.Geteuid() == 0 {
+	if e.uringUsable(dir) {
 		server, us, err := mountURing(dir, raw, opts, m.log)
 		if err == nil {
 			m.uring = us

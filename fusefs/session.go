@@ -81,6 +81,9 @@ type Session struct {
 	// buffers across the engine.
 	dirtyBytes atomic.Int64
 	buffers    *buffers
+	// lastFlush is when the head last durably held every change, in Unix
+	// nanoseconds (durableAt; at load, the head's own time).
+	lastFlush atomic.Int64
 
 	// open counts the open handles of each file, in every mount: gc keeps
 	// the content of an open file that no head names any more (unlinked,
@@ -241,6 +244,7 @@ func (s *Session) markContent(n *node) {
 // Called with freeze held exclusively.
 func (s *Session) durableAt(gen uint64, root cas.Ref) error {
 	s.gen, s.synced = gen, root
+	s.lastFlush.Store(time.Now().UnixNano())
 	s.dirtyMu.Lock()
 	s.metaDirty = false
 	s.epoch++

@@ -120,26 +120,6 @@ const (
 	uringInlineWrite = 64 << 10
 )
 
-// uringEnabledPath is the kernel's switch for FUSE over io_uring.
-const uringEnabledPath = "/sys/module/fuse/parameters/enable_uring"
-
-// uringAvailable reports whether the kernel lets a daemon use FUSE over
-// io_uring, turning the switch on when it is off and this process may.
-func uringAvailable(log func(string, ...any)) error {
-	b, err := os.ReadFile(uringEnabledPath)
-	if err != nil {
-		return fmt.Errorf("kernel without FUSE over io_uring: %w", err)
-	}
-	if strings.TrimSpace(string(b)) == "Y" {
-		return nil
-	}
-	if err := os.WriteFile(uringEnabledPath, []byte("Y"), 0); err != nil {
-		return fmt.Errorf("FUSE over io_uring is off (%s) and cannot be turned on: %w", uringEnabledPath, err)
-	}
-	log("turned on FUSE over io_uring in the kernel", "switch", uringEnabledPath)
-	return nil
-}
-
 // possibleCPUs is the kernel's count of queues: one per possible CPU.
 func possibleCPUs() (int, error) {
 	b, err := os.ReadFile("/sys/devices/system/cpu/possible")
@@ -375,9 +355,6 @@ const uringEventUserData = ^uint64(0)
 // agreed to io_uring holds every request until all queues are registered,
 // so no part may fail after INIT.
 func newURingServer(fs fuse.RawFileSystem, maxWrite int, log func(string, ...any)) (*uringServer, error) {
-	if err := uringAvailable(log); err != nil {
-		return nil, err
-	}
 	ncpu, err := possibleCPUs()
 	if err != nil {
 		return nil, err

@@ -33,14 +33,14 @@ func TestCPUCount(t *testing.T) {
 // with the mount. The rest of the suite runs over the rings too with
 // HOMEFS_FUSE_URING=1 (make test).
 func TestURingServes(t *testing.T) {
-	if err := uringAvailable(t.Logf); err != nil {
+	if _, err := hostURing.read(); err != nil {
 		t.Skipf("no FUSE over io_uring here: %v", err)
 	}
 	store := cas.NewMemory()
 	e := New(store, catalog.New(store), Options{
 		StoreDir: t.TempDir(),
 		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		URing:    true,
+		URing:    URingOn,
 	})
 	t.Cleanup(func() { require.NoError(t, e.Close(context.Background())) })
 	if os.Getenv("HOMEFS_FUSE_URING") == "0" {

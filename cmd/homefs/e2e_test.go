@@ -117,11 +117,14 @@ func newEnv(t *testing.T) *env {
 func (e *env) socket() string { return filepath.Join(e.root, daemon.SocketName) }
 
 // start runs the daemon, with extra arguments to serve, and waits until
-// it answers.
+// it answers. The daemon serves its mounts over FUSE over io_uring,
+// turning the host's switch on if it is off (and off again when it
+// stops), so that the tests run over the daemon's fastest transport
+// wherever the kernel has it; --fuse-uring in extra says otherwise.
 func (e *env) start(extra ...string) {
 	e.t.Helper()
 	e.logs = &syncBuffer{}
-	cmd := exec.Command(homefsBin, append([]string{"serve", "--log-level", "debug"}, extra...)...)
+	cmd := exec.Command(homefsBin, append([]string{"serve", "--log-level", "debug", "--fuse-uring=on"}, extra...)...)
 	cmd.Env = append(os.Environ(), "HOMEFS_ROOT="+e.root, "GORACE=atexit_sleep_ms=0")
 	cmd.Env = append(cmd.Env, e.daemonEnv...)
 	if e.daemonCred != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"homefs/internal/daemon"
+	"homefs/internal/version"
 )
 
 func main() {
@@ -52,8 +53,9 @@ var (
 
 func newApp() *cli.App {
 	app := &cli.App{
-		Name:  "homefs",
-		Usage: "copy-on-write homes for coding-agent sessions",
+		Name:    "homefs",
+		Usage:   "copy-on-write homes for coding-agent sessions",
+		Version: version.String(),
 		Description: `homefs keeps agent homes (CODEX_HOME, CLAUDE_CONFIG_DIR, …) as sessions in a
 content-addressed store and mounts them with FUSE. One daemon ("homefs serve")
 owns the store; every other command talks to it over its Unix socket.
@@ -76,6 +78,7 @@ EXIT CODES:
 		},
 		Commands: []*cli.Command{
 			serveCommand(),
+			statusCommand(),
 			sessionCommand(),
 			mountCommand(),
 			unmountCommand(),

@@ -11,7 +11,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"homefs/fusefs"
 	"homefs/internal/daemon"
+	"homefs/internal/sdnotify"
 )
 
 type serveOptions struct {
@@ -19,7 +21,7 @@ type serveOptions struct {
 	socket    string
 	logFormat string
 	logLevel  string
-	uring     bool
+	uring     string
 	grace     time.Duration
 }
 
@@ -36,12 +38,23 @@ the final flush. A second SIGINT or SIGTERM ends it at once, as a crash would
 with a clear message. Dead homefs mounts (left by a crashed run, of this daemon
 or another) are detached at start; live ones of other daemons are left alone.
 The socket (default <root>/homefs.sock) is mode 0600 and answers only the
-daemon's own uid.`,
+daemon's own uid.
+
+FUSE over io_uring is a host-wide kernel switch
+(/sys/module/fuse/parameters/enable_uring). --fuse-uring=auto (the default) uses
+it only if the host turned it on; --fuse-uring=on turns it on if needed, says so
+in the log, and turns it off again at a clean exit; --fuse-uring=off serves every
+mount over /dev/fuse.
+
+Under systemd (Type=notify, $NOTIFY_SOCKET) it sends READY=1 once the socket
+answers and STOPPING=1 when shutdown begins; with WatchdogSec= it sends
+WATCHDOG=1 at half the interval while the store answers a read
+(docs/DEPLOY.md).`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn or error"},
+			&cli.StringFlag{Name: "fuse-uring", Value: "auto", Usage: "FUSE over io_uring (Linux 6.14+): auto uses it if the host's switch /sys/module/fuse/parameters/enable_uring is on and never changes it; on turns the switch on if needed and off again at a clean exit; off serves every mount over /dev/fuse"},
 			&cli.DurationFlag{Name: "shutdown-grace", Value: 5 * time.Second, Usage: "at shutdown, how long files left open in a busy mount are still served after the mount was detached; then their writes fail, and everything written before is flushed"},
-			&cli.BoolFlag{Name: "fuse-uring", Value: true, Usage: "serve mounts through FUSE over io_uring where the kernel has it (Linux 6.14+; turns on /sys/module/fuse/parameters/enable_uring); --fuse-uring=false serves them over /dev/fuse only"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := args(c, 0, 0); err != nil {
@@ -50,7 +63,7 @@ daemon's own uid.`,
 			return runServe(c.Context, serveOptions{
 				root: c.String("root"), socket: c.String("socket"),
 				logFormat: c.String("log-format"), logLevel: c.String("log-level"),
-				uring: c.Bool("fuse-uring"), grace: c.Duration("shutdown-grace"),
+				uring: c.String("fuse-uring"), grace: c.Duration("shutdown-grace"),
 			})
 		},
 	}
@@ -71,7 +84,15 @@ func runServe(ctx context.Context, o serveOptions) error {
 	default:
 		return usageError{fmt.Errorf("--log-format %q: want text or json", o.logFormat)}
 	}
+	uring, err := fusefs.ParseURingMode(o.uring)
+	if err != nil {
+		return usageError{fmt.Errorf("--fuse-uring: %w", err)}
+	}
 	log := slog.New(h)
+	notify, err := sdnotify.FromEnv()
+	if err != nil {
+		log.Warn("systemd watchdog off", "err", err)
+	}
 	// The first signal asks for a clean shutdown, which waits for every
 	// mount and the store (a store whose disk fails can keep it waiting):
 	// a second one ends the process at once, as a crash would, which the
@@ -80,7 +101,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		signal.Reset(syscall.SIGINT, syscall.SIGTERM)
 		log.Info("shutting down: a second SIGINT or SIGTERM exits at once, as a crash would")
 	})()
-	err := daemon.Serve(ctx, daemon.Config{Root: o.root, Socket: o.socket, Logger: log, URing: o.uring, ShutdownGrace: o.grace})
+	err = daemon.Serve(ctx, daemon.Config{Root: o.root, Socket: o.socket, Logger: log, URing: uring, Notify: notify, ShutdownGrace: o.grace})
 	if err != nil && ctx.Err() == nil {
 		return err
 	}

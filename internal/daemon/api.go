@@ -10,12 +10,84 @@ import (
 
 // Status describes a running daemon.
 type Status struct {
-	PID     int       `json:"pid"`
-	UID     int       `json:"uid"`
-	Root    string    `json:"root"`
-	Socket  string    `json:"socket"`
-	Started time.Time `json:"started"`
-	Mounts  int       `json:"mounts"`
+	Version       string    `json:"version"`
+	PID           int       `json:"pid"`
+	UID           int       `json:"uid"`
+	Root          string    `json:"root"`
+	Socket        string    `json:"socket"`
+	Started       time.Time `json:"started"`
+	UptimeSeconds float64   `json:"uptime_seconds"`
+	// Transport is how mounts reach the kernel, and what the daemon did
+	// to the host's FUSE over io_uring switch.
+	Transport TransportStatus `json:"transport"`
+	Store     StoreStatus     `json:"store"`
+	Mounts    []MountStatus   `json:"mounts"`
+	Remotes   []RemoteStatus  `json:"remotes"`
+}
+
+// TransportStatus is the daemon's FUSE over io_uring mode and the host's
+// switch (/sys/module/fuse/parameters/enable_uring).
+type TransportStatus struct {
+	// Mode is serve --fuse-uring: auto, on or off.
+	Mode string `json:"mode"`
+	// Switch is the switch's value now: "Y", "N", or "" for a kernel
+	// without FUSE over io_uring.
+	Switch string `json:"switch"`
+	// SwitchChanged is set while the daemon has turned the switch on; it
+	// turns it off again at a clean exit.
+	SwitchChanged bool `json:"switch_changed"`
+}
+
+// StoreStatus is the store directory, what it takes on disk and what its
+// filesystem has left.
+type StoreStatus struct {
+	Dir string `json:"dir"`
+	// Bytes is the disk space of the store's files (allocated blocks).
+	Bytes int64 `json:"bytes"`
+	// FreeBytes is what the filesystem lets the daemon still write;
+	// TotalBytes is its size.
+	FreeBytes  int64 `json:"free_bytes"`
+	TotalBytes int64 `json:"total_bytes"`
+}
+
+// MountStatus is one mount and what its session holds that is not yet
+// durable (per session: two mounts of a session show the same figures).
+// Read-only mounts have nothing unflushed.
+type MountStatus struct {
+	MountInfo
+	// DirtyBytes is what a flush would store now: write buffers plus
+	// staged file content written since the daemon last read it
+	// (fusefs.SessionState).
+	DirtyBytes int64 `json:"dirty_bytes"`
+	// JournalBytes is what fsyncs made durable in the session's journal
+	// since the last flush: those writes count in DirtyBytes until the
+	// next flush stores them.
+	JournalBytes int64 `json:"journal_bytes"`
+	// DirtyEntries counts files and directories changed since the last
+	// flush.
+	DirtyEntries int `json:"dirty_entries"`
+	// LastFlush is when the session head last durably took every change.
+	LastFlush time.Time `json:"last_flush,omitzero"`
+}
+
+// Remote reachability, as status reports it.
+const (
+	RemoteReachable   = "reachable"
+	RemoteUnreachable = "unreachable"
+	RemoteNotChecked  = "not checked"
+)
+
+// RemoteStatus is one configured remote and whether it answered.
+type RemoteStatus struct {
+	Name     string `json:"name"`
+	URL      string `json:"url"`
+	Endpoint string `json:"endpoint,omitempty"`
+	// State is RemoteReachable, RemoteUnreachable or RemoteNotChecked.
+	State string `json:"state"`
+	// Error says why a remote is unreachable.
+	Error string `json:"error,omitempty"`
+	// LatencyMS is how long the check took, in milliseconds.
+	LatencyMS int64 `json:"latency_ms,omitempty"`
 }
 
 // SessionInfo is one session as listed.
@@ -88,6 +160,9 @@ type MountInfo struct {
 	Private  bool      `json:"private,omitempty"`
 	Remote   string    `json:"remote,omitempty"`
 	Since    time.Time `json:"since"`
+	// Transport is how the kernel's requests reach the mount: "io_uring"
+	// or "/dev/fuse".
+	Transport string `json:"transport,omitempty"`
 }
 
 // UnmountRequest detaches the mount at Dir.

@@ -167,10 +167,19 @@ func (c *Client) streamCall(ctx context.Context, path string, in any, progress f
 	return &Error{Code: CodeInternal, Message: "homefs daemon: stream ended without a result (did the daemon stop?)"}
 }
 
-// Status asks the daemon how it is.
+// Status asks the daemon how it is, without checking the remotes.
 func (c *Client) Status(ctx context.Context) (*Status, error) {
+	return c.StatusWith(ctx, StatusOptions{})
+}
+
+// StatusWith is Status with options (StatusOptions).
+func (c *Client) StatusWith(ctx context.Context, opts StatusOptions) (*Status, error) {
+	var q url.Values
+	if opts.CheckRemotes {
+		q = url.Values{"remotes": {"check"}}
+	}
 	var v Status
-	return &v, c.call(ctx, http.MethodGet, pathStatus, nil, nil, &v)
+	return &v, c.call(ctx, http.MethodGet, pathStatus, q, nil, &v)
 }
 
 // Sessions lists the sessions.

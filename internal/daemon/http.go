@@ -39,7 +39,8 @@ const (
 func (s *Service) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+pathStatus, func(w http.ResponseWriter, r *http.Request) {
-		reply(w, s.Status(r.Context()), nil)
+		opts := StatusOptions{CheckRemotes: r.URL.Query().Get("remotes") == "check"}
+		reply(w, s.Status(r.Context(), opts), nil)
 	})
 	mux.HandleFunc("GET "+pathSessions, func(w http.ResponseWriter, r *http.Request) {
 		v, err := s.Sessions(r.Context())

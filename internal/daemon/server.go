@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"homefs/cas"
+	"homefs/fusefs"
+	"homefs/internal/sdnotify"
 )
 
 // DefaultRoot is where the daemon keeps its state when neither --root nor
@@ -33,14 +35,20 @@ type Config struct {
 	Logger *slog.Logger
 	// Badger tunes the store.
 	Badger cas.BadgerOptions
-	// URing serves mounts through FUSE over io_uring where the kernel has
-	// it (fusefs.Options.URing).
-	URing bool
+	// URing says whether mounts are served through FUSE over io_uring,
+	// and whether the daemon may turn the host's switch on for it
+	// (fusefs.URingMode; the zero value is /dev/fuse only).
+	URing fusefs.URingMode
 	// ShutdownGrace is how long open files of a busy mount are served at
 	// shutdown, after the mount left the mount table (fusefs.Options).
 	ShutdownGrace time.Duration
 	// Ready, when set, is called once the socket accepts requests.
 	Ready func()
+	// Notify, when set, is the service manager (systemd, Type=notify) to
+	// tell READY=1 once the socket accepts requests, STOPPING=1 when
+	// shutdown begins, and, with a watchdog, WATCHDOG=1 while the store
+	// answers.
+	Notify *sdnotify.Notifier
 }
 
 // ErrAlreadyRunning: another daemon holds the root or the socket.
@@ -123,9 +131,22 @@ func Serve(ctx context.Context, cfg Config) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("homefs daemon ready", "root", root, "socket", sock, "pid", os.Getpid())
+	uh := svc.eng.URingHost()
+	log.Info("homefs daemon ready", "root", root, "socket", sock, "pid", os.Getpid(),
+		"fuse_uring", uh.Mode, "uring_switch", uh.Switch, "uring_switch_changed", uh.Changed)
 	if cfg.Ready != nil {
 		cfg.Ready()
+	}
+	if n := cfg.Notify; n.Enabled() {
+		if err := n.Notify(fmt.Sprintf("READY=1\nMAINPID=%d\nSTATUS=serving %s", os.Getpid(), root)); err != nil {
+			log.Warn("could not tell systemd the daemon is ready", "err", err)
+		}
+		if n.Watchdog > 0 {
+			wctx, stopWatchdog := context.WithCancel(ctx)
+			defer stopWatchdog()
+			go watchdog(wctx, n, store, log)
+			log.Info("systemd watchdog on", "interval", n.Watchdog)
+		}
 	}
 
 	var serveErr error
@@ -134,6 +155,9 @@ func Serve(ctx context.Context, cfg Config) error {
 		log.Info("shutting down", "cause", context.Cause(ctx))
 	case serveErr = <-errc:
 		log.Error("server stopped", "err", serveErr)
+	}
+	if err := cfg.Notify.Notify("STOPPING=1\nSTATUS=unmounting and flushing"); err != nil {
+		log.Warn("could not tell systemd the daemon is stopping", "err", err)
 	}
 	// New requests are refused at once; running ones see ctx canceled.
 	// The grace period for busy mounts comes on top.

@@ -50,7 +50,7 @@ type Service struct {
 // fetched, checked and kept), and the catalog and the engine share one
 // recording store, so that gc sees every put. The Service owns store from
 // here on: CloseStore closes it.
-func NewService(ctx context.Context, root string, store cas.Store, log *slog.Logger, uring bool, grace time.Duration) (*Service, error) {
+func NewService(ctx context.Context, root string, store cas.Store, log *slog.Logger, uring fusefs.URingMode, grace time.Duration) (*Service, error) {
 	rt := remote.NewReadThrough(store, remote.ReadThroughOptions{Logger: log.With("component", "remote")})
 	remotes, err := remote.NewService(root, rt, remote.Options{Logger: log.With("component", "remote")})
 	if err != nil {
@@ -73,13 +73,6 @@ func (s *Service) CloseStore() error { return s.rt.Close() }
 
 func usagef(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
-}
-
-// Status reports on the daemon.
-func (s *Service) Status(ctx context.Context) *Status {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return &Status{PID: os.Getpid(), UID: os.Getuid(), Root: s.root, Socket: s.socket, Started: s.started, Mounts: len(s.mounts)}
 }
 
 // Sessions lists every session with its mounts.
@@ -204,7 +197,7 @@ func (s *Service) Mount(ctx context.Context, req MountRequest) (*MountInfo, erro
 			return nil, err
 		}
 	}
-	info.Dir = m.Dir()
+	info.Dir, info.Transport = m.Dir(), m.Transport()
 	s.mu.Lock()
 	s.mounts[info.Dir] = info
 	err = s.saveMountsLocked()

@@ -287,6 +287,21 @@ func (r *Remote) list(ctx context.Context, dir, start string, maxPages int, fn f
 	return true, nil
 }
 
+// Ping checks that the remote answers and lets this host list it: one
+// listing of at most one key under its prefix, not retried, bounded by
+// ctx (status uses it with a short timeout).
+func (r *Remote) Ping(ctx context.Context) error {
+	p := r.prefix
+	one := int32(1)
+	r.lists.Add(1)
+	_, err := r.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &r.bucket, Prefix: &p, MaxKeys: &one},
+		func(o *s3.Options) { o.Retryer = aws.NopRetryer{} })
+	if err != nil {
+		return fmt.Errorf("remote %s: list %s: %w", r.cfg.Name, r.cfg.URL, err)
+	}
+	return nil
+}
+
 // GetChunk fetches a chunk or node and returns its plain bytes after
 // checking them against ref. A missing object wraps cas.ErrNotFound,
 // damaged bytes cas.ErrCorrupt.

@@ -98,6 +98,15 @@ func (s *Service) OpenAll(ctx context.Context) error {
 	return nil
 }
 
+// Ping checks that the remote name answers (Remote.Ping).
+func (s *Service) Ping(ctx context.Context, name string) error {
+	r, err := s.Remote(ctx, name)
+	if err != nil {
+		return err
+	}
+	return r.Ping(ctx)
+}
+
 // Push pushes spec (a session or snapshot, see catalog.Resolve) to the
 // remote name.
 func (s *Service) Push(ctx context.Context, local PushSource, cat *catalog.Catalog, spec, name string, opts PushOptions) (*PushResult, error) {
