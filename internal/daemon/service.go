@@ -503,6 +503,10 @@ type GCResult struct {
 	// ValueLogFiles is how many of the store's log files were rewritten to
 	// give the freed space back to the disk.
 	ValueLogFiles int `json:"value_log_files"`
+	// StoreBytesBefore and StoreBytesAfter are the disk space of the
+	// store's files around the compaction (zero when none ran).
+	StoreBytesBefore int64 `json:"store_bytes_before,omitempty"`
+	StoreBytesAfter  int64 `json:"store_bytes_after,omitempty"`
 }
 
 // GC collects unreachable chunks while sessions stay mounted.
@@ -516,12 +520,20 @@ func (s *Service) GC(ctx context.Context, progress func(Progress)) (*GCResult, e
 		return nil, err
 	}
 	out := &GCResult{GCResult: *res}
-	if r, ok := s.rt.Unwrap().(cas.Reclaimer); ok && res.Freed > 0 {
-		n, err := r.Reclaim(ctx, 0.5)
-		if err != nil {
-			s.log.Warn("reclaim after gc", "err", err)
+	// Deleted chunks stay in the store's files until they are compacted:
+	// compact whenever gc deleted something, so that forgotten data
+	// leaves the disk.
+	if c, ok := s.rt.Unwrap().(cas.Compactor); ok && res.Freed > 0 {
+		if progress != nil {
+			progress(Progress{Phase: "compact"})
 		}
-		out.ValueLogFiles = n
+		cr, err := c.Compact(ctx)
+		if err != nil {
+			return out, fmt.Errorf("gc: freed %d chunks, but could not give their space back: %w", res.Freed, err)
+		}
+		out.ValueLogFiles = cr.LogFiles
+		out.StoreBytesBefore, out.StoreBytesAfter = cr.BytesBefore, cr.BytesAfter
+		s.log.Info("store compacted", "log_files", cr.LogFiles, "bytes_before", cr.BytesBefore, "bytes_after", cr.BytesAfter)
 	}
 	return out, nil
 }
