@@ -86,6 +86,7 @@ EXIT CODES:
 			diffCommand(),
 			exportCommand(),
 			importCommand(),
+			forgetCommand(),
 			gcCommand(),
 			fsckCommand(),
 			statsCommand(),

@@ -11,9 +11,14 @@ import (
 	"homefs/cas"
 )
 
-// ErrProtected: a snapshot that may not be forgotten: a session's head, or
-// one a mount shows.
-var ErrProtected = errors.New("catalog: snapshot may not be forgotten")
+var (
+	// ErrProtected: a snapshot that may not be forgotten: a session's
+	// head, or one a mount shows.
+	ErrProtected = errors.New("catalog: snapshot may not be forgotten")
+	// ErrNoPolicy: a policy forget without a single keep rule, which
+	// would forget every snapshot.
+	ErrNoPolicy = errors.New("catalog: no keep rule given")
+)
 
 // Protect names snapshots that must not be forgotten besides the heads'
 // (which the catalog finds itself), by full id, with the reason ("mounted
@@ -50,6 +55,22 @@ func (c *Catalog) Forget(ctx context.Context, ids []string, protect Protect) err
 	}
 	for batch := range slices.Chunk(ids, forgetBatch) {
 		if err := c.forgetBatch(ctx, batch, protect); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckForget reports the error Forget would return for protected ids,
+// without forgetting anything (a dry run).
+func (c *Catalog) CheckForget(ctx context.Context, ids []string, protect Protect) error {
+	for _, id := range ids {
+		if why, ok := protect[id]; ok {
+			return fmt.Errorf("catalog: forget %s: %s: %w", id[:12], why, ErrProtected)
+		}
+	}
+	for batch := range slices.Chunk(ids, forgetBatch) {
+		if _, err := c.forgetOps(ctx, batch, protect, ""); err != nil {
 			return err
 		}
 	}
@@ -196,7 +217,7 @@ func (c *Catalog) Plan(ctx context.Context, session string, policy Policy, prote
 		return nil, err
 	}
 	if policy.Empty() {
-		return nil, fmt.Errorf("catalog: forget: no policy (--keep-…) given; it would forget every snapshot of %s", session)
+		return nil, fmt.Errorf("%w: it would forget every snapshot of %s (give --keep-last, --keep-within, --keep-daily…)", ErrNoPolicy, session)
 	}
 	cands, err := c.SessionSnapshots(ctx, session)
 	if err != nil {
