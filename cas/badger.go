@@ -52,8 +52,20 @@ type BadgerStore struct {
 
 	mu      sync.Mutex
 	closed  bool                      // GUARDED_BY(mu)
+	dead    bool                      // GUARDED_BY(mu); db closed by a failed reopen
+	paused  bool                      // GUARDED_BY(mu); Compact is reopening db
+	resume  *sync.Cond                // on mu; broadcast when paused ends or closed is set
 	batches map[*badgerBatch]struct{} // GUARDED_BY(mu); open batches
-	ops     sync.WaitGroup            // calls in flight; Close waits for them
+	ops     sync.WaitGroup            // calls in flight; Close and reopen wait for them
+
+	// compactMu: one Compact at a time, and Close waits for it. Lock
+	// order: compactMu < mu.
+	compactMu sync.Mutex
+	// writeMu is held shared by every write into Badger's write tables and
+	// exclusively by Compact while Badger rewrites a value log file:
+	// Badger reads its write table's version without a lock there (a data
+	// race with a concurrent write). Lock order: badgerBatch.mu < writeMu.
+	writeMu sync.RWMutex
 
 	syncMu sync.Mutex      // serialises Sync
 	sealed map[string]bool // GUARDED_BY(syncMu); log files fsynced after they stopped growing
@@ -88,23 +100,29 @@ func OpenBadger(dir string, opts BadgerOptions) (*BadgerStore, error) {
 		unlockDir(lock)
 		return nil, fmt.Errorf("cas: open store %s: %w", dir, err)
 	}
-	return &BadgerStore{
+	s := &BadgerStore{
 		dir:     dir,
 		opts:    opts,
 		db:      db,
 		lock:    lock,
 		batches: make(map[*badgerBatch]struct{}),
 		sealed:  make(map[string]bool),
-	}, nil
+	}
+	s.resume = sync.NewCond(&s.mu)
+	return s, nil
 }
 
 // Dir returns the store's directory.
 func (s *BadgerStore) Dir() string { return s.dir }
 
-// begin registers a call in flight, or fails if the store is closed.
+// begin registers a call in flight, or fails if the store is closed. It
+// waits while Compact reopens the database.
 func (s *BadgerStore) begin() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for s.paused && !s.closed {
+		s.resume.Wait()
+	}
 	if s.closed {
 		return ErrClosed
 	}
@@ -203,7 +221,10 @@ func (s *BadgerStore) Put(ctx context.Context, data []byte) (Ref, error) {
 		}
 	}
 	v := encodeChunk(data)
-	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(key, v) }); err != nil {
+	s.writeMu.RLock()
+	err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(key, v) })
+	s.writeMu.RUnlock()
+	if err != nil {
 		return Ref{}, dbErr("put", err)
 	}
 	s.suspect.remove(ref)
@@ -316,6 +337,9 @@ func (s *BadgerStore) Delete(ctx context.Context, refs ...Ref) error {
 		return err
 	}
 	defer s.end()
+	// A WriteBatch commits as it grows, so hold writeMu throughout.
+	s.writeMu.RLock()
+	defer s.writeMu.RUnlock()
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
 	for _, r := range refs {
@@ -447,6 +471,7 @@ type badgerBatch struct {
 	pending int64            // GUARDED_BY(mu); stored bytes in txn
 	seen    map[Ref]struct{} // GUARDED_BY(mu); refs in txn
 	done    bool             // GUARDED_BY(mu)
+	err     error            // GUARDED_BY(mu); a write forced by Compact failed
 }
 
 func (b *badgerBatch) Put(data []byte) (Ref, error) {
@@ -473,6 +498,9 @@ func (b *badgerBatch) Put(data []byte) (Ref, error) {
 	defer b.mu.Unlock()
 	if b.done {
 		return Ref{}, errBatchDone
+	}
+	if b.err != nil {
+		return Ref{}, b.err
 	}
 	if _, ok := b.seen[ref]; ok {
 		return ref, nil
@@ -509,7 +537,10 @@ func (b *badgerBatch) flushLocked() error {
 	}
 	txn, seen := b.txn, b.seen
 	b.txn, b.seen, b.pending = nil, nil, 0
-	if err := txn.Commit(); err != nil {
+	b.s.writeMu.RLock()
+	err := txn.Commit()
+	b.s.writeMu.RUnlock()
+	if err != nil {
 		return dbErr("batch commit", err)
 	}
 	for r := range seen {
@@ -534,6 +565,9 @@ func (b *badgerBatch) Commit(ctx context.Context, durable bool) error {
 	}
 	b.done = true
 	b.s.forget(b)
+	if b.err != nil {
+		return b.err
+	}
 	if err := b.flushLocked(); err != nil {
 		return err
 	}
@@ -704,7 +738,9 @@ func (s *BadgerStore) Commit(ctx context.Context, ops []NameOp, durable bool) er
 		return nil
 	}
 	for backoff := time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
+		s.writeMu.RLock()
 		err := s.db.Update(apply)
+		s.writeMu.RUnlock()
 		if errors.Is(err, badger.ErrConflict) {
 			select {
 			case <-ctx.Done():
@@ -738,6 +774,7 @@ func (s *BadgerStore) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.resume.Broadcast()
 	batches := s.batches
 	s.batches = nil
 	s.mu.Unlock()
@@ -746,8 +783,17 @@ func (s *BadgerStore) Close() error {
 		b.discardLocked()
 		b.mu.Unlock()
 	}
+	// A Compact in progress sees closed and stops at its next step.
+	s.compactMu.Lock()
+	defer s.compactMu.Unlock()
 	s.ops.Wait()
-	err := s.db.Close()
+	var err error
+	s.mu.Lock()
+	dead := s.dead
+	s.mu.Unlock()
+	if !dead {
+		err = s.db.Close()
+	}
 	if uerr := unlockDir(s.lock); err == nil {
 		err = uerr
 	}

@@ -25,8 +25,10 @@ import (
 //     is reachable from a session head. (A write that put a chunk before
 //     step 1 holds the session's freeze lock until the chunk is in the
 //     in-memory tree; Sync waits for it.)
-//  3. Mark everything reachable from session heads and snapshot records
-//     (catalog.Reachable), and the roots of read-only mounts.
+//  3. Mark everything reachable from session heads and indexed snapshot
+//     records (catalog.Reachable; lineage links do not reach, so a
+//     forgotten snapshot goes), and the roots of read-only and snapshot
+//     mounts (a mounted snapshot stays readable even if forgotten).
 //  4. Sweep: enumerate the store and delete chunks neither marked nor
 //     recorded. The check against the recorded set and the delete happen
 //     under the recorder's lock, and a put records before it stores, so a

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+
+	"homefs/internal/catalog"
 )
 
 // RemoveSession deletes session name: its head goes, its snapshots stay.
@@ -11,6 +13,23 @@ import (
 // live state of an unmounted session (changes not yet flushed) is dropped
 // with it, so that a later session of the same name starts clean.
 func (e *Engine) RemoveSession(ctx context.Context, name string) error {
+	return e.removeSession(ctx, name, func() error { return e.cat.DeleteSession(ctx, name) })
+}
+
+// PurgeSession is RemoveSession that also forgets every snapshot of the
+// session (catalog.Purge), refusing those in protect; it returns the ids
+// forgotten. gc then frees what they alone reached.
+func (e *Engine) PurgeSession(ctx context.Context, name string, protect catalog.Protect) ([]string, error) {
+	var ids []string
+	err := e.removeSession(ctx, name, func() error {
+		var err error
+		ids, err = e.cat.Purge(ctx, name, protect)
+		return err
+	})
+	return ids, err
+}
+
+func (e *Engine) removeSession(ctx context.Context, name string, del func() error) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, m := range e.mounts {
@@ -18,7 +37,7 @@ func (e *Engine) RemoveSession(ctx context.Context, name string) error {
 			return fmt.Errorf("remove %s: mounted at %s: %w", name, m.dir, ErrSessionInUse)
 		}
 	}
-	if err := e.cat.DeleteSession(ctx, name); err != nil {
+	if err := del(); err != nil {
 		return err
 	}
 	if s, ok := e.sessions[name]; ok {

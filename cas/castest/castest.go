@@ -43,6 +43,7 @@ func Run(t *testing.T, open func(t *testing.T) cas.Store) {
 		{"Concurrent", testConcurrent},
 		{"ConcurrentCommit", testConcurrentCommit},
 		{"Closed", testClosed},
+		{"Compact", testCompact},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -716,4 +717,74 @@ func callEvery(ctx context.Context, s cas.Store, ref cas.Ref, check func(op stri
 	check("GetName", err)
 	check("ListNames", s.ListNames(ctx, "", func(string, []byte) error { return nil }))
 	check("Commit", s.Commit(ctx, []cas.NameOp{{Name: "n", Value: []byte("v")}}, false))
+}
+
+// testCompact: a compaction keeps every live chunk, name and open batch,
+// and deleted chunks stay deleted. Stores that are not Compactors skip it.
+func testCompact(t *testing.T, s cas.Store) {
+	c, ok := s.(cas.Compactor)
+	if !ok {
+		t.Skip("store is not a cas.Compactor")
+	}
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(7, 8))
+	random := func() []byte {
+		b := make([]byte, 64<<10)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
+	var keep, drop []cas.Ref
+	for i := 0; i < 6; i++ {
+		r := mustPut(t, s, random())
+		if i%2 == 0 {
+			keep = append(keep, r)
+		} else {
+			drop = append(drop, r)
+		}
+	}
+	if err := s.Commit(ctx, []cas.NameOp{{Name: "session/a", Value: []byte("head")}}, true); err != nil {
+		t.Fatal(err)
+	}
+	b := s.NewBatch()
+	before, err := b.Put(random())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, drop...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Compact(ctx); err != nil {
+		t.Fatalf("Compact: %v", err)
+	}
+	after, err := b.Put(random())
+	if err != nil {
+		t.Fatalf("batch Put after Compact: %v", err)
+	}
+	if err := b.Commit(ctx, true); err != nil {
+		t.Fatalf("batch Commit after Compact: %v", err)
+	}
+	if _, err := c.Compact(ctx); err != nil {
+		t.Fatalf("second Compact: %v", err)
+	}
+	for _, r := range append(keep, before, after) {
+		data, err := s.Get(ctx, r)
+		if err != nil {
+			t.Fatalf("Get %s after Compact: %v", r.Short(), err)
+		}
+		if cas.Sum(data) != r {
+			t.Fatalf("Get %s after Compact: wrong bytes", r.Short())
+		}
+	}
+	for _, r := range drop {
+		if _, err := s.Get(ctx, r); !errors.Is(err, cas.ErrNotFound) {
+			t.Fatalf("Get of deleted %s after Compact: %v, want ErrNotFound", r.Short(), err)
+		}
+	}
+	v, err := s.GetName(ctx, "session/a")
+	if err != nil || string(v) != "head" {
+		t.Fatalf("GetName after Compact: %q, %v", v, err)
+	}
+	mustPut(t, s, []byte("still writable"))
 }

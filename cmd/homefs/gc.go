@@ -14,10 +14,12 @@ import (
 func gcCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "gc",
-		Usage: "remove chunks that no session or snapshot reaches, and report what was freed",
+		Usage: "remove chunks that no session or snapshot reaches, give their space back, and report what was freed",
 		Description: `Safe while sessions are mounted and written: every chunk put while gc runs
 is kept, live sessions are flushed first, and captures, forks and imports
-in progress finish before gc marks.
+in progress finish before gc marks. When it freed anything, the store's
+files are compacted so that the freed bytes leave the disk (calls to the
+store wait for a moment while it reopens its database).
 
    homefs gc`,
 		Flags: []cli.Flag{jsonFlag},
@@ -48,5 +50,9 @@ func runGC(ctx context.Context, cl *daemon.Client, out io.Writer, asJSON bool) e
 	}
 	fmt.Fprintf(out, "scanned %d chunks, %d reachable; freed %d chunks, %s (%s stored) in %s\n",
 		res.Scanned, res.Reachable, res.Freed, humanBytes(res.FreedBytes), humanBytes(res.FreedStored), res.Duration.Round(1e6))
+	if res.StoreBytesBefore > 0 {
+		fmt.Fprintf(out, "store files: %s before, %s after (%d log files rewritten)\n",
+			humanBytes(res.StoreBytesBefore), humanBytes(res.StoreBytesAfter), res.ValueLogFiles)
+	}
 	return nil
 }

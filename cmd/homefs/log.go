@@ -18,7 +18,9 @@ func logCommand() *cli.Command {
 		Usage:     "list a session's snapshots, newest first, with lineage across forks",
 		ArgsUsage: "SESSION",
 		Description: `Follows each snapshot's parent; where the session was forked it continues
-with the origin session's history (marked "fork point").
+with the origin session's history (marked "fork point"). Where a parent was
+forgotten (homefs forget) a line says so and the log goes on with the
+session's older snapshots still kept; a forgotten origin ends it.
 
    homefs log agent-1-retry`,
 		Flags: []cli.Flag{jsonFlag},
@@ -41,6 +43,14 @@ func runLog(ctx context.Context, cl *daemon.Client, out io.Writer, session strin
 	}
 	rows := make([][]string, 0, len(entries))
 	for _, e := range entries {
+		if e.Forgotten {
+			what := "… earlier snapshots forgotten"
+			if e.ForkPoint {
+				what = "(origin " + e.Session + "@" + shortID(e.ID) + " forgotten)"
+			}
+			rows = append(rows, []string{shortID(e.ID), e.Session, "-", "-", what})
+			continue
+		}
 		note := e.Message
 		if e.ForkPoint {
 			note = "(fork point) " + note

@@ -89,6 +89,7 @@ EXIT CODES:
 			diffCommand(),
 			exportCommand(),
 			importCommand(),
+			forgetCommand(),
 			gcCommand(),
 			fsckCommand(),
 			statsCommand(),

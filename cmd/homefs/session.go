@@ -89,17 +89,28 @@ an empty layout. The next capture records the new layout.
 			},
 			{
 				Name:      "rm",
-				Usage:     "remove a session (its snapshots stay)",
+				Usage:     "remove a session (its snapshots stay, unless --purge)",
 				ArgsUsage: "NAME",
 				Description: `Removes the session's head. It must not be mounted. Its snapshots stay and
 can still be forked or restored; gc frees what nothing reaches any more.
 
-   homefs session rm agent-1`,
+With --purge, every snapshot the session captured is forgotten with it, in
+the same operation (refused while a mount shows one of them). Sessions
+forked from it keep working (their heads hold their own trees) and their
+log shows the origin as forgotten. Run gc afterwards to free the space and
+erase the bytes from the store's files.
+
+   homefs session rm agent-1
+   homefs session rm --purge agent-1 && homefs gc`,
+				Flags: []cli.Flag{
+					&cli.BoolFlag{Name: "purge", Usage: "forget every snapshot of the session too"},
+					jsonFlag,
+				},
 				Action: func(c *cli.Context) error {
 					if err := args(c, 1, 1); err != nil {
 						return err
 					}
-					return runSessionRm(c.Context, client(c), c.Args().First())
+					return runSessionRm(c.Context, client(c), os.Stdout, c.Args().First(), c.Bool("purge"), c.Bool("json"))
 				},
 			},
 		},
@@ -186,6 +197,16 @@ func runSessionList(ctx context.Context, cl *daemon.Client, out io.Writer, asJSO
 	return table(out, []string{"SESSION", "SNAPSHOT", "ORIGIN", "UPDATED", "MOUNTED AT", "LAYOUT"}, rows)
 }
 
-func runSessionRm(ctx context.Context, cl *daemon.Client, name string) error {
-	return cl.RemoveSession(ctx, name)
+func runSessionRm(ctx context.Context, cl *daemon.Client, out io.Writer, name string, purge, asJSON bool) error {
+	res, err := cl.RemoveSession(ctx, name, purge)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(out, res)
+	}
+	if purge {
+		fmt.Fprintf(out, "removed session %s and forgot its %d snapshots; run homefs gc to free their space\n", name, len(res.Forgotten))
+	}
+	return nil
 }

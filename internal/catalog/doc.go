@@ -11,8 +11,19 @@
 //	snapshot/<id>    the name of the session that captured snapshot <id>
 //
 // The snapshot index makes snapshots enumerable and lets a unique prefix of
-// at least MinPrefixLen hex digits stand for an id. Deleting a session
-// removes only its head; its snapshots stay listed and can still be forked.
+// at least MinPrefixLen hex digits stand for an id. It is also what keeps
+// a snapshot: Reachable (gc's mark) starts from heads and index entries
+// and never follows lineage links, so forgetting a snapshot (Forget,
+// ForgetPolicy with restic's keep rules, Purge of a whole session) removes
+// only its index entry, and gc then drops its record and whatever of its
+// tree nothing else reaches. A head's own snapshot is never forgotten.
+// Records are immutable, so a Parent or Origin may name a forgotten
+// snapshot: the link dangles, and Log shows a gap. "A session's
+// snapshots" are those indexed for it: a fork's head holds its own root,
+// never its origin's record, so purging a session forgets snapshots that
+// other sessions were forked from, and the forks keep working. Deleting a
+// session without purging removes only its head; its snapshots stay
+// listed and can still be forked.
 //
 // Atomicity and durability:
 //
@@ -24,6 +35,12 @@
 //   - Capture puts the snapshot record, then in one durable commit writes
 //     snapshot/<id> and the new head: a crash leaves both or neither (at
 //     worst an unreferenced record, which gc removes).
+//   - Forget deletes index entries in batches, each one durable commit
+//     that expects every entry still indexed for its session and the
+//     head of each owning session unchanged: a restore racing it (the
+//     only way a head comes to name an existing snapshot) makes it retry
+//     and refuse, and a capture racing it is unaffected (its parent is
+//     the head, which is never forgotten).
 //   - Every commit that points a head or an index entry at CAS objects is
 //     preceded by a store Sync when it is durable, so a durable name never
 //     refers to chunks a crash could lose. Callers must have put the tree

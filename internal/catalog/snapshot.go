@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
+	"time"
 
 	"homefs/cas"
 	"homefs/manifest"
@@ -204,16 +207,23 @@ func (c *Catalog) Resolve(ctx context.Context, spec string) (*manifest.Snapshot,
 	return snap, full, nil
 }
 
-// LogEntry is one snapshot in a session's history.
+// LogEntry is one snapshot in a session's history, or a gap in it.
 type LogEntry struct {
 	ID       string
-	Snapshot *manifest.Snapshot
+	Snapshot *manifest.Snapshot // nil for a gap
 	// Session is the session that captured the snapshot; it differs from
-	// the session asked about for history inherited through a fork.
+	// the session asked about for history inherited through a fork. For a
+	// gap, it is the session the link expects (the child's for a Parent,
+	// the origin's for an Origin).
 	Session string
 	// ForkPoint marks the snapshot a fork started from: the entries after
 	// it (older) belong to the origin session's history.
 	ForkPoint bool
+	// Forgotten marks a gap: ID is the snapshot a Parent or Origin link
+	// names, which is no longer indexed. After a Parent's gap come the
+	// older snapshots of Session that are still kept, if any; an Origin's
+	// gap ends the log.
+	Forgotten bool
 }
 
 // maxLog bounds the length of a history Log walks.
@@ -222,20 +232,29 @@ const maxLog = 1 << 20
 // Log returns the history of session, newest first: its snapshots along
 // Parent, and where a chain reaches a fork (a record with Origin, or the
 // head's Origin before the first capture), the origin snapshot's history.
-// It stops with an error on a cycle (which only corruption can produce),
-// after maxLog entries, or at a missing record, returning what it has so
-// far alongside the error.
+// A link to a forgotten snapshot (not indexed, whether or not gc has
+// dropped its record yet) is a gap entry, never an error. After a Parent's
+// gap the walk goes on with the newest snapshot of the session that is
+// still indexed and older than the snapshot holding the link, since
+// forgetting keeps no lineage across what it removed (after a restore
+// that branched a session's history, that may be a snapshot of another
+// branch); an Origin's gap ends the log, where the origin session's own
+// log tells the rest. It
+// stops with an error on a cycle (which only corruption can produce),
+// after maxLog entries, or at an unreadable record of an indexed snapshot,
+// returning what it has so far alongside the error.
 func (c *Catalog) Log(ctx context.Context, session string) ([]LogEntry, error) {
 	h, err := c.Head(ctx, session)
 	if err != nil {
 		return nil, fmt.Errorf("catalog: log: %w", err)
 	}
-	next, fork := h.Snapshot, false
+	next, fork, linkSession, before := h.Snapshot, false, session, int64(math.MaxInt64)
 	if next == "" && h.Origin != nil {
-		next, fork = h.Origin.Snapshot, true
+		next, fork, linkSession, before = h.Origin.Snapshot, true, h.Origin.Session, h.CreatedNs
 	}
 	var log []LogEntry
 	seen := make(map[string]bool)
+	var kept map[string][]Candidate // by session, newest first; read at the first gap
 	for next != "" {
 		if err := ctx.Err(); err != nil {
 			return log, err
@@ -247,17 +266,65 @@ func (c *Catalog) Log(ctx context.Context, session string) ([]LogEntry, error) {
 			return log, fmt.Errorf("catalog: log %s: longer than %d snapshots", session, maxLog)
 		}
 		seen[next] = true
+		indexed, err := c.HasSnapshot(ctx, next)
+		if err != nil {
+			return log, fmt.Errorf("catalog: log %s: %w", session, err)
+		}
+		if !indexed {
+			log = append(log, LogEntry{ID: next, Session: linkSession, ForkPoint: fork, Forgotten: true})
+			if fork {
+				break // the origin session's history is its own log
+			}
+			if kept == nil {
+				if kept, err = c.keptBySession(ctx); err != nil {
+					return log, fmt.Errorf("catalog: log %s: %w", session, err)
+				}
+			}
+			next, fork = "", false
+			for _, k := range kept[linkSession] {
+				if k.Time.UnixNano() < before && !seen[k.ID] {
+					next = k.ID
+					break
+				}
+			}
+			continue
+		}
 		snap, err := loadRecord(ctx, c.store, next)
 		if err != nil {
 			return log, fmt.Errorf("catalog: log %s: %w", session, err)
 		}
 		log = append(log, LogEntry{ID: next, Snapshot: snap, Session: snap.Session, ForkPoint: fork})
-		next, fork = snap.Parent, false
+		next, fork, linkSession, before = snap.Parent, false, snap.Session, snap.CreatedNs
 		if next == "" && snap.Origin != nil {
-			next, fork = snap.Origin.Snapshot, true
+			next, fork, linkSession = snap.Origin.Snapshot, true, snap.Origin.Session
 		}
 	}
 	return log, nil
+}
+
+// keptBySession returns every indexed snapshot by session, newest first.
+func (c *Catalog) keptBySession(ctx context.Context) (map[string][]Candidate, error) {
+	idx, err := c.SnapshotIndex(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]Candidate)
+	for _, e := range idx {
+		snap, err := loadRecord(ctx, c.store, e.ID)
+		if err != nil {
+			return nil, err
+		}
+		out[e.Session] = append(out[e.Session], Candidate{ID: e.ID, Time: time.Unix(0, snap.CreatedNs)})
+	}
+	for _, l := range out {
+		slices.SortFunc(l, func(a, b Candidate) int {
+			if c := b.Time.Compare(a.Time); c != 0 {
+				return c
+			}
+			return strings.Compare(b.ID, a.ID)
+		})
+	}
+	return out, nil
 }
 
 // maxHistory bounds InHistory's walk.
@@ -266,7 +333,10 @@ const maxHistory = 1 << 20
 // InHistory reports whether snapshot id is one of h's own snapshots: the
 // head's last snapshot or one of its parents (within the session, not
 // across the fork it started from). A restore to anything else is a fork
-// in place. It costs one record read per snapshot walked.
+// in place. A parent whose record gc has dropped (it was forgotten) ends
+// the walk: what lies beyond is unknown, and the answer is no, which
+// makes a restore across the gap drop derived state as a fork does (safe,
+// if not needed). It costs one record read per snapshot walked.
 func (c *Catalog) InHistory(ctx context.Context, h *Head, id string) (bool, error) {
 	next := h.Snapshot
 	for i := 0; next != "" && i < maxHistory; i++ {
@@ -274,6 +344,9 @@ func (c *Catalog) InHistory(ctx context.Context, h *Head, id string) (bool, erro
 			return true, nil
 		}
 		snap, err := loadRecord(ctx, c.store, next)
+		if errors.Is(err, cas.ErrNotFound) {
+			return false, nil
+		}
 		if err != nil {
 			return false, fmt.Errorf("catalog: history of %s: %w", h.Session, err)
 		}

@@ -123,11 +123,15 @@ func VerifyComplete(ctx context.Context, store ChunkChecker, root cas.Ref) error
 }
 
 // Reachable calls fn once for every ref reachable from the catalog in
-// store: each session head's root tree, and each snapshot's record and
-// root tree, for every snapshot that is indexed or named by a head, a
-// Parent or an Origin. Unreferenced chunks (candidates for gc) are exactly
-// those fn never sees. Any unreadable head, record or node is an error:
-// a collector must not run on a catalog it cannot read in full.
+// store: each session head's root tree, and the record and root tree of
+// every snapshot that is indexed or is a head's last snapshot.
+// Unreferenced chunks (candidates for gc) are exactly those fn never sees.
+// Lineage links do not reach: a record's Parent and Origin, and a head's
+// Origin, name snapshots that may have been forgotten (their index entry
+// removed), and a forgotten snapshot's record and tree go once nothing
+// else reaches them. Any unreadable head, or record or node of a reached
+// snapshot, is an error: a collector must not run on a catalog it cannot
+// read in full.
 func Reachable(ctx context.Context, store ReachReader, fn func(cas.Ref) error) error {
 	seen := make(map[cas.Ref]struct{})
 	walk := func(root cas.Ref) error {
@@ -150,10 +154,8 @@ func Reachable(ctx context.Context, store ReachReader, fn func(cas.Ref) error) e
 		}
 		roots = append(roots, h.Root)
 		if h.Snapshot != "" {
+			// Indexed too, unless the index was damaged: keep it anyway.
 			queue = append(queue, h.Snapshot)
-		}
-		if h.Origin != nil && h.Origin.Snapshot != "" {
-			queue = append(queue, h.Origin.Snapshot)
 		}
 		return nil
 	})
@@ -198,12 +200,6 @@ func Reachable(ctx context.Context, store ReachReader, fn func(cas.Ref) error) e
 		}
 		if err := walk(snap.Root); err != nil {
 			return fmt.Errorf("catalog: reachable: snapshot %s: %w", id, err)
-		}
-		if snap.Parent != "" {
-			queue = append(queue, snap.Parent)
-		}
-		if snap.Origin != nil && snap.Origin.Snapshot != "" {
-			queue = append(queue, snap.Origin.Snapshot)
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 
 	"homefs/cas"
 	"homefs/fork"
+	"homefs/internal/catalog"
 	"homefs/manifest"
 )
 
@@ -187,6 +188,33 @@ type SnapshotInfo struct {
 	Handles   map[string]manifest.Handle `json:"handles,omitempty"`
 	Root      cas.Ref                    `json:"root"`
 	ForkPoint bool                       `json:"fork_point,omitempty"` // older entries belong to the origin's history
+	// Forgotten marks a gap in a log: ID names a snapshot that was
+	// forgotten (only ID, Session and ForkPoint are set).
+	Forgotten bool `json:"forgotten,omitempty"`
+}
+
+// ForgetRequest forgets snapshots: the ones named (Snapshots: ids,
+// prefixes, SESSION@ID), or those of Session that Policy does not keep.
+type ForgetRequest struct {
+	Snapshots []string       `json:"snapshots,omitempty"`
+	Session   string         `json:"session,omitempty"`
+	Policy    catalog.Policy `json:"policy,omitempty"`
+	DryRun    bool           `json:"dry_run,omitempty"`
+}
+
+// ForgetResult says what a forget removed (or would, in a dry run) and,
+// for a policy, why each kept snapshot stays.
+type ForgetResult struct {
+	DryRun    bool               `json:"dry_run,omitempty"`
+	Policy    string             `json:"policy,omitempty"`
+	Forgotten []string           `json:"forgotten"`
+	Decisions []catalog.Decision `json:"decisions,omitempty"`
+}
+
+// RemoveSessionResult is what session rm removed.
+type RemoveSessionResult struct {
+	// Forgotten lists the snapshots a purge forgot.
+	Forgotten []string `json:"forgotten,omitempty"`
 }
 
 // ForkRequest forks SOURCE[@SNAPSHOT] into Target.

@@ -194,9 +194,20 @@ func (c *Client) CreateSession(ctx context.Context, req CreateSessionRequest) (*
 	return &v, c.call(ctx, http.MethodPost, pathSessions, nil, req, &v)
 }
 
-// RemoveSession deletes a session.
-func (c *Client) RemoveSession(ctx context.Context, name string) error {
-	return c.call(ctx, http.MethodDelete, pathSessions+"/"+url.PathEscape(name), nil, nil, nil)
+// RemoveSession deletes a session; with purge, its snapshots too.
+func (c *Client) RemoveSession(ctx context.Context, name string, purge bool) (*RemoveSessionResult, error) {
+	var q url.Values
+	if purge {
+		q = url.Values{"purge": {"1"}}
+	}
+	var v RemoveSessionResult
+	return &v, c.call(ctx, http.MethodDelete, pathSessions+"/"+url.PathEscape(name), q, nil, &v)
+}
+
+// Forget forgets snapshots.
+func (c *Client) Forget(ctx context.Context, req ForgetRequest) (*ForgetResult, error) {
+	var v ForgetResult
+	return &v, c.call(ctx, http.MethodPost, pathForget, nil, req, &v)
 }
 
 // Mount mounts a session or snapshot.

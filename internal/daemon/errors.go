@@ -64,7 +64,7 @@ func classify(err error) Code {
 		errors.Is(err, fusefs.ErrBusy), errors.Is(err, fusefs.ErrSessionInUse),
 		errors.Is(err, syscall.EBUSY), errors.Is(err, fs.ErrExist),
 		errors.Is(err, fork.ErrDiverged), errors.Is(err, fork.ErrConflict),
-		errors.Is(err, remote.ErrRemoteExists):
+		errors.Is(err, remote.ErrRemoteExists), errors.Is(err, catalog.ErrProtected):
 		return CodeConflict
 	case errors.Is(err, cas.ErrCorrupt), errors.Is(err, cas.ErrNotFound),
 		errors.Is(err, fork.ErrDamaged):

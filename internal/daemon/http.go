@@ -22,6 +22,7 @@ const (
 	pathExport   = "/v1/export"
 	pathImport   = "/v1/import"
 	pathGC       = "/v1/gc"
+	pathForget   = "/v1/forget"
 	pathFsck     = "/v1/fsck"
 	pathStats    = "/v1/stats"
 	pathBind     = "/v1/bind"
@@ -55,8 +56,8 @@ func (s *Service) handler() http.Handler {
 		reply(w, v, err)
 	})
 	mux.HandleFunc("DELETE "+pathSessions+"/{name}", func(w http.ResponseWriter, r *http.Request) {
-		err := s.RemoveSession(r.Context(), r.PathValue("name"))
-		reply(w, struct{}{}, err)
+		v, err := s.RemoveSession(r.Context(), r.PathValue("name"), r.URL.Query().Get("purge") == "1")
+		reply(w, v, err)
 	})
 	mux.HandleFunc("POST "+pathSessions+"/{name}/capture", func(w http.ResponseWriter, r *http.Request) {
 		var req CaptureRequest
@@ -118,6 +119,14 @@ func (s *Service) handler() http.Handler {
 			return
 		}
 		v, err := s.Unmount(r.Context(), req.Dir)
+		reply(w, v, err)
+	})
+	mux.HandleFunc("POST "+pathForget, func(w http.ResponseWriter, r *http.Request) {
+		var req ForgetRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		v, err := s.Forget(r.Context(), req)
 		reply(w, v, err)
 	})
 	mux.HandleFunc("POST "+pathFork, func(w http.ResponseWriter, r *http.Request) {

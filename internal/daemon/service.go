@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +38,12 @@ type Service struct {
 
 	mu     sync.Mutex
 	mounts map[string]MountInfo // by mountpoint; GUARDED_BY(mu)
+
+	// lifeMu orders forgetting snapshots with mounting them: a snapshot
+	// mount holds it from resolving the snapshot until the mount is
+	// recorded, forget and purge while they decide and commit. Lock
+	// order: lifeMu < mu.
+	lifeMu sync.Mutex
 
 	runDir string // where mounts for homefs run are made
 	// runMu guards runs, the mounts held by homefs run (run.go). Lock
@@ -135,13 +142,96 @@ func (s *Service) CreateSession(ctx context.Context, req CreateSessionRequest) (
 	return info, nil
 }
 
-// RemoveSession deletes a session that is not mounted.
-func (s *Service) RemoveSession(ctx context.Context, name string) error {
-	if err := s.eng.RemoveSession(ctx, name); err != nil {
-		return err
+// RemoveSession deletes a session that is not mounted; with purge, every
+// snapshot it captured is forgotten with it (refused while a mount shows
+// one of them).
+func (s *Service) RemoveSession(ctx context.Context, name string, purge bool) (*RemoveSessionResult, error) {
+	if !purge {
+		if err := s.eng.RemoveSession(ctx, name); err != nil {
+			return nil, err
+		}
+		s.log.Info("session removed", "session", name)
+		return &RemoveSessionResult{}, nil
 	}
-	s.log.Info("session removed", "session", name)
-	return nil
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	ids, err := s.eng.PurgeSession(ctx, name, s.mountedSnapshots())
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("session purged", "session", name, "snapshots", len(ids))
+	return &RemoveSessionResult{Forgotten: ids}, nil
+}
+
+// mountedSnapshots returns the snapshots mounts show, with why they are
+// kept. A read-only mount of a session shows the root it was mounted with
+// (which gc marks); its head's snapshot is protected as a head.
+func (s *Service) mountedSnapshots() catalog.Protect {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := catalog.Protect{}
+	for _, m := range s.mounts {
+		if m.Snapshot != "" {
+			p[m.Snapshot] = "mounted at " + m.Dir + " (unmount it first)"
+		}
+	}
+	return p
+}
+
+// Forget forgets snapshots, by name or by a session's keep policy.
+func (s *Service) Forget(ctx context.Context, req ForgetRequest) (*ForgetResult, error) {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	protect := s.mountedSnapshots()
+	res := &ForgetResult{DryRun: req.DryRun, Forgotten: []string{}}
+	switch {
+	case len(req.Snapshots) > 0 && req.Session != "":
+		return nil, usagef("name snapshots or give --session with a policy, not both")
+	case len(req.Snapshots) > 0:
+		var ids []string
+		for _, spec := range req.Snapshots {
+			if manifest.ValidateSessionName(spec) == nil && !strings.Contains(spec, "@") {
+				if _, err := s.cat.Head(ctx, spec); err == nil {
+					return nil, usagef("%q is a session: forget names snapshots (SESSION@ID, or an id); use --session %s with a --keep-… policy, or session rm --purge", spec, spec)
+				}
+			}
+			_, id, err := s.cat.Resolve(ctx, spec)
+			if err != nil {
+				return nil, err
+			}
+			if !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+		if !req.DryRun {
+			if err := s.cat.Forget(ctx, ids, protect); err != nil {
+				return nil, err
+			}
+		} else if err := s.cat.CheckForget(ctx, ids, protect); err != nil {
+			return nil, err
+		}
+		res.Forgotten = ids
+	case req.Session != "":
+		ds, err := s.cat.ForgetPolicy(ctx, req.Session, req.Policy, protect, time.Local, req.DryRun)
+		if err != nil {
+			if errors.Is(err, catalog.ErrNoPolicy) {
+				return nil, usagef("%v", err)
+			}
+			return nil, err
+		}
+		res.Policy, res.Decisions = req.Policy.String(), ds
+		for _, d := range ds {
+			if !d.Keep {
+				res.Forgotten = append(res.Forgotten, d.ID)
+			}
+		}
+	default:
+		return nil, usagef("name the snapshots to forget, or give --session with a --keep-… policy")
+	}
+	if !req.DryRun {
+		s.log.Info("forgot snapshots", "count", len(res.Forgotten), "session", req.Session, "policy", res.Policy)
+	}
+	return res, nil
 }
 
 // Mount mounts a session (or one of its snapshots) at a directory.
@@ -182,6 +272,8 @@ func (s *Service) Mount(ctx context.Context, req MountRequest) (*MountInfo, erro
 		}
 		info.Session, info.Snapshot, info.ReadOnly, info.Remote = session, id, true, name
 	case req.Snapshot != "":
+		s.lifeMu.Lock()
+		defer s.lifeMu.Unlock()
 		_, id, err := s.cat.Resolve(ctx, req.Session+"@"+req.Snapshot)
 		if err != nil {
 			return nil, err
@@ -309,6 +401,10 @@ func (s *Service) Log(ctx context.Context, session string) ([]SnapshotInfo, erro
 	}
 	out := make([]SnapshotInfo, 0, len(entries))
 	for _, e := range entries {
+		if e.Forgotten {
+			out = append(out, SnapshotInfo{ID: e.ID, Session: e.Session, ForkPoint: e.ForkPoint, Forgotten: true})
+			continue
+		}
 		out = append(out, *snapshotInfo(e.ID, e.Snapshot, e.ForkPoint))
 	}
 	return out, nil
@@ -496,6 +592,10 @@ type GCResult struct {
 	// ValueLogFiles is how many of the store's log files were rewritten to
 	// give the freed space back to the disk.
 	ValueLogFiles int `json:"value_log_files"`
+	// StoreBytesBefore and StoreBytesAfter are the disk space of the
+	// store's files around the compaction (zero when none ran).
+	StoreBytesBefore int64 `json:"store_bytes_before,omitempty"`
+	StoreBytesAfter  int64 `json:"store_bytes_after,omitempty"`
 }
 
 // GC collects unreachable chunks while sessions stay mounted.
@@ -509,12 +609,20 @@ func (s *Service) GC(ctx context.Context, progress func(Progress)) (*GCResult, e
 		return nil, err
 	}
 	out := &GCResult{GCResult: *res}
-	if r, ok := s.rt.Unwrap().(cas.Reclaimer); ok && res.Freed > 0 {
-		n, err := r.Reclaim(ctx, 0.5)
-		if err != nil {
-			s.log.Warn("reclaim after gc", "err", err)
+	// Deleted chunks stay in the store's files until they are compacted:
+	// compact whenever gc deleted something, so that forgotten data
+	// leaves the disk.
+	if c, ok := s.rt.Unwrap().(cas.Compactor); ok && res.Freed > 0 {
+		if progress != nil {
+			progress(Progress{Phase: "compact"})
 		}
-		out.ValueLogFiles = n
+		cr, err := c.Compact(ctx)
+		if err != nil {
+			return out, fmt.Errorf("gc: freed %d chunks, but could not give their space back: %w", res.Freed, err)
+		}
+		out.ValueLogFiles = cr.LogFiles
+		out.StoreBytesBefore, out.StoreBytesAfter = cr.BytesBefore, cr.BytesAfter
+		s.log.Info("store compacted", "log_files", cr.LogFiles, "bytes_before", cr.BytesBefore, "bytes_after", cr.BytesAfter)
 	}
 	return out, nil
 }
