@@ -30,9 +30,14 @@ func init() {
 	})
 }
 
-// isClaudeHome: projects/ beside one of the files and directories Claude
-// Code keeps in its config dir.
+// isClaudeHome: Claude Code's .claude.json or .credentials.json, or
+// projects/ beside one of the files and directories it keeps in its config
+// dir.
 func isClaudeHome(d Dir) (bool, error) {
+	// A config dir before its first transcript has no projects/ yet.
+	if d.HasFile(".claude.json") || d.HasFile(".credentials.json") {
+		return true, nil
+	}
 	if !d.HasDir("projects") {
 		return false, nil
 	}

@@ -77,8 +77,14 @@ func Homes(ctx context.Context, g cas.Getter, root cas.Ref, layout *manifest.Lay
 			taken[h.Provider] = true
 		}
 	}
+	places := layout.Places()
+	if layout == nil || layout.Workspace == nil {
+		// The usual workspace is never a home, recorded or not: a
+		// repository may hold a config.toml beside a sessions/ directory.
+		places = append(places, manifest.Place{Subtree: "workspace"})
+	}
 	inside := func(dir string) bool {
-		for _, p := range layout.Places() {
+		for _, p := range places {
 			if p.Subtree == "" || dir == p.Subtree || strings.HasPrefix(dir, p.Subtree+"/") {
 				return true
 			}
@@ -99,7 +105,9 @@ func Homes(ctx context.Context, g cas.Getter, root cas.Ref, layout *manifest.Lay
 			if err != nil {
 				return fmt.Errorf("fork: find homes: %s: %w", displayPath(dir), err)
 			}
-			if p != "" {
+			if p != "" && !taken[p] {
+				// A provider the layout records has its home there; a
+				// look-alike elsewhere (a backup copy) is not it.
 				homes = append(homes, manifest.Place{Subtree: dir, Provider: p})
 				return nil
 			}

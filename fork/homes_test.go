@@ -63,6 +63,9 @@ func TestHomes(t *testing.T) {
 		{"not a bare config.toml", map[string]string{"proj/config.toml": ""}, nil, ""},
 		{"not inside the workspace", map[string]string{"workspace/config.toml": "", "workspace/sessions/": ""}, ws, ""},
 		{"recorded, whatever it holds", map[string]string{"x/": ""}, &manifest.Layout{Homes: []manifest.Place{{Subtree: "x", Provider: "codex"}}}, "x=codex"},
+		{"not the usual workspace either", map[string]string{"workspace/config.toml": "", "workspace/sessions/": ""}, nil, ""},
+		{"a fresh claude home", map[string]string{"cc/.claude.json": "{}"}, nil, "cc=claude"},
+		{"a recorded provider's look-alike is not a home", map[string]string{"backup/installation_id": "x", "zz/": ""}, &manifest.Layout{Homes: []manifest.Place{{Subtree: "zz", Provider: "codex"}}}, "zz=codex"},
 		{"recorded wins over content", map[string]string{"x/state_5.sqlite": ""}, &manifest.Layout{Homes: []manifest.Place{{Subtree: "x", Provider: "tutti-agent"}}}, "x=tutti-agent"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -167,8 +167,18 @@ func validateCanonical(p string) error {
 	case strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }):
 		return errf(ErrInvalid, "%.80q: holds a control character", p)
 	}
+	for _, sys := range systemPaths {
+		if p == sys || strings.HasPrefix(p, sys+"/") {
+			return errf(ErrInvalid, "%.80q: inside %s, which a session must not cover (homefs run would show the session there, and a layout may come from another host)", p, sys)
+		}
+	}
 	return nil
 }
+
+// systemPaths hold the system's own files and the kernel's: a canonical
+// path there would let a session (written by an agent, perhaps pulled from
+// another host) replace them in a run.
+var systemPaths = []string{"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run/homefs", "/sbin", "/sys", "/usr"}
 
 // subtreesOverlap reports whether one session subtree contains the other.
 func subtreesOverlap(a, b string) bool {

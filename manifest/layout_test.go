@@ -30,6 +30,10 @@ func TestLayoutValidate(t *testing.T) {
 		{"bad subtree", &Layout{Workspace: &Place{Subtree: "../w", At: "/w"}}, ErrInvalid},
 		{"overlapping subtrees", &Layout{Homes: []Place{home("w/.codex", "/c", "codex")}, Workspace: &Place{Subtree: "w", At: "/w"}}, ErrInvalid},
 		{"root overlaps all", &Layout{Homes: []Place{home("", "/c", "codex")}, Workspace: &Place{Subtree: "w", At: "/w"}}, ErrInvalid},
+		{"system path", &Layout{Workspace: &Place{Subtree: "w", At: "/etc"}}, ErrInvalid},
+		{"below a system path", &Layout{Homes: []Place{home("h", "/usr/local/bin", "codex")}}, ErrInvalid},
+		{"the run directory", &Layout{Workspace: &Place{Subtree: "w", At: "/run/homefs/x"}}, ErrInvalid},
+		{"a name that starts like one", &Layout{Workspace: &Place{Subtree: "w", At: "/etcetera"}}, nil},
 		{"same path twice", &Layout{Homes: []Place{home("h", "/w", "codex")}, Workspace: &Place{Subtree: "w", At: "/w"}}, ErrInvalid},
 	}
 	for _, tt := range tests {

@@ -372,3 +372,25 @@ func TestRunTerminal(t *testing.T) {
 	until("got quit")
 	require.NoError(t, cmd.Wait())
 }
+
+// TestRunSkipsAMountGoneBehindTheDaemon: a daemon mount unmounted behind
+// the daemon's back is not shared with a run (whose writes would land on
+// the host's disk); the run makes its own and the writes reach the session.
+func TestRunSkipsAMountGoneBehindTheDaemon(t *testing.T) {
+	e, _ := newRunEnv(t, "home")
+	mnt := e.mkdir("mnt")
+	e.ok("mount", "s", mnt)
+	require.NoError(t, syscall.Unmount(mnt, 0))
+	r := e.run("run", "s", "--", "sh", "-c", "echo kept > kept.txt")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NoDirExists(t, filepath.Join(mnt, "workspace"), "the run wrote into the bare directory")
+	r = e.run("run", "s", "--", "cat", "kept.txt")
+	require.Equal(t, "kept\n", r.stdout, r.stderr)
+	// Only root reaches a running session through the daemon's mount.
+	r = e.run("run", "s", "--", "stat", "-c", "%a", daemon.RunDirFor(e.root), filepath.Dir(daemon.RunDirFor(e.root)))
+	require.Equal(t, "700\n700\n", r.stdout, r.stderr)
+	st, err := os.Stat(daemon.RunDirFor(e.root) + "/s")
+	if err == nil {
+		t.Errorf("the run's mount directory stayed: %v", st.Mode())
+	}
+}

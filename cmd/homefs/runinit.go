@@ -140,6 +140,9 @@ func setupRunMounts(spec runSpec) error {
 	return nil
 }
 
+// fuseSuperMagic is statfs's f_type of a FUSE filesystem.
+const fuseSuperMagic = 0x65735546
+
 // bindAt shows b.Source at b.Target.
 func bindAt(b nsBind, mountDir string, uid, gid uint32) error {
 	mnt, err := openDir(unix.AT_FDCWD, mountDir, 0)
@@ -147,6 +150,16 @@ func bindAt(b nsBind, mountDir string, uid, gid uint32) error {
 		return fmt.Errorf("the daemon's mount %s: %w", mountDir, err)
 	}
 	defer unix.Close(mnt)
+	// The daemon's mount itself, never the directory under it: were it
+	// unmounted meanwhile, the agent would write to the host's disk and
+	// nothing would reach the session.
+	var fsst unix.Statfs_t
+	if err := unix.Fstatfs(mnt, &fsst); err != nil {
+		return fmt.Errorf("the daemon's mount %s: %w", mountDir, err)
+	}
+	if fsst.Type != fuseSuperMagic {
+		return fmt.Errorf("the daemon's mount %s is not mounted any more (filesystem type %#x): run again", mountDir, fsst.Type)
+	}
 	src, err := mkdirAll(mnt, b.Source, unix.RESOLVE_BENEATH, func(parent int) (uint32, uint32, error) {
 		if uid != 0 || gid != 0 {
 			return uid, gid, nil

@@ -57,51 +57,80 @@ func (s *Service) RunMount(ctx context.Context, session string) (*RunMountInfo, 
 	}
 	s.runMu.Lock()
 	hold := s.runs[session]
-	if hold == nil {
+	first := hold == nil
+	if first {
 		hold = &runHold{ready: make(chan struct{})}
 		s.runs[session] = hold
-		hold.runs++
-		s.runMu.Unlock()
-		hold.dir, hold.ours, hold.err = s.runMountFor(ctx, session)
-		close(hold.ready)
-		if hold.err != nil {
-			s.runMu.Lock()
-			delete(s.runs, session)
-			s.runMu.Unlock()
-			return nil, nil, hold.err
-		}
-	} else {
-		hold.runs++
-		s.runMu.Unlock()
-		<-hold.ready
-		if hold.err != nil {
-			return nil, nil, hold.err
-		}
 	}
-	s.log.Info("run started", "session", session, "dir", hold.dir)
+	hold.runs++
+	s.runMu.Unlock()
+	if first {
+		err := s.runMountFor(ctx, session, hold)
+		s.runMu.Lock()
+		hold.err = err
+		if err != nil {
+			delete(s.runs, session)
+		}
+		s.runMu.Unlock()
+		close(hold.ready)
+	}
+	<-hold.ready
+	if hold.err != nil {
+		return nil, nil, hold.err
+	}
+	s.runMu.Lock()
+	dir := hold.dir
+	s.runMu.Unlock()
+	s.log.Info("run started", "session", session, "dir", dir)
 	release := func() { s.releaseRun(session, hold) }
-	return &RunMountInfo{Dir: hold.dir, Layout: h.Layout}, release, nil
+	return &RunMountInfo{Dir: dir, Layout: h.Layout}, release, nil
 }
 
-// runMountFor finds or makes the mount a run of session binds from.
-func (s *Service) runMountFor(ctx context.Context, session string) (string, bool, error) {
+// runMountFor finds or makes the mount a run of session binds from and
+// records it in hold. A mount of the daemon's is shared only while the
+// kernel still has it (someone may have unmounted it behind the daemon's
+// back); it is chosen and recorded under both locks, so that an unmount
+// cannot slip between the choice and the hold.
+func (s *Service) runMountFor(ctx context.Context, session string, hold *runHold) error {
+	s.runMu.Lock()
 	s.mu.Lock()
 	for _, m := range s.mounts {
 		if m.Session == session && m.Subtree == "" && m.Snapshot == "" && !m.ReadOnly && !m.Private {
-			s.mu.Unlock()
-			return m.Dir, false, nil
+			if ok, err := isMountpoint(m.Dir); err == nil && ok {
+				hold.dir = m.Dir
+				s.mu.Unlock()
+				s.runMu.Unlock()
+				return nil
+			}
+			s.log.Warn("a recorded mount is gone from the mount table; not sharing it", "dir", m.Dir, "session", session)
 		}
 	}
 	s.mu.Unlock()
+	s.runMu.Unlock()
+	// Only root reaches the run's mounts: the binds are made from
+	// descriptors, and nobody else needs the path (another user would read
+	// a running session's files there).
+	if err := os.MkdirAll(s.runDir, 0o700); err != nil {
+		return fmt.Errorf("run directory: %w", err)
+	}
+	if err := os.Chmod(filepath.Dir(s.runDir), 0o700); err != nil {
+		return fmt.Errorf("run directory: %w", err)
+	}
+	if err := os.Chmod(s.runDir, 0o700); err != nil {
+		return fmt.Errorf("run directory: %w", err)
+	}
 	dir := filepath.Join(s.runDir, session)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", false, fmt.Errorf("run directory: %w", err)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("run directory: %w", err)
 	}
 	m, err := s.Mount(ctx, MountRequest{Session: session, Dir: dir})
 	if err != nil {
-		return "", false, err
+		return err
 	}
-	return m.Dir, true, nil
+	s.runMu.Lock()
+	hold.dir, hold.ours = m.Dir, true
+	s.runMu.Unlock()
+	return nil
 }
 
 // releaseRun ends one run's hold; the last one unmounts a mount made for
@@ -136,10 +165,21 @@ func (s *Service) releaseRun(session string, hold *runHold) {
 		time.Sleep(wait)
 	}
 	if err != nil {
-		s.log.Error("could not unmount a run's mount; unmount it with homefs unmount", "dir", hold.dir, "err", err)
-		return
+		if still, _ := isMountpoint(hold.dir); still {
+			s.log.Error("could not unmount a run's mount; unmount it with homefs unmount", "dir", hold.dir, "err", err)
+			return
+		}
+		// Gone already (unmounted behind the daemon's back): forget it.
+		s.log.Warn("a run's mount was already gone", "dir", hold.dir, "err", err)
+		s.mu.Lock()
+		delete(s.mounts, hold.dir)
+		if werr := s.saveMountsLocked(); werr != nil {
+			s.log.Error("could not record mounts", "err", werr)
+		}
+		s.mu.Unlock()
 	}
 	_ = os.Remove(hold.dir)
+	_ = os.Remove(s.runDir) // only once no session of this daemon runs
 }
 
 // heldByRun reports whether a run binds from the mount at dir.
