@@ -92,9 +92,9 @@ func homefsMountsUnder(t *testing.T, dir string) []string {
 // exits 0, no mount is left behind, and after a restart every
 // acknowledged byte is there. On both transports.
 func TestShutdownWithWritersLosesNothing(t *testing.T) {
-	for _, uring := range []bool{true, false} {
-		t.Run(fmt.Sprintf("fuse-uring=%v", uring), func(t *testing.T) {
-			testShutdownWithWriters(t, fmt.Sprintf("--fuse-uring=%v", uring))
+	for _, uring := range []string{"on", "off"} {
+		t.Run("fuse-uring="+uring, func(t *testing.T) {
+			testShutdownWithWriters(t, "--fuse-uring="+uring)
 		})
 	}
 }
