@@ -59,8 +59,8 @@ step "create session agent-1: its Codex home and workspace, owned by $AGENT"
 
 step "the agent ($AGENT, through homefs run) writes its rollout and a workspace file"
 ROLL=sessions/2025/06/01/rollout-2025-06-01T10-00-00-0197a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b.jsonl
-export ROLL
-"$BIN" run agent-1 --user "$AGENT" -- sh -c '
+# An agent gets a clean environment: what it needs comes with --env.
+"$BIN" run agent-1 --user "$AGENT" --env "ROLL=$ROLL" -- sh -ec '
 	echo "I am $(id -un) in $PWD; CODEX_HOME=$CODEX_HOME"
 	mkdir -p "$CODEX_HOME/$(dirname "$ROLL")"
 	cat >"$CODEX_HOME/$ROLL" <<JSONL
@@ -81,7 +81,7 @@ step "fork agent-1 at that snapshot into agent-1-retry (O(1); same canonical pat
 "$BIN" fork "agent-1@$SNAP" agent-1-retry
 
 step "the fork takes another turn at the same paths; the source does not"
-"$BIN" run agent-1-retry --user "$AGENT" -- sh -c '
+"$BIN" run agent-1-retry --user "$AGENT" --env "ROLL=$ROLL" -- sh -ec '
 	echo "{\"timestamp\":\"2025-06-01T10:05:00.000Z\",\"ordinal\":2,\"type\":\"response_item\",\"payload\":{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"README added\"}]}}" >>"$CODEX_HOME/$ROLL"
 	echo "retry notes" >NOTES.md'
 "$BIN" mount agent-1-retry "$FORK"
