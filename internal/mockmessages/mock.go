@@ -14,10 +14,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
+
+	"homefs/internal/mockhttp"
 )
 
 // BashDirective starts a prompt line asking the mock for a bash tool call
@@ -25,10 +25,7 @@ import (
 const BashDirective = "mock-bash: "
 
 // Request is one recorded call.
-type Request struct {
-	Method, Path string
-	Body         map[string]any
-}
+type Request = mockhttp.Request
 
 // Reply is one assistant message: Text, or a call of tool Tool with Input.
 type Reply struct {
@@ -48,21 +45,17 @@ type Server struct {
 	Reply func(n int, body map[string]any) Reply
 
 	srv *http.Server
-
-	mu       sync.Mutex
-	requests []Request // GUARDED_BY(mu)
-	served   int       // messages requests so far; GUARDED_BY(mu)
+	rec mockhttp.Recorder
 }
 
 // Start listens on 127.0.0.1 on a free port.
 func Start() (*Server, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	s := &Server{}
+	url, srv, err := mockhttp.Serve(http.HandlerFunc(s.serve))
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{URL: "http://" + ln.Addr().String()}
-	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve)}
-	go s.srv.Serve(ln)
+	s.URL, s.srv = url, srv
 	return s, nil
 }
 
@@ -70,33 +63,15 @@ func Start() (*Server, error) {
 func (s *Server) Close() error { return s.srv.Close() }
 
 // Requests returns the requests so far.
-func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.requests...)
-}
+func (s *Server) Requests() []Request { return s.rec.Requests() }
 
 // Messages counts the messages requests served.
-func (s *Server) Messages() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.served
-}
+func (s *Server) Messages() int { return s.rec.Turns() }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	raw, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
-	var body map[string]any
-	json.Unmarshal(raw, &body)
-	s.mu.Lock()
-	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, Body: body})
-	n := 0
 	isMessages := r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/v1/messages")
-	if isMessages {
-		s.served++
-		n = s.served
-	}
+	body, n := s.rec.Record(r, isMessages)
 	reply := s.Reply
-	s.mu.Unlock()
 
 	switch {
 	case isMessages:

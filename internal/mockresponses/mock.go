@@ -8,17 +8,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
+
+	"homefs/internal/mockhttp"
 )
 
 // Request is one recorded call.
-type Request struct {
-	Method, Path string
-	Body         map[string]any
-}
+type Request = mockhttp.Request
 
 // Server is a running mock. Its zero value is not usable; call Start.
 type Server struct {
@@ -30,22 +27,17 @@ type Server struct {
 	Reply func(n int, body map[string]any) string
 
 	srv *http.Server
-	ln  net.Listener
-
-	mu       sync.Mutex
-	requests []Request // GUARDED_BY(mu)
-	served   int       // responses requests so far; GUARDED_BY(mu)
+	rec mockhttp.Recorder
 }
 
 // Start listens on 127.0.0.1 on a free port.
 func Start() (*Server, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	s := &Server{}
+	url, srv, err := mockhttp.Serve(http.HandlerFunc(s.serve))
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{ln: ln, URL: "http://" + ln.Addr().String() + "/v1"}
-	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve)}
-	go s.srv.Serve(ln)
+	s.URL, s.srv = url+"/v1", srv
 	return s, nil
 }
 
@@ -53,33 +45,15 @@ func Start() (*Server, error) {
 func (s *Server) Close() error { return s.srv.Close() }
 
 // Requests returns the requests so far.
-func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.requests...)
-}
+func (s *Server) Requests() []Request { return s.rec.Requests() }
 
 // Responses counts the responses requests served.
-func (s *Server) Responses() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.served
-}
+func (s *Server) Responses() int { return s.rec.Turns() }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	raw, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
-	var body map[string]any
-	json.Unmarshal(raw, &body)
-	s.mu.Lock()
-	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, Body: body})
-	n := 0
 	isResponses := r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/responses")
-	if isResponses {
-		s.served++
-		n = s.served
-	}
+	body, n := s.rec.Record(r, isResponses)
 	reply := s.Reply
-	s.mu.Unlock()
 
 	switch {
 	case isResponses:
