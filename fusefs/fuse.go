@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -255,6 +256,26 @@ func splitNs(ns int64) (uint64, uint32) {
 	return uint64(sec), uint32(nsec)
 }
 
+// joinNs is a time the kernel sends (seconds, two's complement in a u64,
+// and nanoseconds) in nanoseconds, clamped to what an int64 holds (years
+// 1677 to 2262), as ext4 clamps a time to its own range rather than wrap
+// it: touch -d 2300-01-01 gives the latest time there is, not one in 1715.
+func joinNs(sec uint64, nsec uint32) int64 {
+	const (
+		second = 1_000_000_000
+		maxSec = math.MaxInt64 / second // 9223372036 (…036.854775807)
+		minSec = math.MinInt64/second - 1
+	)
+	s := int64(sec)
+	switch {
+	case s > maxSec || s == maxSec && int64(nsec) > math.MaxInt64%second:
+		return math.MaxInt64
+	case s < minSec || s == minSec && int64(nsec) < second+math.MinInt64%second:
+		return math.MinInt64
+	}
+	return s*second + int64(nsec)
+}
+
 func caller(ctx context.Context) Owner {
 	if c, ok := fuse.FromContext(ctx); ok {
 		return Owner{UID: c.Uid, GID: c.Gid}
@@ -383,7 +404,7 @@ func (f *fnode) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn
 		if in.Valid&fuse.FATTR_ATIME_NOW != 0 {
 			a.AtimeNow = true
 		} else {
-			t := int64(in.Atime)*1e9 + int64(in.Atimensec)
+			t := joinNs(in.Atime, in.Atimensec)
 			a.Atime = &t
 		}
 	}
@@ -391,7 +412,7 @@ func (f *fnode) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn
 		if in.Valid&fuse.FATTR_MTIME_NOW != 0 {
 			a.MtimeNow = true
 		} else {
-			t := int64(in.Mtime)*1e9 + int64(in.Mtimensec)
+			t := joinNs(in.Mtime, in.Mtimensec)
 			a.Mtime = &t
 		}
 	}
