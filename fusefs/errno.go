@@ -3,6 +3,8 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"net"
+	"net/url"
 	"syscall"
 
 	"homefs/cas"
@@ -10,18 +12,28 @@ import (
 
 // toErrno is the one place where errors become kernel errnos. POSIX
 // outcomes travel as syscall.Errno and pass through; cancellation becomes
-// EINTR; everything else (corrupt or missing chunks, store failures) is
-// logged with the path and becomes EIO, so that wrong bytes are never
-// served.
+// EINTR; everything else (corrupt or missing chunks, store failures, a
+// remote that refused or timed out, whatever errno its network error
+// carries) is logged with the path and becomes EIO, so that wrong bytes
+// are never served.
 func (m *Mount) toErrno(op string, f *fnode, err error) syscall.Errno {
 	if err == nil {
 		return 0
 	}
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
+	var (
+		errno  syscall.Errno
+		opErr  *net.OpError
+		dnsErr *net.DNSError
+		urlErr *url.Error
+	)
+	switch {
+	case errors.As(err, &opErr), errors.As(err, &dnsErr), errors.As(err, &urlErr):
+		// A remote's failure (ECONNREFUSED, a timeout) is not an outcome of
+		// the file operation, whatever errno it carries: a filesystem
+		// answers EIO.
+	case errors.As(err, &errno):
 		return errno
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	case errors.Is(err, context.Canceled):
 		return syscall.EINTR
 	}
 	path := ""
