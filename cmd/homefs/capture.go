@@ -97,8 +97,8 @@ func runCapture(ctx context.Context, cl *daemon.Client, out io.Writer, o capture
 	if o.push {
 		// The id, not the session: a capture meanwhile must not change
 		// what is pushed.
-		p := newProgress()
-		res.Pushed, err = cl.Push(ctx, daemon.PushRequest{Spec: snap.ID, Remote: o.remote}, transferProgress(p, "push"))
+		p := newProgress("push", "objects", o.json)
+		res.Pushed, err = cl.Push(ctx, daemon.PushRequest{Spec: snap.ID, Remote: o.remote}, p.show)
 		p.done()
 		if err != nil {
 			return fmt.Errorf("captured %s, but the push failed (rerun: homefs push %s): %w", snap.ID, snap.ID, err)

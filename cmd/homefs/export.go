@@ -39,10 +39,10 @@ with modes, owners, times, xattrs, symlinks, hard links) goes to stdout.
 }
 
 func runExport(ctx context.Context, cl *daemon.Client, stdout io.Writer, o exportOptions) error {
-	p := newProgress()
+	p := newProgress("export", "entries", false)
 	defer p.done()
 	if o.dest == "-" {
-		return cl.Export(ctx, o.snapshot, &countingWriter{w: stdout, p: p, l: "exported"})
+		return cl.Export(ctx, o.snapshot, &countingWriter{w: stdout, p: p})
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -54,7 +54,7 @@ func runExport(ctx context.Context, cl *daemon.Client, stdout io.Writer, o expor
 		errc <- err
 	}()
 	xerr := archive.Extract(ctx, pr, o.dest, func(entries, bytes int64) {
-		p.update("exported %d entries, %s", entries, humanBytes(bytes))
+		p.show(daemon.Progress{Done: entries, Bytes: bytes})
 	})
 	if xerr != nil {
 		cancel()

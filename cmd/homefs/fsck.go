@@ -30,10 +30,8 @@ session or snapshot and path, and exits 5 if there is any.
 }
 
 func runFsck(ctx context.Context, cl *daemon.Client, out io.Writer, asJSON bool) error {
-	p := newProgress()
-	rep, err := cl.Fsck(ctx, func(pr daemon.Progress) {
-		p.update("fsck: %d objects, %s", pr.Done, humanBytes(pr.Bytes))
-	})
+	p := newProgress("fsck", "objects", asJSON)
+	rep, err := cl.Fsck(ctx, p.show)
 	p.done()
 	if err != nil {
 		return err

@@ -33,14 +33,8 @@ store wait for a moment while it reopens its database).
 }
 
 func runGC(ctx context.Context, cl *daemon.Client, out io.Writer, asJSON bool) error {
-	p := newProgress()
-	res, err := cl.GC(ctx, func(pr daemon.Progress) {
-		if pr.Total > 0 {
-			p.update("gc: %s %d/%d", pr.Phase, pr.Done, pr.Total)
-		} else {
-			p.update("gc: %s %d", pr.Phase, pr.Done)
-		}
-	})
+	p := newProgress("gc", "objects", asJSON)
+	res, err := cl.GC(ctx, p.show)
 	p.done()
 	if err != nil {
 		return err

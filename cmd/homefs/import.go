@@ -44,9 +44,10 @@ only DIR itself may be a symlink to the directory to import.
 }
 
 func runImport(ctx context.Context, cl *daemon.Client, out io.Writer, o importOptions) error {
-	p := newProgress()
+	p := newProgress("import", "entries", o.json)
 	defer p.done()
 	var src io.Reader
+	var size int64 // of a tar file: the bar's total
 	var localErr chan error
 	switch st, err := os.Stat(o.source); {
 	case o.source == "-":
@@ -70,8 +71,11 @@ func runImport(ctx context.Context, cl *daemon.Client, out io.Writer, o importOp
 		}
 		defer f.Close()
 		src = f
+		if st.Mode().IsRegular() {
+			size = st.Size()
+		}
 	}
-	body := &countingReader{r: src, p: p}
+	body := &countingReader{r: src, total: size, p: p}
 	res, err := cl.Import(ctx, o.session, body)
 	if localErr != nil {
 		if lerr := <-localErr; lerr != nil && err != nil {
@@ -88,17 +92,4 @@ func runImport(ctx context.Context, cl *daemon.Client, out io.Writer, o importOp
 	fmt.Fprintf(out, "imported %s: %d files, %d directories, %d symlinks, %s\n",
 		res.Session, res.Files, res.Dirs, res.Symlinks, humanBytes(res.Bytes))
 	return nil
-}
-
-type countingReader struct {
-	r io.Reader
-	n int64
-	p *progress
-}
-
-func (c *countingReader) Read(b []byte) (int, error) {
-	n, err := c.r.Read(b)
-	c.n += int64(n)
-	c.p.update("imported %s", humanBytes(c.n))
-	return n, err
 }

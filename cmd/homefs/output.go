@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -55,45 +54,4 @@ func ago(t time.Time) string {
 		return "-"
 	}
 	return t.Local().Format("2006-01-02 15:04:05")
-}
-
-// progress draws a one-line progress report on stderr when it is a
-// terminal, at most ten times a second; done clears the line.
-type progress struct {
-	on   bool
-	last time.Time
-}
-
-func newProgress() *progress {
-	st, err := os.Stderr.Stat()
-	return &progress{on: err == nil && st.Mode()&os.ModeCharDevice != 0}
-}
-
-func (p *progress) update(format string, args ...any) {
-	if !p.on || time.Since(p.last) < 100*time.Millisecond {
-		return
-	}
-	p.last = time.Now()
-	fmt.Fprintf(os.Stderr, "\r\033[K"+format, args...)
-}
-
-func (p *progress) done() {
-	if p.on && !p.last.IsZero() {
-		fmt.Fprint(os.Stderr, "\r\033[K")
-	}
-}
-
-// countingWriter counts bytes passed through.
-type countingWriter struct {
-	w io.Writer
-	n int64
-	p *progress
-	l string
-}
-
-func (c *countingWriter) Write(b []byte) (int, error) {
-	n, err := c.w.Write(b)
-	c.n += int64(n)
-	c.p.update("%s %s", c.l, humanBytes(c.n))
-	return n, err
 }

@@ -47,8 +47,8 @@ fork, restore, session create --from and log work on it.
 }
 
 func runPull(ctx context.Context, cl *daemon.Client, out io.Writer, o pullOptions) error {
-	p := newProgress()
-	res, err := cl.Pull(ctx, daemon.PullRequest{Spec: o.spec, Remote: o.remote, All: o.all}, transferProgress(p, "pull"))
+	p := newProgress("pull", "objects", o.json)
+	res, err := cl.Pull(ctx, daemon.PullRequest{Spec: o.spec, Remote: o.remote, All: o.all}, p.show)
 	p.done()
 	if err != nil {
 		return err

@@ -44,8 +44,8 @@ when only one is configured.
 }
 
 func runPush(ctx context.Context, cl *daemon.Client, out io.Writer, o pushOptions) error {
-	p := newProgress()
-	res, err := cl.Push(ctx, daemon.PushRequest{Spec: o.spec, Remote: o.remote}, transferProgress(p, "push"))
+	p := newProgress("push", "objects", o.json)
+	res, err := cl.Push(ctx, daemon.PushRequest{Spec: o.spec, Remote: o.remote}, p.show)
 	p.done()
 	if err != nil {
 		return err
@@ -64,18 +64,4 @@ func printPush(out io.Writer, res *daemon.PushResult) {
 	}
 	fmt.Fprintf(out, "pushed %s of %s to %s: %d objects uploaded (%s), %d checked, %d records; %s\n",
 		shortID(res.Snapshot), res.Session, res.Remote, res.Uploaded, humanBytes(res.UploadedBytes), res.Checked, res.Records, head)
-}
-
-// transferProgress draws push and pull progress on a terminal.
-func transferProgress(p *progress, verb string) func(daemon.Progress) {
-	return func(pr daemon.Progress) {
-		switch {
-		case pr.BytesTotal > 0:
-			p.update("%s: %s %d/%d objects, %s/%s", verb, pr.Phase, pr.Done, pr.Total, humanBytes(pr.Bytes), humanBytes(pr.BytesTotal))
-		case pr.Total > 0:
-			p.update("%s: %s %d/%d objects", verb, pr.Phase, pr.Done, pr.Total)
-		default:
-			p.update("%s: %s", verb, pr.Phase)
-		}
-	}
 }
