@@ -54,6 +54,7 @@ func classify(err error) Code {
 		return CodeUsage
 	case errors.Is(err, catalog.ErrNoSession), errors.Is(err, catalog.ErrNoSnapshot),
 		errors.Is(err, fork.ErrNotFound), errors.Is(err, remote.ErrNoRemote),
+		errors.Is(err, remote.ErrNoBucket),
 		errors.Is(err, remote.ErrNoSnapshot),
 		errors.Is(err, fusefs.ErrNotMounted), errors.Is(err, fusefs.ErrNotDirectory),
 		errors.Is(err, fusefs.ErrNoSubtree),
@@ -77,7 +78,8 @@ func classify(err error) Code {
 		errors.Is(err, archive.ErrUnsupported), errors.Is(err, errUsage),
 		errors.Is(err, fork.ErrUnknownProvider), errors.Is(err, fork.ErrInvalid),
 		errors.Is(err, fork.ErrAmbiguous), errors.Is(err, fork.ErrNative),
-		errors.Is(err, fork.ErrTooLarge), errors.Is(err, remote.ErrNoCredentials):
+		errors.Is(err, fork.ErrTooLarge), errors.Is(err, remote.ErrNoCredentials),
+		errors.Is(err, remote.ErrNotS3):
 		return CodeUsage
 	case errors.Is(err, cas.ErrClosed), errors.Is(err, context.Canceled):
 		return CodeUnavailable

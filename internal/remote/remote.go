@@ -33,6 +33,10 @@ var (
 	// ErrNoSnapshot: the remote holds no such snapshot (or no head for a
 	// session).
 	ErrNoSnapshot = fmt.Errorf("remote: no such snapshot: %w", cas.ErrNotFound)
+	// ErrNoBucket: the remote's bucket does not exist.
+	ErrNoBucket = errors.New("remote: no such bucket")
+	// ErrNotS3: the endpoint answered, but not as an S3 server does.
+	ErrNotS3 = errors.New("remote: the endpoint does not answer as S3")
 )
 
 // Options tune a Remote. The zero value is ready for production.
@@ -163,6 +167,31 @@ func (r *Remote) headKey(session string) string { return r.prefix + headsDir + s
 const maxStored = cas.MaxChunkSize + 16
 
 // isNotFound reports a 404 in any of its S3 spellings.
+// notThere tells a missing bucket, and an endpoint that is no S3 server
+// (a 404 that is not S3's NoSuchKey), from a missing object of a GET: "session has no
+// head" is the wrong news for both. nil means neither.
+func (r *Remote) notThere(err error) error {
+	var ae smithy.APIError
+	if errors.As(err, &ae) && ae.ErrorCode() == "NoSuchBucket" {
+		return fmt.Errorf("remote %s: bucket %s does not exist at %s (create it, or fix the remote's URL): %w", r.cfg.Name, r.bucket, r.endpointName(), ErrNoBucket)
+	}
+	// A GET of a missing object is NoSuchKey on every S3 server; any
+	// other 404 (a web server's page) comes from something else.
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotFound && (!errors.As(err, &ae) || ae.ErrorCode() != "NoSuchKey") {
+		return fmt.Errorf("remote %s: %s answered 404 without an S3 error (is it an S3 endpoint?): %w", r.cfg.Name, r.endpointName(), ErrNotS3)
+	}
+	return nil
+}
+
+// endpointName is the remote's endpoint as a user gave it.
+func (r *Remote) endpointName() string {
+	if r.cfg.Endpoint != "" {
+		return r.cfg.Endpoint
+	}
+	return "the default S3 endpoint"
+}
+
 func isNotFound(err error) bool {
 	var re *awshttp.ResponseError
 	if errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotFound {
@@ -200,6 +229,9 @@ func (r *Remote) getObject(ctx context.Context, key string, limit int64) ([]byte
 	r.gets.Add(1)
 	out, err := r.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &r.bucket, Key: &key})
 	if err != nil {
+		if err := r.notThere(err); err != nil {
+			return nil, "", err
+		}
 		if isNotFound(err) {
 			return nil, "", fmt.Errorf("remote %s: %s: %w", r.cfg.Name, key, cas.ErrNotFound)
 		}

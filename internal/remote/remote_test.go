@@ -295,3 +295,4 @@ func damage(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 }
+
