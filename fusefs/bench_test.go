@@ -42,6 +42,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"homefs/cas"
 	"homefs/internal/catalog"
 )
@@ -120,7 +122,11 @@ func newBenchRig(b *testing.B) *benchRig {
 		b.Fatal(err)
 	}
 	cat := catalog.New(store)
-	r.engine = New(store, cat, Options{StoreDir: storeDir, Logger: quiet, NoStaging: os.Getenv("HOMEFS_BENCH_NOSTAGING") != "", URing: URingOn})
+	opts := Options{StoreDir: storeDir, Logger: quiet, NoStaging: os.Getenv("HOMEFS_BENCH_NOSTAGING") != "", URing: URingOn}
+	if os.Getenv("HOMEFS_BENCH_METRICS") != "" {
+		opts.Observer = newBenchObserver()
+	}
+	r.engine = New(store, cat, opts)
 	ctx := context.Background()
 	if _, err := cat.CreateSession(ctx, r.session, ""); err != nil {
 		b.Fatal(err)
@@ -611,3 +617,30 @@ func BenchmarkSmallFile(b *testing.B) {
 	}
 	massDeleted()
 }
+
+// benchObserver does per request what the daemon's metrics do
+// (internal/daemon/metrics.go): an Observe on a histogram resolved at
+// start, and a counter for an error. HOMEFS_BENCH_METRICS=1 installs it,
+// to measure what --metrics costs a request.
+type benchObserver struct {
+	lat  [NumOps]prometheus.Observer
+	errs *prometheus.CounterVec
+}
+
+func newBenchObserver() *benchObserver {
+	lat := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "lat", Buckets: prometheus.ExponentialBuckets(10e-6, 4, 10)}, []string{"op"})
+	o := &benchObserver{errs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "errs"}, []string{"op", "errno"})}
+	for op := range NumOps {
+		o.lat[op] = lat.WithLabelValues(op.String())
+	}
+	return o
+}
+
+func (o *benchObserver) Request(op Op, errno syscall.Errno, d time.Duration) {
+	o.lat[op].Observe(d.Seconds())
+	if errno != 0 {
+		o.errs.WithLabelValues(op.String(), errno.Error()).Inc()
+	}
+}
+
+func (o *benchObserver) Flush(time.Duration, error) {}

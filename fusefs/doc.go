@@ -25,6 +25,10 @@
 //   - Wild backing file: one that a descriptor able to write anywhere (or
 //     map it) joined, so every ingest compares all of it, not the tail.
 //   - Spill: storing a file's write buffers before a flush, to bound memory.
+//   - Gate: the wrapper of go-fuse's RawFileSystem that every request of a
+//     mount passes (rawGate, nointr.go): it ignores INTERRUPT, serves
+//     directories without OPENDIR, and times each request for the
+//     engine's Observer (observe.go), the daemon's metrics.
 //
 // # Where a write goes
 //

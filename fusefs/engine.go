@@ -65,6 +65,9 @@ type Options struct {
 	// mount it detached before it ends the mount's connection (shutdown.go);
 	// 0 means 5 s.
 	ShutdownGrace time.Duration
+	// Observer, when set, is told of every kernel request and flush
+	// (observe.go); nil costs a request one comparison.
+	Observer Observer
 }
 
 // Engine serves sessions of one store: it mounts them and implements
@@ -76,6 +79,7 @@ type Engine struct {
 	noStage  bool
 	uring    URingMode
 	grace    time.Duration // Options.ShutdownGrace
+	obs      Observer      // Options.Observer; nil when nothing observes
 	log      *slog.Logger
 	cache    *chunkCache
 	inos     atomic.Uint64
@@ -114,6 +118,7 @@ func New(store cas.Store, cat *catalog.Catalog, opts Options) *Engine {
 		noStage:  opts.NoStaging,
 		uring:    opts.URing,
 		grace:    opts.ShutdownGrace,
+		obs:      opts.Observer,
 		log:      log,
 		cache:    newChunkCache(store, cacheChunks),
 		sessions: make(map[string]*Session),
@@ -707,7 +712,15 @@ func (e *Engine) syncPartial(ctx context.Context, s *Session) error {
 
 // syncLocked is sync (all set) or syncPartial with s.freeze held
 // exclusively.
-func (e *Engine) syncLocked(ctx context.Context, s *Session, all bool) error {
+func (e *Engine) syncLocked(ctx context.Context, s *Session, all bool) (err error) {
+	if e.obs != nil {
+		start, synced := time.Now(), s.synced
+		defer func() {
+			if err != nil || s.synced != synced {
+				e.obs.Flush(time.Since(start), err)
+			}
+		}()
+	}
 	root, err := s.flushLocked(ctx, false, all)
 	if err != nil {
 		return err
@@ -958,7 +971,7 @@ func (e *Engine) Close(ctx context.Context) error {
 // mountFS mounts m's root at dir, as fs.Mount does, with the file system
 // wrapped in m's rawGate.
 func (e *Engine) mountFS(dir string, m *Mount, opts *fs.Options) (*fuse.Server, error) {
-	raw := &rawGate{RawFileSystem: fs.NewNodeFS(m.root, opts), m: m}
+	raw := &rawGate{RawFileSystem: fs.NewNodeFS(m.root, opts), m: m, obs: e.obs}
 	m.gate = raw
 	if e.uringUsable(dir) {
 		server, us, err := mountURing(dir, raw, opts, m.log)

@@ -634,11 +634,13 @@ func (f *fnode) CopyFileRange(ctx context.Context, _ fs.FileHandle, offIn uint64
 }
 
 // rawGate stands between the kernel and go-fuse's node bridge. It counts
-// the RELEASE requests in flight in a mount (see open), and serves
-// directories without OPENDIR (dirstream.go).
+// the RELEASE requests in flight in a mount (see open), serves
+// directories without OPENDIR (dirstream.go), and times requests for the
+// engine's Observer (observe.go).
 type rawGate struct {
 	fuse.RawFileSystem
 	m      *Mount
+	obs    Observer // nil: nothing is timed; set before the mount serves
 	server atomic.Pointer[fuse.Server]
 	// noOpendir is set once OPENDIR has been answered with ENOSYS.
 	noOpendir atomic.Bool
@@ -650,15 +652,22 @@ func (g *rawGate) Init(s *fuse.Server) {
 }
 
 func (g *rawGate) Release(_ <-chan struct{}, in *fuse.ReleaseIn) {
+	t := g.begin()
 	g.m.releasing.Add(1)
 	defer g.m.releasing.Add(-1)
 	g.RawFileSystem.Release(nil, in) // never interrupted (nointr.go)
+	g.end(OpRelease, t, fuse.OK)
 }
 
 // OpenDir answers ENOSYS, which switches the kernel to no-opendir mode for
 // the rest of the connection, when the kernel offers that mode and the
 // mount alone shows its part of the session.
 func (g *rawGate) OpenDir(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	t := g.begin()
+	return g.end(OpOpenDir, t, g.openDir(in, out))
+}
+
+func (g *rawGate) openDir(in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	if s := g.server.Load(); s != nil && s.KernelSettings().Flags64()&fuse.CAP_NO_OPENDIR_SUPPORT != 0 && !g.m.shortCache.Load() {
 		g.noOpendir.Store(true)
 		return fuse.ENOSYS
@@ -667,11 +676,13 @@ func (g *rawGate) OpenDir(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut)
 }
 
 func (g *rawGate) ReadDir(_ <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	return g.withDir(in, func(in *fuse.ReadIn) fuse.Status { return g.RawFileSystem.ReadDir(nil, in, out) })
+	t := g.begin()
+	return g.end(OpReadDir, t, g.withDir(in, func(in *fuse.ReadIn) fuse.Status { return g.RawFileSystem.ReadDir(nil, in, out) }))
 }
 
 func (g *rawGate) ReadDirPlus(_ <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	return g.withDir(in, func(in *fuse.ReadIn) fuse.Status { return g.RawFileSystem.ReadDirPlus(nil, in, out) })
+	t := g.begin()
+	return g.end(OpReadDirPlus, t, g.withDir(in, func(in *fuse.ReadIn) fuse.Status { return g.RawFileSystem.ReadDirPlus(nil, in, out) }))
 }
 
 // withDir calls read with in, giving it a handle opened for this request
@@ -692,6 +703,8 @@ func (g *rawGate) withDir(in *fuse.ReadIn, read func(*fuse.ReadIn) fuse.Status) 
 
 func (g *rawGate) ReleaseDir(in *fuse.ReleaseIn) {
 	if in.Fh != 0 {
+		t := g.begin()
 		g.RawFileSystem.ReleaseDir(in)
+		g.end(OpReleaseDir, t, fuse.OK)
 	}
 }

@@ -9,124 +9,162 @@ import "github.com/hanwen/go-fuse/v2/fuse"
 // programs retry (SQLite reports an fsync's EINTR as an I/O error). No
 // homefs operation waits on anything a signal could end (locks are the
 // kernel's), so the gate answers every request as if no INTERRUPT came,
-// as the rings do (INTERRUPT never reaches a request they serve).
+// as the rings do (INTERRUPT never reaches a request they serve). It also
+// times each request for the engine's Observer (observe.go).
 
 func (g *rawGate) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string, out *fuse.EntryOut) (status fuse.Status) {
-	return g.RawFileSystem.Lookup(nil, header, name, out)
+	t := g.begin()
+	return g.end(OpLookup, t, g.RawFileSystem.Lookup(nil, header, name, out))
 }
 
 func (g *rawGate) GetAttr(cancel <-chan struct{}, input *fuse.GetAttrIn, out *fuse.AttrOut) (code fuse.Status) {
-	return g.RawFileSystem.GetAttr(nil, input, out)
+	t := g.begin()
+	return g.end(OpGetAttr, t, g.RawFileSystem.GetAttr(nil, input, out))
 }
 
 func (g *rawGate) SetAttr(cancel <-chan struct{}, input *fuse.SetAttrIn, out *fuse.AttrOut) (code fuse.Status) {
-	return g.RawFileSystem.SetAttr(nil, input, out)
+	t := g.begin()
+	return g.end(OpSetAttr, t, g.RawFileSystem.SetAttr(nil, input, out))
 }
 
 func (g *rawGate) Mknod(cancel <-chan struct{}, input *fuse.MknodIn, name string, out *fuse.EntryOut) (code fuse.Status) {
-	return g.RawFileSystem.Mknod(nil, input, name, out)
+	t := g.begin()
+	return g.end(OpMknod, t, g.RawFileSystem.Mknod(nil, input, name, out))
 }
 
 func (g *rawGate) Mkdir(cancel <-chan struct{}, input *fuse.MkdirIn, name string, out *fuse.EntryOut) (code fuse.Status) {
-	return g.RawFileSystem.Mkdir(nil, input, name, out)
+	t := g.begin()
+	return g.end(OpMkdir, t, g.RawFileSystem.Mkdir(nil, input, name, out))
 }
 
 func (g *rawGate) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string) (code fuse.Status) {
-	return g.RawFileSystem.Unlink(nil, header, name)
+	t := g.begin()
+	return g.end(OpUnlink, t, g.RawFileSystem.Unlink(nil, header, name))
 }
 
 func (g *rawGate) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name string) (code fuse.Status) {
-	return g.RawFileSystem.Rmdir(nil, header, name)
+	t := g.begin()
+	return g.end(OpRmdir, t, g.RawFileSystem.Rmdir(nil, header, name))
 }
 
 func (g *rawGate) Rename(cancel <-chan struct{}, input *fuse.RenameIn, oldName string, newName string) (code fuse.Status) {
-	return g.RawFileSystem.Rename(nil, input, oldName, newName)
+	t := g.begin()
+	return g.end(OpRename, t, g.RawFileSystem.Rename(nil, input, oldName, newName))
 }
 
 func (g *rawGate) Link(cancel <-chan struct{}, input *fuse.LinkIn, filename string, out *fuse.EntryOut) (code fuse.Status) {
-	return g.RawFileSystem.Link(nil, input, filename, out)
+	t := g.begin()
+	return g.end(OpLink, t, g.RawFileSystem.Link(nil, input, filename, out))
 }
 
 func (g *rawGate) Symlink(cancel <-chan struct{}, header *fuse.InHeader, pointedTo string, linkName string, out *fuse.EntryOut) (code fuse.Status) {
-	return g.RawFileSystem.Symlink(nil, header, pointedTo, linkName, out)
+	t := g.begin()
+	return g.end(OpSymlink, t, g.RawFileSystem.Symlink(nil, header, pointedTo, linkName, out))
 }
 
 func (g *rawGate) Readlink(cancel <-chan struct{}, header *fuse.InHeader) (out []byte, code fuse.Status) {
-	return g.RawFileSystem.Readlink(nil, header)
+	t := g.begin()
+	r, st := g.RawFileSystem.Readlink(nil, header)
+	return r, g.end(OpReadlink, t, st)
 }
 
 func (g *rawGate) Access(cancel <-chan struct{}, input *fuse.AccessIn) (code fuse.Status) {
-	return g.RawFileSystem.Access(nil, input)
+	t := g.begin()
+	return g.end(OpAccess, t, g.RawFileSystem.Access(nil, input))
 }
 
 func (g *rawGate) GetXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr string, dest []byte) (sz uint32, code fuse.Status) {
-	return g.RawFileSystem.GetXAttr(nil, header, attr, dest)
+	t := g.begin()
+	r, st := g.RawFileSystem.GetXAttr(nil, header, attr, dest)
+	return r, g.end(OpGetXAttr, t, st)
 }
 
 func (g *rawGate) ListXAttr(cancel <-chan struct{}, header *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
-	return g.RawFileSystem.ListXAttr(nil, header, dest)
+	t := g.begin()
+	r, st := g.RawFileSystem.ListXAttr(nil, header, dest)
+	return r, g.end(OpListXAttr, t, st)
 }
 
 func (g *rawGate) SetXAttr(cancel <-chan struct{}, input *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
-	return g.RawFileSystem.SetXAttr(nil, input, attr, data)
+	t := g.begin()
+	return g.end(OpSetXAttr, t, g.RawFileSystem.SetXAttr(nil, input, attr, data))
 }
 
 func (g *rawGate) RemoveXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr string) (code fuse.Status) {
-	return g.RawFileSystem.RemoveXAttr(nil, header, attr)
+	t := g.begin()
+	return g.end(OpRemoveXAttr, t, g.RawFileSystem.RemoveXAttr(nil, header, attr))
 }
 
 func (g *rawGate) Create(cancel <-chan struct{}, input *fuse.CreateIn, name string, out *fuse.CreateOut) (code fuse.Status) {
-	return g.RawFileSystem.Create(nil, input, name, out)
+	t := g.begin()
+	return g.end(OpCreate, t, g.RawFileSystem.Create(nil, input, name, out))
 }
 
 func (g *rawGate) Tmpfile(cancel <-chan struct{}, input *fuse.CreateIn, out *fuse.CreateOut) (code fuse.Status) {
-	return g.RawFileSystem.Tmpfile(nil, input, out)
+	t := g.begin()
+	return g.end(OpTmpfile, t, g.RawFileSystem.Tmpfile(nil, input, out))
 }
 
 func (g *rawGate) Open(cancel <-chan struct{}, input *fuse.OpenIn, out *fuse.OpenOut) (status fuse.Status) {
-	return g.RawFileSystem.Open(nil, input, out)
+	t := g.begin()
+	return g.end(OpOpen, t, g.RawFileSystem.Open(nil, input, out))
 }
 
 func (g *rawGate) Read(cancel <-chan struct{}, input *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
-	return g.RawFileSystem.Read(nil, input, buf)
+	t := g.begin()
+	r, st := g.RawFileSystem.Read(nil, input, buf)
+	return r, g.end(OpRead, t, st)
 }
 
 func (g *rawGate) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {
-	return g.RawFileSystem.Lseek(nil, in, out)
+	t := g.begin()
+	return g.end(OpLseek, t, g.RawFileSystem.Lseek(nil, in, out))
 }
 
 func (g *rawGate) Write(cancel <-chan struct{}, input *fuse.WriteIn, data []byte) (written uint32, code fuse.Status) {
-	return g.RawFileSystem.Write(writeMode(input), input, data)
+	t := g.begin()
+	r, st := g.RawFileSystem.Write(writeMode(input), input, data)
+	return r, g.end(OpWrite, t, st)
 }
 
 func (g *rawGate) Writev(cancel <-chan struct{}, input *fuse.WriteIn, data [][]byte) (written uint32, code fuse.Status) {
-	return g.RawFileSystem.Writev(writeMode(input), input, data)
+	t := g.begin()
+	r, st := g.RawFileSystem.Writev(writeMode(input), input, data)
+	return r, g.end(OpWrite, t, st)
 }
 
 func (g *rawGate) CopyFileRange(cancel <-chan struct{}, input *fuse.CopyFileRangeIn) (written uint32, code fuse.Status) {
-	return g.RawFileSystem.CopyFileRange(nil, input)
+	t := g.begin()
+	r, st := g.RawFileSystem.CopyFileRange(nil, input)
+	return r, g.end(OpCopyFileRange, t, st)
 }
 
 func (g *rawGate) Flush(cancel <-chan struct{}, input *fuse.FlushIn) fuse.Status {
-	return g.RawFileSystem.Flush(nil, input)
+	t := g.begin()
+	return g.end(OpFlush, t, g.RawFileSystem.Flush(nil, input))
 }
 
 func (g *rawGate) Fsync(cancel <-chan struct{}, input *fuse.FsyncIn) (code fuse.Status) {
-	return g.RawFileSystem.Fsync(nil, input)
+	t := g.begin()
+	return g.end(OpFsync, t, g.RawFileSystem.Fsync(nil, input))
 }
 
 func (g *rawGate) Fallocate(cancel <-chan struct{}, input *fuse.FallocateIn) (code fuse.Status) {
-	return g.RawFileSystem.Fallocate(nil, input)
+	t := g.begin()
+	return g.end(OpFallocate, t, g.RawFileSystem.Fallocate(nil, input))
 }
 
 func (g *rawGate) FsyncDir(cancel <-chan struct{}, input *fuse.FsyncIn) (code fuse.Status) {
-	return g.RawFileSystem.FsyncDir(nil, input)
+	t := g.begin()
+	return g.end(OpFsyncDir, t, g.RawFileSystem.FsyncDir(nil, input))
 }
 
 func (g *rawGate) StatFs(cancel <-chan struct{}, input *fuse.InHeader, out *fuse.StatfsOut) (code fuse.Status) {
-	return g.RawFileSystem.StatFs(nil, input, out)
+	t := g.begin()
+	return g.end(OpStatFs, t, g.RawFileSystem.StatFs(nil, input, out))
 }
 
 func (g *rawGate) Statx(cancel <-chan struct{}, input *fuse.StatxIn, out *fuse.StatxOut) (code fuse.Status) {
-	return g.RawFileSystem.Statx(nil, input, out)
+	t := g.begin()
+	return g.end(OpStatx, t, g.RawFileSystem.Statx(nil, input, out))
 }

@@ -1,6 +1,9 @@
 package fusefs
 
-import "time"
+import (
+	"sort"
+	"time"
+)
 
 // SessionState is what a live session holds that its durable head does
 // not yet: what a flush would store now. It is read from counters the
@@ -42,6 +45,19 @@ func (e *Engine) SessionState(name string) (st SessionState, ok bool) {
 		return SessionState{}, false
 	}
 	return s.state(), true
+}
+
+// LiveSessions names the live sessions (mounted, or loaded by an
+// operation), in order.
+func (e *Engine) LiveSessions() []string {
+	e.mu.Lock()
+	names := make([]string, 0, len(e.sessions))
+	for name := range e.sessions {
+		names = append(names, name)
+	}
+	e.mu.Unlock()
+	sort.Strings(names)
+	return names
 }
 
 func (s *Session) state() SessionState {

@@ -23,6 +23,7 @@ type serveOptions struct {
 	logLevel  string
 	uring     string
 	grace     time.Duration
+	metrics   string
 }
 
 func serveCommand() *cli.Command {
@@ -49,11 +50,19 @@ mount over /dev/fuse.
 Under systemd (Type=notify, $NOTIFY_SOCKET) it sends READY=1 once the socket
 answers and STOPPING=1 when shutdown begins; with WatchdogSec= it sends
 WATCHDOG=1 at half the interval while the store answers a read
-(docs/DEPLOY.md).`,
+(docs/DEPLOY.md).
+
+--metrics ADDR serves Prometheus metrics at http://ADDR/metrics: FUSE requests
+and their latency by opcode, errors by errno, flush and capture latency, each
+live session's unflushed bytes, the store's size and free space, gc and remote
+traffic (docs/CLI.md). ADDR is a loopback host:port or unix:/path (a socket of
+mode 0600); any other address is refused, since the metrics name sessions and
+are not authenticated.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn or error"},
 			&cli.StringFlag{Name: "fuse-uring", Value: "auto", Usage: "FUSE over io_uring (Linux 6.14+): auto uses it if the host's switch /sys/module/fuse/parameters/enable_uring is on and never changes it; on turns the switch on if needed and off again at a clean exit; off serves every mount over /dev/fuse"},
+			&cli.StringFlag{Name: "metrics", Usage: "serve Prometheus metrics at /metrics on `ADDR`: a loopback host:port (127.0.0.1:9477) or unix:/path; off by default (docs/CLI.md lists them)"},
 			&cli.DurationFlag{Name: "shutdown-grace", Value: 5 * time.Second, Usage: "at shutdown, how long files left open in a busy mount are still served after the mount was detached; then their writes fail, and everything written before is flushed"},
 		},
 		Action: func(c *cli.Context) error {
@@ -64,6 +73,7 @@ WATCHDOG=1 at half the interval while the store answers a read
 				root: c.String("root"), socket: c.String("socket"),
 				logFormat: c.String("log-format"), logLevel: c.String("log-level"),
 				uring: c.String("fuse-uring"), grace: c.Duration("shutdown-grace"),
+				metrics: c.String("metrics"),
 			})
 		},
 	}
@@ -88,6 +98,11 @@ func runServe(ctx context.Context, o serveOptions) error {
 	if err != nil {
 		return usageError{fmt.Errorf("--fuse-uring: %w", err)}
 	}
+	if o.metrics != "" {
+		if _, _, err := daemon.ParseMetricsAddr(o.metrics); err != nil {
+			return usageError{fmt.Errorf("--metrics: %w", err)}
+		}
+	}
 	log := slog.New(h)
 	notify, err := sdnotify.FromEnv()
 	if err != nil {
@@ -101,7 +116,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		signal.Reset(syscall.SIGINT, syscall.SIGTERM)
 		log.Info("shutting down: a second SIGINT or SIGTERM exits at once, as a crash would")
 	})()
-	err = daemon.Serve(ctx, daemon.Config{Root: o.root, Socket: o.socket, Logger: log, URing: uring, Notify: notify, ShutdownGrace: o.grace})
+	err = daemon.Serve(ctx, daemon.Config{Root: o.root, Socket: o.socket, Logger: log, URing: uring, Notify: notify, ShutdownGrace: o.grace, Metrics: o.metrics})
 	if err != nil && ctx.Err() == nil {
 		return err
 	}

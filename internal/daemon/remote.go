@@ -55,8 +55,10 @@ func (s *Service) Push(ctx context.Context, req PushRequest, progress func(Progr
 	}
 	res, err := s.remotes.Push(ctx, s.rec, s.cat, req.Spec, name, remote.PushOptions{Progress: remoteProgress(progress)})
 	if err != nil {
+		s.metrics.push(name, 0, 0, err)
 		return nil, err
 	}
+	s.metrics.push(name, res.Uploaded, res.UploadedBytes, nil)
 	s.log.Info("pushed", "remote", name, "snapshot", res.ID, "session", res.Session, "uploaded", res.Uploaded, "bytes", res.UploadedBytes, "head_moved", res.HeadMoved)
 	return &PushResult{
 		Remote: name, Snapshot: res.ID, Session: res.Session, Records: res.Records,
@@ -79,8 +81,10 @@ func (s *Service) Pull(ctx context.Context, req PullRequest, progress func(Progr
 		return err
 	})
 	if err != nil {
+		s.metrics.pull(name, 0, 0, err)
 		return nil, err
 	}
+	s.metrics.pull(name, res.Fetched, res.FetchedBytes, nil)
 	s.log.Info("pulled", "remote", name, "snapshot", res.ID, "records", res.Records, "fetched", res.Fetched, "all", req.All)
 	return &PullResult{
 		Remote: name, Snapshot: res.ID, Session: res.Snapshot.Session, Records: res.Records,

@@ -49,6 +49,9 @@ type Config struct {
 	// shutdown begins, and, with a watchdog, WATCHDOG=1 while the store
 	// answers.
 	Notify *sdnotify.Notifier
+	// Metrics, when set, is where Prometheus metrics are served at
+	// /metrics: a loopback host:port or unix:/path (ParseMetricsAddr).
+	Metrics string
 }
 
 // ErrAlreadyRunning: another daemon holds the root or the socket.
@@ -77,6 +80,13 @@ func Serve(ctx context.Context, cfg Config) error {
 	if sock, err = filepath.Abs(sock); err != nil {
 		return err
 	}
+	var m *metrics
+	if cfg.Metrics != "" {
+		if _, _, err := ParseMetricsAddr(cfg.Metrics); err != nil {
+			return err
+		}
+		m = newMetrics()
+	}
 	storeDir := filepath.Join(root, "store")
 	bopts := cfg.Badger
 	if bopts.Logger == nil {
@@ -102,12 +112,19 @@ func Serve(ctx context.Context, cfg Config) error {
 		log.Info("cleaned mounts left by an earlier run", "count", len(cleaned))
 	}
 
-	svc, err := NewService(ctx, root, store, log, cfg.URing, cfg.ShutdownGrace)
+	svc, err := newService(ctx, root, store, log, cfg.URing, cfg.ShutdownGrace, m)
 	if err != nil {
 		return err
 	}
 	closeStore = svc.CloseStore
 	svc.socket = sock
+	if m != nil {
+		stopMetrics, err := serveMetrics(ctx, svc, cfg.Metrics, log)
+		if err != nil {
+			return errors.Join(err, svc.Close(context.Background()))
+		}
+		defer stopMetrics()
+	}
 	if err := writeMounts(root, nil); err != nil {
 		return fmt.Errorf("record mounts: %w", err)
 	}

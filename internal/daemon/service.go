@@ -35,6 +35,7 @@ type Service struct {
 	log     *slog.Logger
 	started time.Time
 	socket  string
+	metrics *metrics // nil unless --metrics
 
 	mu     sync.Mutex
 	mounts map[string]MountInfo // by mountpoint; GUARDED_BY(mu)
@@ -58,6 +59,11 @@ type Service struct {
 // recording store, so that gc sees every put. The Service owns store from
 // here on: CloseStore closes it.
 func NewService(ctx context.Context, root string, store cas.Store, log *slog.Logger, uring fusefs.URingMode, grace time.Duration) (*Service, error) {
+	return newService(ctx, root, store, log, uring, grace, nil)
+}
+
+// newService is NewService feeding m (nil: no metrics).
+func newService(ctx context.Context, root string, store cas.Store, log *slog.Logger, uring fusefs.URingMode, grace time.Duration, m *metrics) (*Service, error) {
 	rt := remote.NewReadThrough(store, remote.ReadThroughOptions{Logger: log.With("component", "remote")})
 	remotes, err := remote.NewService(root, rt, remote.Options{Logger: log.With("component", "remote")})
 	if err != nil {
@@ -70,8 +76,8 @@ func NewService(ctx context.Context, root string, store cas.Store, log *slog.Log
 	}
 	rec := fusefs.Record(rt)
 	cat := catalog.New(rec)
-	eng := fusefs.New(rec, cat, fusefs.Options{StoreDir: root, Logger: log, URing: uring, ShutdownGrace: grace})
-	return &Service{root: root, rt: rt, remotes: remotes, rec: rec, cat: cat, eng: eng, log: log, started: time.Now(), mounts: make(map[string]MountInfo), runDir: RunDirFor(root), runs: make(map[string]*runHold)}, nil
+	eng := fusefs.New(rec, cat, fusefs.Options{StoreDir: root, Logger: log, URing: uring, ShutdownGrace: grace, Observer: m.observer()})
+	return &Service{root: root, rt: rt, remotes: remotes, rec: rec, cat: cat, eng: eng, log: log, started: time.Now(), metrics: m, mounts: make(map[string]MountInfo), runDir: RunDirFor(root), runs: make(map[string]*runHold)}, nil
 }
 
 // CloseStore stops background fetches and closes the store; call it after
@@ -373,11 +379,13 @@ func (s *Service) Capture(ctx context.Context, session string, req CaptureReques
 	}
 	var snap *manifest.Snapshot
 	var id string
+	start := time.Now()
 	err := s.eng.Guard(func() error {
 		var err error
 		snap, id, err = s.eng.Capture(ctx, session, req.Message, req.Handles)
 		return err
 	})
+	s.metrics.capture(time.Since(start), err)
 	if err != nil {
 		return nil, err
 	}
@@ -605,6 +613,7 @@ func (s *Service) GC(ctx context.Context, progress func(Progress)) (*GCResult, e
 			progress(Progress{Phase: string(p.Phase), Done: p.Done, Total: p.Total})
 		}
 	})
+	s.metrics.gc(res, err)
 	if err != nil {
 		return nil, err
 	}

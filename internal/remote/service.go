@@ -136,3 +136,14 @@ func (s *Service) Pull(ctx context.Context, local PullTarget, cat *catalog.Catal
 	}
 	return res, nil
 }
+
+// Stats returns the counters of every open remote, by name.
+func (s *Service) Stats() map[string]Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]Stats, len(s.open))
+	for name, r := range s.open {
+		out[name] = r.Stats()
+	}
+	return out
+}
