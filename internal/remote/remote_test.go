@@ -295,4 +295,3 @@ func damage(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 }
-
