@@ -10,9 +10,10 @@ import (
 
 // toErrno is the one place where errors become kernel errnos. POSIX
 // outcomes travel as syscall.Errno and pass through; cancellation becomes
-// EINTR; everything else (corrupt or missing chunks, store failures) is
-// logged with the path and becomes EIO, so that wrong bytes are never
-// served.
+// EINTR; a store that refuses data on a full disk (cas.ErrNoSpace) is
+// ENOSPC, as a full ext4 says; everything else (corrupt or missing
+// chunks, store failures) is logged with the path and becomes EIO, so
+// that wrong bytes are never served.
 func (m *Mount) toErrno(op string, f *fnode, err error) syscall.Errno {
 	if err == nil {
 		return 0
@@ -23,6 +24,11 @@ func (m *Mount) toErrno(op string, f *fnode, err error) syscall.Errno {
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return syscall.EINTR
+	}
+	if errors.Is(err, cas.ErrNoSpace) {
+		// The store logs when it starts and stops refusing.
+		m.log.Debug("no space", "op", op, "mount", m.dir, "err", err)
+		return syscall.ENOSPC
 	}
 	path := ""
 	if f != nil {
