@@ -74,6 +74,7 @@ type BadgerStore struct {
 	syncedDirTime time.Time
 
 	suspect suspects
+	space   *spaceGuard
 }
 
 var (
@@ -95,6 +96,11 @@ func OpenBadger(dir string, opts BadgerOptions) (*BadgerStore, error) {
 	if err != nil {
 		return nil, err
 	}
+	space := newSpaceGuard(dir, opts)
+	if err := space.opening(); err != nil {
+		unlockDir(lock)
+		return nil, err
+	}
 	db, err := badger.Open(opts.badger(dir))
 	if err != nil {
 		unlockDir(lock)
@@ -107,8 +113,10 @@ func OpenBadger(dir string, opts BadgerOptions) (*BadgerStore, error) {
 		lock:    lock,
 		batches: make(map[*badgerBatch]struct{}),
 		sealed:  make(map[string]bool),
+		space:   space,
 	}
 	s.resume = sync.NewCond(&s.mu)
+	space.start()
 	return s, nil
 }
 
@@ -139,6 +147,15 @@ func dbErr(op string, err error) error {
 		return fmt.Errorf("cas: %s: %w", op, ErrClosed)
 	}
 	return fmt.Errorf("cas: %s: %w", op, err)
+}
+
+// use is the admission level of a stored chunk: one that stays in the
+// tree (below ValueThreshold) never reaches the value log.
+func (s *BadgerStore) use(v []byte) spaceUse {
+	if int64(len(v)) < s.opts.ValueThreshold {
+		return useMeta
+	}
+	return useData
 }
 
 // Get implements Getter.
@@ -221,6 +238,9 @@ func (s *BadgerStore) Put(ctx context.Context, data []byte) (Ref, error) {
 		}
 	}
 	v := encodeChunk(data)
+	if err := s.space.admit(int64(len(v)), s.use(v)); err != nil {
+		return Ref{}, err
+	}
 	s.writeMu.RLock()
 	err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(key, v) })
 	s.writeMu.RUnlock()
@@ -505,8 +525,12 @@ func (b *badgerBatch) Put(data []byte) (Ref, error) {
 	if _, ok := b.seen[ref]; ok {
 		return ref, nil
 	}
+	if err := b.s.space.admitBatch(int64(len(v)), b.s.use(v)); err != nil {
+		return Ref{}, err
+	}
 	if b.txn != nil && b.pending+int64(len(v)) > b.s.opts.BatchBytes {
 		if err := b.flushLocked(); err != nil {
+			b.s.space.settle(int64(len(v)), false)
 			return Ref{}, err
 		}
 	}
@@ -523,6 +547,7 @@ func (b *badgerBatch) Put(data []byte) (Ref, error) {
 		}
 	}
 	if err != nil {
+		b.s.space.settle(int64(len(v)), false)
 		return Ref{}, dbErr("batch put", err)
 	}
 	b.seen[ref] = struct{}{}
@@ -535,11 +560,12 @@ func (b *badgerBatch) flushLocked() error {
 	if b.txn == nil {
 		return nil
 	}
-	txn, seen := b.txn, b.seen
+	txn, seen, pending := b.txn, b.seen, b.pending
 	b.txn, b.seen, b.pending = nil, nil, 0
 	b.s.writeMu.RLock()
 	err := txn.Commit()
 	b.s.writeMu.RUnlock()
+	b.s.space.settle(pending, true) // a failed commit may have written some
 	if err != nil {
 		return dbErr("batch commit", err)
 	}
@@ -588,6 +614,7 @@ func (b *badgerBatch) discardLocked() {
 	if b.txn != nil {
 		b.txn.Discard()
 	}
+	b.s.space.settle(b.pending, false)
 	b.txn, b.seen, b.pending, b.done = nil, nil, 0, true
 }
 
@@ -703,6 +730,17 @@ func (s *BadgerStore) Commit(ctx context.Context, ops []NameOp, durable bool) er
 		return err
 	}
 	defer s.end()
+	var size int64
+	for _, op := range ops {
+		if op.Value != nil {
+			size += int64(len(op.Name) + len(op.Value))
+		}
+	}
+	if size > 0 {
+		if err := s.space.admit(size, useMeta); err != nil {
+			return err
+		}
+	}
 	apply := func(txn *badger.Txn) error {
 		for _, op := range ops {
 			key := nameKey(op.Name)
@@ -792,8 +830,10 @@ func (s *BadgerStore) Close() error {
 	dead := s.dead
 	s.mu.Unlock()
 	if !dead {
+		s.space.release() // closing flushes the write table
 		err = s.db.Close()
 	}
+	s.space.close()
 	if uerr := unlockDir(s.lock); err == nil {
 		err = uerr
 	}

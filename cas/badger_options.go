@@ -33,9 +33,14 @@ type BadgerOptions struct {
 	// smaller ones stay in the tree (default 1 KiB). Chunks are large, so
 	// nearly all go to the value log and the tree holds only pointers.
 	ValueThreshold int64
-	// ValueLogFileSize is the size of one value log file (default 256 MiB;
-	// must exceed MaxChunkSize).
+	// ValueLogFileSize is the size of one value log file (default 64 MiB;
+	// must exceed MaxChunkSize). The space reserve grows with it.
 	ValueLogFileSize int64
+	// SpaceReserve is the free space on the store's filesystem below which
+	// new data is refused with ErrNoSpace (default ValueLogFileSize +
+	// BatchBytes + 2×MemTableSize, 112 MiB; negative turns the guard off).
+	// See spaceGuard.
+	SpaceReserve int64
 	// BatchBytes bounds the plain bytes a Batch holds before it writes a
 	// transaction (default 16 MiB).
 	BatchBytes int64
@@ -54,8 +59,11 @@ func (o BadgerOptions) withDefaults() BadgerOptions {
 	def(&o.BlockCacheSize, 8<<20)
 	def(&o.IndexCacheSize, 8<<20)
 	def(&o.ValueThreshold, 1<<10)
-	def(&o.ValueLogFileSize, 256<<20)
+	def(&o.ValueLogFileSize, 64<<20)
 	def(&o.BatchBytes, 16<<20)
+	if o.SpaceReserve == 0 {
+		o.SpaceReserve = o.spaceReserve()
+	}
 	if o.NumMemtables <= 0 {
 		o.NumMemtables = 2
 	}

@@ -78,6 +78,8 @@ func (s *BadgerStore) Compact(ctx context.Context) (CompactResult, error) {
 	s.compactMu.Lock()
 	defer s.compactMu.Unlock()
 	res := CompactResult{BytesBefore: dirSize(s.dir)}
+	// Rewriting a value log file writes its live data into a new one.
+	s.space.release()
 	if err := s.reopen(); err != nil {
 		return res, err
 	}
@@ -191,7 +193,7 @@ func (s *BadgerStore) isClosed() bool {
 func dirSize(dir string) int64 {
 	var n int64
 	_ = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
+		if err != nil || !d.Type().IsRegular() || d.Name() == ballastName {
 			return nil
 		}
 		if fi, err := d.Info(); err == nil {

@@ -21,6 +21,10 @@ var (
 	// ErrLocked: another process (or another open store in this process)
 	// holds the store directory.
 	ErrLocked = errors.New("cas: store directory is in use by another process")
+	// ErrNoSpace: the store's filesystem is (nearly) full; new data is
+	// refused before the store could crash on it. Deletes still work, and
+	// writes resume once space is freed.
+	ErrNoSpace = errors.New("cas: no space left on the store's disk")
 	// ErrInvalidName: a name that is empty, too long, not UTF-8, or holds a
 	// control character (NUL included).
 	ErrInvalidName = errors.New("cas: invalid name")

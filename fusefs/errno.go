@@ -12,10 +12,11 @@ import (
 
 // toErrno is the one place where errors become kernel errnos. POSIX
 // outcomes travel as syscall.Errno and pass through; cancellation becomes
-// EINTR; everything else (corrupt or missing chunks, store failures, a
-// remote that refused or timed out, whatever errno its network error
-// carries) is logged with the path and becomes EIO, so that wrong bytes
-// are never served.
+// EINTR; a store that refuses data on a full disk (cas.ErrNoSpace) is
+// ENOSPC, as a full ext4 says; everything else (corrupt or missing
+// chunks, store failures, a remote that refused or timed out, whatever
+// errno its network error carries) is logged with the path and becomes
+// EIO, so that wrong bytes are never served.
 func (m *Mount) toErrno(op string, f *fnode, err error) syscall.Errno {
 	if err == nil {
 		return 0
@@ -35,6 +36,11 @@ func (m *Mount) toErrno(op string, f *fnode, err error) syscall.Errno {
 		return errno
 	case errors.Is(err, context.Canceled):
 		return syscall.EINTR
+	}
+	if errors.Is(err, cas.ErrNoSpace) {
+		// The store logs when it starts and stops refusing.
+		m.log.Debug("no space", "op", op, "mount", m.dir, "err", err)
+		return syscall.ENOSPC
 	}
 	path := ""
 	if f != nil {

@@ -64,7 +64,7 @@ func (s *Session) storeChanges(ctx context.Context, dirty map[*node]struct{}, du
 	// here: store them with it.
 	settled, err := s.orphans.settle(batch)
 	if err != nil {
-		return cas.Ref{}, err
+		return cas.Ref{}, fmt.Errorf("store chunks of an earlier failed commit: %w", err)
 	}
 	s.treeMu.Lock()
 	defer s.treeMu.Unlock()
@@ -76,6 +76,13 @@ func (s *Session) storeChanges(ctx context.Context, dirty map[*node]struct{}, du
 		}
 	}
 	for n := range dirty {
+		if n.kind == manifest.KindFile && n.nlink == 0 && !s.open.has(n) {
+			// Removed and closed: nothing can read its buffers, and storing
+			// them would only spend space, which a full disk lacks (the
+			// removal of a file being written could never be flushed).
+			n.dropBuffers()
+			continue
+		}
 		if n.kind == manifest.KindFile {
 			if err := s.storeFileContent(ctx, batch, n); err != nil {
 				return cas.Ref{}, err
@@ -105,6 +112,16 @@ func (s *Session) storeChanges(ctx context.Context, dirty map[*node]struct{}, du
 	}
 	settled()
 	return root, nil
+}
+
+// dropBuffers forgets n's write buffers. For a file nothing can reach.
+func (n *node) dropBuffers() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i, c := range n.data.dirty {
+		n.charge(c, -c.cost())
+		delete(n.data.dirty, i)
+	}
 }
 
 func countNames(n *node) int {

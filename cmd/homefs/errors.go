@@ -15,6 +15,7 @@ const (
 	exitConflict   = 4
 	exitCorrupt    = 5
 	exitNotRunning = 6
+	exitNoSpace    = 7
 )
 
 // usageError marks bad command-line arguments.
@@ -53,6 +54,8 @@ func exitCode(err error) int {
 		return exitCorrupt
 	case daemon.CodeNotRunning:
 		return exitNotRunning
+	case daemon.CodeNoSpace:
+		return exitNoSpace
 	}
 	return exitOther
 }

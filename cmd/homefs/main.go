@@ -32,7 +32,12 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "homefs:", err)
 	}
-	os.Exit(exitCode(err))
+	code := exitCode(err)
+	if code == exitNoSpace {
+		fmt.Fprintln(os.Stderr, "homefs: the store's disk is full (it keeps a reserve so that it cannot crash);\n"+
+			"  free space on it, or drop data (homefs forget, homefs session rm) and run homefs gc")
+	}
+	os.Exit(code)
 }
 
 // Flags every command shares.
@@ -69,7 +74,8 @@ EXIT CODES:
    4  conflict (exists already, busy, in use; a diverging bind target;
       a push whose remote head another host moved)
    5  corruption (damaged or missing stored data; fsck found problems)
-   6  the daemon is not running`,
+   6  the daemon is not running
+   7  the store's disk is full (free space, or forget data and gc)`,
 		Flags:                []cli.Flag{rootFlag, socketFlag},
 		EnableBashCompletion: true,
 		ExitErrHandler:       func(*cli.Context, error) {}, // main prints and exits

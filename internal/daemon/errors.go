@@ -27,6 +27,7 @@ const (
 	CodeInternal    Code = "internal"    // anything else
 	CodePermission  Code = "permission"  // the caller may not use this daemon
 	CodeNotRunning  Code = "not_running" // (client side) no daemon answers on the socket
+	CodeNoSpace     Code = "no_space"    // the store's disk is full: free space, then gc
 )
 
 // Error is an error as it crosses the socket.
@@ -81,6 +82,8 @@ func classify(err error) Code {
 		errors.Is(err, fork.ErrTooLarge), errors.Is(err, remote.ErrNoCredentials),
 		errors.Is(err, remote.ErrNotS3):
 		return CodeUsage
+	case errors.Is(err, cas.ErrNoSpace), errors.Is(err, syscall.ENOSPC):
+		return CodeNoSpace
 	case errors.Is(err, cas.ErrClosed), errors.Is(err, context.Canceled):
 		return CodeUnavailable
 	}
@@ -114,6 +117,8 @@ func httpStatus(c Code) int {
 		return 422
 	case CodeUnavailable:
 		return 503
+	case CodeNoSpace:
+		return 507
 	}
 	return 500
 }
