@@ -232,16 +232,7 @@ func testRunAgent(t *testing.T, c agentCLI, config func(url string) map[string][
 	// Push S1 and resume it on a second daemon (another root, another
 	// daemon mount), at the same canonical paths; the configuration
 	// comes with the snapshot.
-	url := "s3://" + srv.Bucket(t) + "/fleet"
-	b := newEnv(t)
-	b.daemonEnv = creds
-	b.start()
-	for _, h := range []*env{e, b} {
-		h.ok("remote", "add", "origin", url, "--endpoint", srv.Endpoint)
-	}
-	e.ok("push", "s1", "origin")
-	b.ok("pull", "s1", "origin", "--all")
-	b.ok("session", "create", "s1", "--from", snap2, "--owner", "nobody")
+	b := moveToSecondHost(t, e, srv, creds, "s1", snap2)
 	require.Equal(t, id, c.turn(agent, b, "s1", c.resume(id, "turn resumed on host B")...))
 	c.hasTurn(t, b, "s1", id, ws, []string{"second turn in S1", "turn resumed on host B"})
 

@@ -42,6 +42,24 @@ func (a *agentRun) codex(e *env, session string, args ...string) string {
 	return id
 }
 
+// moveToSecondHost pushes session from e to a bucket of srv, starts a
+// second daemon (another root, another daemon mount) with creds, pulls
+// the session there and creates it from snapshot snap, owned by nobody.
+func moveToSecondHost(t *testing.T, e *env, srv *s3test.Server, creds []string, session, snap string) *env {
+	t.Helper()
+	url := "s3://" + srv.Bucket(t) + "/fleet"
+	b := newEnv(t)
+	b.daemonEnv = creds
+	b.start()
+	for _, h := range []*env{e, b} {
+		h.ok("remote", "add", "origin", url, "--endpoint", srv.Endpoint)
+	}
+	e.ok("push", session, "origin")
+	b.ok("pull", session, "origin", "--all")
+	b.ok("session", "create", session, "--from", snap, "--owner", "nobody")
+	return b
+}
+
 // sessionText is every rollout of session's Codex home, concatenated.
 func sessionText(t *testing.T, e *env, session string) string {
 	t.Helper()
@@ -118,16 +136,7 @@ func testRunCodex(t *testing.T, mockURL, sub string, move bool) {
 	if move {
 		// Push S1 and resume it on a second daemon (another root, another
 		// daemon mount), at the same canonical paths.
-		url := "s3://" + srv.Bucket(t) + "/fleet"
-		b := newEnv(t)
-		b.daemonEnv = creds
-		b.start()
-		for _, h := range []*env{e, b} {
-			h.ok("remote", "add", "origin", url, "--endpoint", srv.Endpoint)
-		}
-		e.ok("push", "s1", "origin")
-		b.ok("pull", "s1", "origin", "--all")
-		b.ok("session", "create", "s1", "--from", snap2, "--owner", "nobody")
+		b := moveToSecondHost(t, e, srv, creds, "s1", snap2)
 		require.Equal(t, id, agent.codex(b, "s1", "resume", id, "turn resumed on host B"))
 		require.Contains(t, sessionText(t, b, "s1"), "turn resumed on host B")
 	}
