@@ -179,7 +179,8 @@ func (e *Engine) endMounts(ctx context.Context, mounts []*Mount) error {
 	return errors.Join(errs...)
 }
 
-// sealBackings makes every backing file of s immutable, so that a
+// sealBackings makes the backing files of s that a writer may still reach
+// immutable, so that a
 // passthrough writer still holding one (its connection has ended) gets
 // EPERM rather than a write nobody will read: the kernel sends those
 // writes to the backing file without asking the daemon, also once the
@@ -191,7 +192,10 @@ func (s *Session) sealBackings() {
 	var failed error
 	for _, n := range s.backedNodes() {
 		n.mu.Lock()
-		if b := n.data.backing; b != nil {
+		// Only a file a writer may still reach: a passthrough handle is
+		// open, or a mapping may outlive one. Sealing the others would
+		// only keep their names from being removed after the flush.
+		if b := n.data.backing; b != nil && (b.opens > 0 || b.mappable()) {
 			if err := setImmutable(b.f, true); err != nil && failed == nil {
 				failed = err
 			}
