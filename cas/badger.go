@@ -470,8 +470,16 @@ func fsyncFile(path string) error {
 }
 
 // NewBatch implements Batcher.
-func (s *BadgerStore) NewBatch() Batch {
-	b := &badgerBatch{s: s}
+func (s *BadgerStore) NewBatch() Batch { return s.newBatch(false) }
+
+// NewHeldBatch implements SpaceMeter.
+func (s *BadgerStore) NewHeldBatch() Batch { return s.newBatch(true) }
+
+// Headroom implements SpaceMeter.
+func (s *BadgerStore) Headroom() (int64, bool) { return s.space.headroom() }
+
+func (s *BadgerStore) newBatch(held bool) Batch {
+	b := &badgerBatch{s: s, held: held}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -486,6 +494,7 @@ func (s *BadgerStore) NewBatch() Batch {
 // BatchBytes, so a huge batch never holds more than that in memory.
 type badgerBatch struct {
 	s       *BadgerStore
+	held    bool // its data was accepted under Headroom (useHeld)
 	mu      sync.Mutex
 	txn     *badger.Txn      // GUARDED_BY(mu); nil until the first put
 	pending int64            // GUARDED_BY(mu); stored bytes in txn
@@ -525,7 +534,11 @@ func (b *badgerBatch) Put(data []byte) (Ref, error) {
 	if _, ok := b.seen[ref]; ok {
 		return ref, nil
 	}
-	if err := b.s.space.admitBatch(int64(len(v)), b.s.use(v)); err != nil {
+	use := b.s.use(v)
+	if b.held && use == useData {
+		use = useHeld
+	}
+	if err := b.s.space.admitBatch(int64(len(v)), use); err != nil {
 		return Ref{}, err
 	}
 	if b.txn != nil && b.pending+int64(len(v)) > b.s.opts.BatchBytes {

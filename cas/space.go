@@ -41,17 +41,32 @@ const (
 // value log and write-ahead log file through their mappings.
 const minOpenSpace = 4 << 20
 
-// Admission levels: new chunks must leave the whole reserve free; name
-// updates (session heads, snapshot records, gc's bookkeeping) and chunks
-// too small for the value log (tree nodes of small directories) may use a
-// quarter of it, so that forget, session rm, gc and a flush of deletions
-// still run on a full store.
+// Admission levels: new chunks must leave the whole reserve free. Chunks
+// of held data (data a writer was told is written, counted against the
+// headroom when it was accepted: see SpaceMeter) may use an eighth of it,
+// the slack for what storing costs beyond the bytes themselves and for
+// what other writers took since. Name updates (session heads, snapshot
+// records, gc's bookkeeping) and chunks too small for the value log (tree
+// nodes of small directories) may use a quarter of it, so that forget,
+// session rm, gc and a flush of deletions still run on a full store.
 type spaceUse int
 
 const (
 	useData spaceUse = iota
+	useHeld
 	useMeta
 )
+
+// need is the free space an admission of the given use must leave.
+func (g *spaceGuard) need(use spaceUse) int64 {
+	switch use {
+	case useHeld:
+		return g.reserve - g.reserve/8
+	case useMeta:
+		return g.reserve - g.reserve/4
+	}
+	return g.reserve
+}
 
 type spaceGuard struct {
 	dir     string
@@ -195,14 +210,8 @@ func (g *spaceGuard) admitAs(n int64, use spaceUse, batch bool) error {
 	if time.Since(g.checked) >= spaceRefresh || g.admitted+n > spaceRefreshBytes || g.low {
 		g.refreshLocked()
 	}
-	need := g.reserve
-	if use == useMeta {
-		need -= need / 4
-	}
-	left := g.free - g.admitted - g.inflight - n
-	if g.held {
-		left += g.ballast // the ballast is part of the reserve
-	}
+	need := g.need(use)
+	left := g.leftLocked() - n
 	if left < need {
 		if !g.low {
 			g.log.Warn("store disk is full: refusing new data", "dir", g.dir, "free_mib", g.free>>20, "reserve_mib", g.reserve>>20)
@@ -220,6 +229,30 @@ func (g *spaceGuard) admitAs(n int64, use spaceUse, batch bool) error {
 		g.admitted += n
 	}
 	return nil
+}
+
+// leftLocked is the free space after what was admitted, the ballast
+// counted as free (it is part of the reserve).
+func (g *spaceGuard) leftLocked() int64 {
+	left := g.free - g.admitted - g.inflight
+	if g.held {
+		left += g.ballast
+	}
+	return left
+}
+
+// headroom is how many bytes of new data the guard would admit now; ok is
+// false when it admits everything.
+func (g *spaceGuard) headroom() (int64, bool) {
+	if g.reserve <= 0 {
+		return 0, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if time.Since(g.checked) >= spaceRefresh || g.low {
+		g.refreshLocked()
+	}
+	return max(g.leftLocked()-g.reserve, 0), true
 }
 
 // refreshLocked reads the free space and keeps the ballast: given back

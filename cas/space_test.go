@@ -57,6 +57,44 @@ func TestSpaceGuardAdmits(t *testing.T) {
 	}
 }
 
+// TestSpaceGuardHeld checks the headroom that write buffers are accepted
+// under, and that storing them later may use an eighth of the reserve.
+func TestSpaceGuardHeld(t *testing.T) {
+	var free atomic.Int64
+	g := testGuard(t, &free)
+	free.Store(100) // no ballast: reserve 1000
+	if head, ok := g.headroom(); !ok || head != 0 {
+		t.Fatalf("headroom with less than the reserve free: %d %v", head, ok)
+	}
+	free.Store(1100)
+	g.checked = time.Time{}
+	if head, _ := g.headroom(); head != 100 {
+		t.Fatalf("headroom with 1100 free: %d, want 100", head)
+	}
+	// Accepted under the headroom: 100 bytes buffered. Meanwhile others
+	// took 50; storing the buffered bytes still fits in the slack.
+	free.Store(1050)
+	g.checked = time.Time{}
+	if err := g.admit(100, useData); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("new data past the reserve admitted: %v", err)
+	}
+	if err := g.admitBatch(100, useHeld); err != nil {
+		t.Fatalf("held data within the slack refused: %v", err)
+	}
+	if err := g.admitBatch(100, useHeld); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("held data past the slack (875 must stay) admitted: %v", err)
+	}
+	g.settle(100, true)
+	free.Store(950) // what the next statfs shows
+	if head, _ := g.headroom(); head != 0 {
+		t.Fatalf("headroom after the held bytes: %d", head)
+	}
+	off := newSpaceGuard(t.TempDir(), BadgerOptions{SpaceReserve: -1, Logger: slog.New(slog.DiscardHandler)})
+	if _, ok := off.headroom(); ok {
+		t.Fatal("a guard that is off reports a headroom")
+	}
+}
+
 func TestSpaceGuardOpening(t *testing.T) {
 	var free atomic.Int64
 	g := testGuard(t, &free)

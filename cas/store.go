@@ -97,6 +97,37 @@ type Batcher interface {
 	NewBatch() Batch
 }
 
+// SpaceMeter is implemented by a store that refuses new data while its
+// disk is nearly full (ErrNoSpace). A caller that accepts data now and
+// stores it later (a write(2) buffered in memory) checks Headroom when it
+// accepts the data, as ext4 reserves blocks at write(2) for delayed
+// allocation, and later stores it through a held batch, whose puts may use
+// part of the store's reserve: what a writer was told is written can then
+// always be stored.
+type SpaceMeter interface {
+	// Headroom is how many bytes of new data the store would take now; ok
+	// is false when it sets no limit.
+	Headroom() (n int64, ok bool)
+	// NewHeldBatch starts a batch for data accepted under Headroom.
+	NewHeldBatch() Batch
+}
+
+// MeterOf returns the SpaceMeter of s or of a store it wraps (one with an
+// Unwrap() Store method, which passes its batches through), if any.
+func MeterOf(s Store) (SpaceMeter, bool) {
+	for s != nil {
+		if m, ok := s.(SpaceMeter); ok {
+			return m, true
+		}
+		w, ok := s.(interface{ Unwrap() Store })
+		if !ok {
+			break
+		}
+		s = w.Unwrap()
+	}
+	return nil, false
+}
+
 // NameOp is one step of an atomic Names.Commit. A nil Value deletes the
 // name; a non-nil empty Value stores an empty value. Expect, when set, makes
 // the whole commit fail with ErrConflict unless the name currently holds

@@ -99,6 +99,23 @@ func (r *Recorder) Put(ctx context.Context, data []byte) (cas.Ref, error) {
 // NewBatch returns a batch whose puts are recorded.
 func (r *Recorder) NewBatch() cas.Batch { return &recordingBatch{Batch: r.Store.NewBatch(), r: r} }
 
+// Headroom forwards to the wrapped store; ok is false when it sets no
+// limit.
+func (r *Recorder) Headroom() (int64, bool) {
+	if m, ok := cas.MeterOf(r.Store); ok {
+		return m.Headroom()
+	}
+	return 0, false
+}
+
+// NewHeldBatch returns a recorded batch for data accepted under Headroom.
+func (r *Recorder) NewHeldBatch() cas.Batch {
+	if m, ok := cas.MeterOf(r.Store); ok {
+		return &recordingBatch{Batch: m.NewHeldBatch(), r: r}
+	}
+	return r.NewBatch()
+}
+
 // CorruptForTest forwards to the wrapped store when it supports it.
 func (r *Recorder) CorruptForTest(ref cas.Ref) error {
 	c, ok := r.Store.(cas.Corrupter)

@@ -2,12 +2,14 @@ package fusefs
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"sort"
 	"strings"
 	"syscall"
 	"time"
 
+	"homefs/cas"
 	"homefs/manifest"
 )
 
@@ -644,11 +646,42 @@ func (s *Session) Write(ctx context.Context, n *node, data []byte, off int64, op
 		return 0, err
 	}
 	defer done()
+	if err := s.roomFor(int64(len(data))); err != nil {
+		return 0, err
+	}
 	k, err := s.write(ctx, n, data, off, op)
 	if err != nil {
 		return 0, err
 	}
 	return k, s.spillAll(ctx)
+}
+
+// roomFor refuses a write of n bytes into the write buffers with ENOSPC
+// unless the store could take them together with every byte the engine's
+// buffers hold: a buffered write is acknowledged before it is stored, and
+// must never meet a full store later, at a flush or an unmount. This is
+// what ext4 does for delayed allocation, which reserves blocks at
+// write(2). Storing buffered bytes later may use part of the store's
+// reserve (newBatch).
+func (s *Session) roomFor(n int64) error {
+	m, ok := s.store.(cas.SpaceMeter)
+	if !ok {
+		return nil
+	}
+	head, ok := m.Headroom()
+	if !ok {
+		return nil
+	}
+	if held := s.buffers.total.Load(); held+n > head {
+		if !s.noRoom.Swap(true) {
+			s.log.Warn("store disk is full: refusing writes", "session", s.name, "buffered_mib", held>>20, "room_mib", head>>20)
+		}
+		return fmt.Errorf("%d MiB of writes wait to be stored, %d MiB of room left: %w", held>>20, head>>20, cas.ErrNoSpace)
+	}
+	if s.noRoom.Load() && s.noRoom.Swap(false) {
+		s.log.Warn("store disk has room again: accepting writes", "session", s.name)
+	}
+	return nil
 }
 
 func (s *Session) write(ctx context.Context, n *node, data []byte, off int64, op WriteOp) (int, error) {

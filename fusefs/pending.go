@@ -78,8 +78,17 @@ type pendingBatch struct {
 
 // newBatch starts a batch for content of s; use it instead of
 // s.store.NewBatch so that spilled chunks stay readable before the commit.
+// Everything a session stores was accepted from a writer already (write
+// buffers under the headroom check of roomFor, staging and backing files,
+// the journal), so its batches are held batches (cas.SpaceMeter).
 func (s *Session) newBatch() *pendingBatch {
-	return &pendingBatch{Batch: s.store.NewBatch(), pending: &s.pending, orphan: s.orphans.adopt}
+	var b cas.Batch
+	if m, ok := s.store.(cas.SpaceMeter); ok {
+		b = m.NewHeldBatch()
+	} else {
+		b = s.store.NewBatch()
+	}
+	return &pendingBatch{Batch: b, pending: &s.pending, orphan: s.orphans.adopt}
 }
 
 func (b *pendingBatch) Put(data []byte) (cas.Ref, error) {

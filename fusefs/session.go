@@ -81,6 +81,8 @@ type Session struct {
 	// buffers across the engine.
 	dirtyBytes atomic.Int64
 	buffers    *buffers
+	// noRoom is set while roomFor refuses writes (logged when it changes).
+	noRoom atomic.Bool
 	// lastFlush is when the head last durably held every change, in Unix
 	// nanoseconds (durableAt; at load, the head's own time).
 	lastFlush atomic.Int64

@@ -101,6 +101,21 @@ func fillUntilFull(t *testing.T, dir, prefix string, flag int, seed uint64, limi
 	return done, nil
 }
 
+// writeServed writes a file through O_RDWR, which the daemon serves (a
+// write-only open would stage it: staged.go), without an fsync: the bytes
+// wait in the daemon's write buffers for the next flush.
+func writeServed(p string, data []byte) error {
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // TestDiskFull fills the daemon's disk through a mount: the writer gets
 // ENOSPC, the daemon and its mount stay up, a restart on the full disk
 // works, and dropping data and gc make room for writes again.
@@ -127,6 +142,28 @@ func TestDiskFull(t *testing.T) {
 	require.Len(t, first, 8<<20)
 	_, err = fillUntilFull(t, mnt, "b", os.O_RDWR, 2, 1)
 	require.True(t, errors.Is(err, syscall.ENOSPC), "want ENOSPC, got %v", err)
+
+	// Files smaller than a spill, written and closed, wait in the daemon's
+	// write buffers for the next flush: they get ENOSPC from write(2) when
+	// the store could not take them, as on ext4, never from the flush
+	// later; the unmount below stores every one that was accepted.
+	rng := rand.New(rand.NewPCG(5, 1))
+	small := make([]byte, 1<<20)
+	kept := 0
+	for ; kept < 64; kept++ {
+		for k := range small {
+			small[k] = byte(rng.Uint32())
+		}
+		p := filepath.Join(mnt, fmt.Sprintf("small%03d", kept))
+		err = writeServed(p, small)
+		if err != nil {
+			require.True(t, errors.Is(err, syscall.ENOSPC), "want ENOSPC, got %v", err)
+			require.NoError(t, os.Remove(p))
+			break
+		}
+	}
+	require.Less(t, kept, 64, "64 MiB of small files accepted on a full disk")
+	t.Logf("%d small files accepted on the full disk", kept)
 
 	// A restart on the full disk.
 	e.ok("unmount", mnt)
