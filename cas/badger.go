@@ -101,6 +101,10 @@ func OpenBadger(dir string, opts BadgerOptions) (*BadgerStore, error) {
 		unlockDir(lock)
 		return nil, err
 	}
+	if err := checkBeforeOpen(dir, opts); err != nil {
+		unlockDir(lock)
+		return nil, err
+	}
 	db, err := badger.Open(opts.badger(dir))
 	if err != nil {
 		unlockDir(lock)
@@ -118,6 +122,40 @@ func OpenBadger(dir string, opts BadgerOptions) (*BadgerStore, error) {
 	s.resume = sync.NewCond(&s.mu)
 	space.start()
 	return s, nil
+}
+
+// checkBeforeOpen refuses a store whose files Badger would cut or crash
+// on (CheckFiles), or with opts.Salvage keeps a copy of each damaged log
+// and lets Badger cut it.
+func checkBeforeOpen(dir string, opts BadgerOptions) error {
+	found, err := CheckFiles(dir)
+	if err != nil {
+		return err
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	if !opts.Salvage || !salvageable(found) {
+		return damagedError(dir, found)
+	}
+	keep, err := preserveDamaged(dir, found)
+	if err != nil {
+		return fmt.Errorf("cas: keep a copy of the damaged files: %w", err)
+	}
+	for _, d := range found {
+		fixed, err := salvageLog(filepath.Join(dir, d.File))
+		if err != nil {
+			return fmt.Errorf("cas: salvage %s: %w", d.File, err)
+		}
+		opts.Logger.Error("store file damaged: salvaging it", "file", d.File, "offset", d.Offset, "damage", d.What,
+			"entries_kept_by_a_new_checksum", fixed, "original", filepath.Join(keep, d.File))
+	}
+	if found, err := CheckFiles(dir); err == nil && len(found) > 0 {
+		for _, d := range found {
+			opts.Logger.Error("store file damaged beyond repair: Badger cuts it there, what follows is lost", "file", d.File, "offset", d.Offset)
+		}
+	}
+	return nil
 }
 
 // Dir returns the store's directory.

@@ -44,6 +44,12 @@ type BadgerOptions struct {
 	// BatchBytes bounds the plain bytes a Batch holds before it writes a
 	// transaction (default 16 MiB).
 	BatchBytes int64
+	// Salvage opens a store whose logs CheckFiles finds damaged: each
+	// damaged file is copied into a damaged-<time> directory in the
+	// store's, and Badger then cuts it at the damage (what follows is
+	// lost). Without it such a store is refused (ErrDamaged). A damaged
+	// table is refused either way.
+	Salvage bool
 	// Logger receives Badger's warnings and errors (default slog.Default()).
 	// Badger's info and debug messages go to the Debug level.
 	Logger *slog.Logger

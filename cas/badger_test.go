@@ -169,6 +169,10 @@ func TestBadgerSurvivesKill(t *testing.T) {
 	}
 	cmd.Wait()
 
+	// A kill leaves torn tails, never damage.
+	if found, err := cas.CheckFiles(dir); err != nil || len(found) != 0 {
+		t.Fatalf("kill -9 left damage: %v %v", found, err)
+	}
 	s := openBadger(t, dir)
 	ctx := context.Background()
 	for i := range durableChunks {

@@ -16,6 +16,7 @@ const (
 	exitCorrupt    = 5
 	exitNotRunning = 6
 	exitNoSpace    = 7
+	exitDamaged    = 8
 )
 
 // usageError marks bad command-line arguments.
@@ -56,6 +57,8 @@ func exitCode(err error) int {
 		return exitNotRunning
 	case daemon.CodeNoSpace:
 		return exitNoSpace
+	case daemon.CodeDamaged:
+		return exitDamaged
 	}
 	return exitOther
 }

@@ -37,6 +37,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "homefs: the store's disk is full (it keeps a reserve so that it cannot crash);\n"+
 			"  free space on it, or drop data (homefs forget, homefs session rm) and run homefs gc")
 	}
+	if code == exitDamaged {
+		fmt.Fprintln(os.Stderr, "homefs: the store's files are damaged and were left as they are; copy the root aside first,\n"+
+			"  then either restore it from a backup or a remote, or start with homefs serve --salvage, which\n"+
+			"  keeps a copy of each damaged log, cuts it at the damage, and lets homefs fsck report what was lost")
+	}
 	os.Exit(code)
 }
 
@@ -75,7 +80,8 @@ EXIT CODES:
       a push whose remote head another host moved)
    5  corruption (damaged or missing stored data; fsck found problems)
    6  the daemon is not running
-   7  the store's disk is full (free space, or forget data and gc)`,
+   7  the store's disk is full (free space, or forget data and gc)
+   8  the store's files are damaged (serve changed nothing; see serve --salvage)`,
 		Flags:                []cli.Flag{rootFlag, socketFlag},
 		EnableBashCompletion: true,
 		ExitErrHandler:       func(*cli.Context, error) {}, // main prints and exits

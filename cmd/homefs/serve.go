@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"homefs/cas"
 	"homefs/fusefs"
 	"homefs/internal/daemon"
 	"homefs/internal/sdnotify"
@@ -24,6 +25,7 @@ type serveOptions struct {
 	uring     string
 	grace     time.Duration
 	metrics   string
+	salvage   bool
 }
 
 func serveCommand() *cli.Command {
@@ -63,6 +65,7 @@ are not authenticated.`,
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn or error"},
 			&cli.StringFlag{Name: "fuse-uring", Value: "auto", Usage: "FUSE over io_uring (Linux 6.14+): auto uses it if the host's switch /sys/module/fuse/parameters/enable_uring is on and never changes it; on turns the switch on if needed and off again at a clean exit; off serves every mount over /dev/fuse"},
 			&cli.StringFlag{Name: "metrics", Usage: "serve Prometheus metrics at /metrics on `ADDR`: a loopback host:port (127.0.0.1:9477) or unix:/path; off by default (docs/CLI.md lists them)"},
+			&cli.BoolFlag{Name: "salvage", Usage: "open a store whose newest log is damaged (homefs refuses it otherwise, exit 8): keep a copy of each damaged log under <root>/store/damaged-<time>/, cut it at the damage (the entries after it are lost) and start; run homefs fsck next"},
 			&cli.DurationFlag{Name: "shutdown-grace", Value: 5 * time.Second, Usage: "at shutdown, how long files left open in a busy mount are still served after the mount was detached; then their writes fail, and everything written before is flushed"},
 		},
 		Action: func(c *cli.Context) error {
@@ -73,7 +76,7 @@ are not authenticated.`,
 				root: c.String("root"), socket: c.String("socket"),
 				logFormat: c.String("log-format"), logLevel: c.String("log-level"),
 				uring: c.String("fuse-uring"), grace: c.Duration("shutdown-grace"),
-				metrics: c.String("metrics"),
+				metrics: c.String("metrics"), salvage: c.Bool("salvage"),
 			})
 		},
 	}
@@ -116,7 +119,8 @@ func runServe(ctx context.Context, o serveOptions) error {
 		signal.Reset(syscall.SIGINT, syscall.SIGTERM)
 		log.Info("shutting down: a second SIGINT or SIGTERM exits at once, as a crash would")
 	})()
-	err = daemon.Serve(ctx, daemon.Config{Root: o.root, Socket: o.socket, Logger: log, URing: uring, Notify: notify, ShutdownGrace: o.grace, Metrics: o.metrics})
+	err = daemon.Serve(ctx, daemon.Config{Root: o.root, Socket: o.socket, Logger: log, URing: uring, Notify: notify, ShutdownGrace: o.grace, Metrics: o.metrics,
+		Badger: cas.BadgerOptions{Salvage: o.salvage}})
 	if err != nil && ctx.Err() == nil {
 		return err
 	}

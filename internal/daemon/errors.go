@@ -28,6 +28,7 @@ const (
 	CodePermission  Code = "permission"  // the caller may not use this daemon
 	CodeNotRunning  Code = "not_running" // (client side) no daemon answers on the socket
 	CodeNoSpace     Code = "no_space"    // the store's disk is full: free space, then gc
+	CodeDamaged     Code = "damaged"     // the store's files are damaged: the daemon did not open it
 )
 
 // Error is an error as it crosses the socket.
@@ -68,6 +69,8 @@ func classify(err error) Code {
 		errors.Is(err, fork.ErrDiverged), errors.Is(err, fork.ErrConflict),
 		errors.Is(err, remote.ErrRemoteExists), errors.Is(err, catalog.ErrProtected):
 		return CodeConflict
+	case errors.Is(err, cas.ErrDamaged):
+		return CodeDamaged
 	case errors.Is(err, cas.ErrCorrupt), errors.Is(err, cas.ErrNotFound),
 		errors.Is(err, fork.ErrDamaged):
 		// A ref the catalog names but the store lacks is damage too.
