@@ -10,7 +10,7 @@ BENCHTIME ?= 1x
 # binary reports its VCS revision (internal/version).
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 
-.PHONY: all build test test-short bench fuzz lint demo clean
+.PHONY: all build test test-short bench fuzz lint staticcheck demo clean
 
 all: lint build test
 
@@ -41,6 +41,13 @@ fuzz:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+
+# Every staticcheck check (staticcheck.conf), at a pinned version fetched
+# through the module proxy. Not part of lint until fusefs and
+# internal/remote are clean too.
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+staticcheck:
+	$(STATICCHECK) $(PKGS)
 
 # The README's "run" command: a daemon on a temporary root, a session
 # mounted, captured, forked and compared.

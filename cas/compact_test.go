@@ -7,8 +7,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
+
+	"golang.org/x/sync/errgroup"
 
 	"homefs/cas"
 )
@@ -122,22 +123,18 @@ func TestCompactConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan error, 16)
+	var g errgroup.Group
 	for w := 0; w < 3; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		g.Go(func() error {
 			r := rand.New(rand.NewPCG(uint64(w), 9))
 			for i := 0; ; i++ {
 				select {
 				case <-stop:
-					return
+					return nil
 				default:
 				}
 				if _, err := s.Get(ctx, base); err != nil {
-					errs <- err
-					return
+					return err
 				}
 				b := s.NewBatch()
 				ref, err := b.Put(randomBytes(r, 4<<10))
@@ -151,11 +148,10 @@ func TestCompactConcurrent(t *testing.T) {
 					err = s.Commit(ctx, []cas.NameOp{{Name: "w", Value: []byte{byte(i)}}}, false)
 				}
 				if err != nil {
-					errs <- err
-					return
+					return err
 				}
 			}
-		}()
+		})
 	}
 	for i := 0; i < 3; i++ {
 		junk, err := s.Put(ctx, randomBytes(rng, 64<<10))
@@ -170,9 +166,7 @@ func TestCompactConcurrent(t *testing.T) {
 		}
 	}
 	close(stop)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := g.Wait(); err != nil {
 		t.Error(err)
 	}
 }

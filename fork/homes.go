@@ -166,7 +166,7 @@ func detect(d Dir, dir string) (string, error) {
 	return found[0], nil
 }
 
-// Derived state handling: what DropDerived did and what it could not do.
+// DerivedResult is what DropDerived did and what it could not do.
 type DerivedResult struct {
 	// Homes are the homes found (see Homes).
 	Homes []manifest.Place

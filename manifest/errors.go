@@ -24,6 +24,8 @@ var (
 	ErrTooLarge = errors.New("manifest: too large")
 	// SkipSubtree, returned by a Walk, WalkRefs or Diff callback, skips the
 	// children of the current directory or index node. It is not an error.
+	//
+	//lint:ignore ST1012 a control value named as fs.SkipDir is, not a failure
 	SkipSubtree = errors.New("manifest: skip subtree")
 )
 

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Remote-tier benchmarks of issue 6 (internal/remote/bench_test.go) against
+# Remote-tier benchmarks (internal/remote/bench_test.go) against
 # a versitygw started on 127.0.0.1: push and lazy-read throughput, time to
 # first byte of a rollout mounted from the remote against a whole-object
 # download of the same bytes, bytes uploaded by a second push after a

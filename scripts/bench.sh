@@ -1,5 +1,5 @@
 #!/bin/sh
-# Mount benchmarks of issue 3: each operation on the native disk under the
+# Mount benchmarks: each operation on the native disk under the
 # store and on a homefs mount, in the same run, then the ratio table
 # (internal/benchreport) and, when benchstat can be fetched, its summary.
 #

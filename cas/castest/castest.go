@@ -9,8 +9,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"testing"
+
+	"golang.org/x/sync/errgroup"
 
 	"homefs/cas"
 	"homefs/cas/internal/gen"
@@ -587,12 +588,9 @@ func testCanceled(t *testing.T, s cas.Store) {
 func testConcurrent(t *testing.T, s cas.Store) {
 	ctx := context.Background()
 	const workers, per = 8, 40
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
+	var g errgroup.Group
 	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		g.Go(func() error {
 			for i := range per {
 				// Overlapping content across workers exercises dedup races.
 				data := JSONL(2000+i*50, uint64(i%(per/2)))
@@ -601,26 +599,22 @@ func testConcurrent(t *testing.T, s cas.Store) {
 				}
 				ref, err := s.Put(ctx, data)
 				if err != nil {
-					errs <- err
-					return
+					return err
 				}
 				got, err := s.Get(ctx, ref)
 				if err != nil || !bytes.Equal(got, data) {
-					errs <- fmt.Errorf("worker %d: Get after Put: %v", w, err)
-					return
+					return fmt.Errorf("worker %d: Get after Put: %v", w, err)
 				}
 				if i%10 == 0 {
 					if err := s.Sync(ctx); err != nil {
-						errs <- err
-						return
+						return err
 					}
 				}
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -633,17 +627,13 @@ func testConcurrentCommit(t *testing.T, s cas.Store) {
 		t.Fatal(err)
 	}
 	const workers, per = 4, 25
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
+	var g errgroup.Group
 	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		g.Go(func() error {
 			for i := 0; i < per; {
 				cur, err := s.GetName(ctx, "counter")
 				if err != nil {
-					errs <- err
-					return
+					return err
 				}
 				var n int
 				fmt.Sscan(string(cur), &n)
@@ -652,16 +642,14 @@ func testConcurrentCommit(t *testing.T, s cas.Store) {
 				case errors.Is(err, cas.ErrConflict):
 					continue
 				case err != nil:
-					errs <- err
-					return
+					return err
 				}
 				i++
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}
 	if v, _ := s.GetName(ctx, "counter"); string(v) != fmt.Sprint(workers*per) {

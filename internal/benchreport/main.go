@@ -1,7 +1,7 @@
 // Command benchreport turns the output of the fusefs mount benchmarks
 // (go test -bench, any -count) into the table of docs/BENCHMARKS.md: for
 // each operation, homefs ÷ native measured in the same run, beside the goal
-// of issue 3 and the go-fuse loopback reference. Repeated results are
+// and the go-fuse loopback reference. Repeated results are
 // summarised by their median.
 //
 // Usage: go test ./fusefs -run '^$' -bench . | go run ./internal/benchreport
@@ -25,7 +25,7 @@ type op struct {
 	label    string
 	rate     bool    // compare throughput (MB/s); otherwise time per op
 	goal     float64 // rate: homefs ≥ goal × native; time: homefs ≤ goal × native; 0: none
-	loopback string  // go-fuse example loopback, from issue 3
+	loopback string  // go-fuse example loopback on the same workloads, fixed
 	homefs   string  // the homefs sub-benchmark, when not "homefs"
 }
 

@@ -22,7 +22,7 @@ import (
 	"homefs/fusefs"
 )
 
-// ErrMetricsAddr: a --metrics address the daemon refuses.
+// ErrMetricsAddr is returned for a --metrics address the daemon refuses.
 var ErrMetricsAddr = errors.New("bad metrics address")
 
 // ParseMetricsAddr splits a --metrics address into a network and an

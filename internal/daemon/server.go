@@ -54,7 +54,8 @@ type Config struct {
 	Metrics string
 }
 
-// ErrAlreadyRunning: another daemon holds the root or the socket.
+// ErrAlreadyRunning is returned when another daemon holds the root or the
+// socket.
 var ErrAlreadyRunning = errors.New("another homefs daemon is running")
 
 // Serve runs the daemon until ctx ends, then unmounts every mount (a busy
