@@ -247,10 +247,17 @@ func (t *ReadThrough) fetchFrom(ctx context.Context, remotes []*Remote, ref cas.
 	}
 	err := errors.Join(errs...)
 	t.failed.Add(1)
-	if errors.Is(err, cas.ErrCorrupt) {
+	missing := true
+	for _, e := range errs {
+		missing = missing && errors.Is(e, cas.ErrNotFound)
+	}
+	switch {
+	case errors.Is(err, cas.ErrCorrupt):
 		t.log.Error("remote chunk damaged: refusing to serve it", "ref", ref.String(), "err", err)
-	} else {
+	case missing:
 		t.log.Error("chunk missing locally and on every remote", "ref", ref.String(), "err", err)
+	default:
+		t.log.Error("chunk not local, and no remote served it", "ref", ref.String(), "err", err)
 	}
 	return nil, fmt.Errorf("remote: chunk %s: %w", ref.Short(), err)
 }
