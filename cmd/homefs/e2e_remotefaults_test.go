@@ -3,16 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"homefs/internal/daemon"
 	"homefs/internal/remote/s3test"
 )
 
@@ -189,5 +192,46 @@ func TestRemotePushSurvivesRestart(t *testing.T) {
 	b.ok("mount", "--remote", "origin", "s", mntB)
 	require.Equal(t, big, readFile(t, filepath.Join(mntB, "workspace/big.bin")))
 	b.ok("unmount", mntB)
+	require.Contains(t, b.ok("fsck"), "0 problems")
+}
+
+// TestRemotePullAllAfterLazyPull: a lazy pull (or mount --remote) and then
+// pull --all in the same daemon lifetime fetches every chunk, so that the
+// snapshot reads with the remote gone.
+func TestRemotePullAllAfterLazyPull(t *testing.T) {
+	needFUSE(t)
+	srv := s3test.Start(t)
+	url := "s3://" + srv.Bucket(t) + "/fleet"
+	a, b := newEnv(t), newEnv(t)
+	for _, e := range []*env{a, b} {
+		e.daemonEnv = remoteCreds()
+		e.start(quickRemote...)
+		e.ok("remote", "add", "origin", url, "--endpoint", srv.Endpoint)
+	}
+	mntA := a.mkdir("a")
+	a.ok("session", "create", "s")
+	a.ok("mount", "s", mntA)
+	big := randomText(1<<20, 11)
+	writeFile(t, filepath.Join(mntA, "workspace/big.bin"), big)
+	writeFile(t, filepath.Join(mntA, "workspace/small.txt"), "small\n")
+	id := strings.TrimSpace(a.ok("capture", "s", "--push"))
+
+	var lazy, all daemon.PullResult
+	require.NoError(t, json.Unmarshal([]byte(b.ok("pull", "s", "--json")), &lazy))
+	require.Less(t, lazy.FetchedBytes, int64(len(big)/2), "a lazy pull fetches no file chunk")
+	mntB := b.mkdir("b")
+	b.ok("mount", "--remote", "origin", "s", mntB)
+	require.Equal(t, "small\n", readFile(t, filepath.Join(mntB, "workspace/small.txt")))
+	b.ok("unmount", mntB)
+	require.NoError(t, json.Unmarshal([]byte(b.ok("pull", "s", "--all", "--json")), &all))
+	require.GreaterOrEqual(t, all.FetchedBytes, int64(len(big)), "pull --all after a lazy pull")
+
+	srv.Stop()
+	b.ok("session", "create", "s")
+	b.ok("restore", "s", id)
+	mntB2 := b.mkdir("b2")
+	b.ok("mount", "s", mntB2)
+	require.Equal(t, big, readFile(t, filepath.Join(mntB2, "workspace/big.bin")), "read with the remote gone")
+	b.ok("unmount", mntB2)
 	require.Contains(t, b.ok("fsck"), "0 problems")
 }
