@@ -85,7 +85,8 @@ func TestRemoteSilentServer(t *testing.T) {
 // TestRemoteFrozenGateway: host B reads a session lazily from a gateway
 // that is then frozen (SIGSTOP). A read of a file not yet fetched fails
 // with EIO, logged with the path, the remote and the object; host A's push
-// fails with a clear error. Once the gateway continues, both succeed.
+// fails with a clear error. Once the gateway continues, both succeed. A
+// stopped gateway fails a lazy read with EIO too.
 func TestRemoteFrozenGateway(t *testing.T) {
 	needFUSE(t)
 	srv := s3test.Start(t)
@@ -101,6 +102,8 @@ func TestRemoteFrozenGateway(t *testing.T) {
 	a.ok("mount", "s", mntA)
 	big := randomText(1<<20, 7)
 	writeFile(t, filepath.Join(mntA, "workspace/big.bin"), big)
+	other := randomText(256<<10, 8)
+	writeFile(t, filepath.Join(mntA, "workspace/other.bin"), other)
 	a.ok("capture", "s", "--push")
 	mntB := b.mkdir("b")
 	b.ok("mount", "--remote", "origin", "s", mntB)
@@ -128,6 +131,14 @@ func TestRemoteFrozenGateway(t *testing.T) {
 	thawed = true
 	require.Equal(t, big, readFile(t, filepath.Join(mntB, "workspace/big.bin")))
 	require.Contains(t, a.runBounded("push", "s").stdout, "pushed")
+
+	// A gateway that is down refuses connections: the application sees
+	// EIO, as from a disk, not ECONNREFUSED.
+	srv.Stop()
+	_, err = os.ReadFile(filepath.Join(mntB, "workspace/other.bin"))
+	require.ErrorIs(t, err, syscall.EIO, "a lazy read from a stopped gateway")
+	require.NoError(t, srv.Restart())
+	require.Equal(t, other, readFile(t, filepath.Join(mntB, "workspace/other.bin")))
 	b.ok("unmount", mntB)
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
 // baseDelay is the first backoff; each retry doubles it up to MaxBackoff.
@@ -28,7 +29,7 @@ func (r *Remote) do(ctx context.Context, what string, attempt func(ctx context.C
 	start := time.Now()
 	for n := 1; ; n++ {
 		actx, cancel := context.WithTimeout(ctx, r.timeouts.Request)
-		err := attempt(actx)
+		err := unwrapSend(attempt(actx))
 		cancel()
 		if err == nil || !retryable(ctx, err) {
 			return err
@@ -46,6 +47,17 @@ func (r *Remote) do(ctx context.Context, what string, attempt func(ctx context.C
 			return fmt.Errorf("%w (while retrying: %v)", ctx.Err(), err)
 		}
 	}
+}
+
+// unwrapSend returns the transport's own error for a request that got no
+// answer: the SDK's wrapping of it (operation name, a response error of
+// status 0, "request send failed") only hides the cause.
+func unwrapSend(err error) error {
+	var send *smithyhttp.RequestSendError
+	if errors.As(err, &send) && send.Err != nil {
+		return send.Err
+	}
+	return err
 }
 
 // backoff is the wait before attempt n+1: exponential, capped at limit,
