@@ -246,3 +246,13 @@ func TestRemotePullAllAfterLazyPull(t *testing.T) {
 	b.ok("unmount", mntB2)
 	require.Contains(t, b.ok("fsck"), "0 problems")
 }
+
+// TestServeRemoteFlags: the remote bounds must be positive; a zero retry
+// budget is allowed (no retries).
+func TestServeRemoteFlags(t *testing.T) {
+	e := newEnv(t)
+	for _, flag := range []string{"--remote-connect-timeout", "--remote-idle-timeout", "--remote-request-timeout"} {
+		e.fails(exitUsage, flag+" 0s: want a positive duration", "serve", flag, "0s")
+	}
+	e.fails(exitUsage, "--remote-retry-total -1s: want a positive duration", "serve", "--remote-retry-total", "-1s")
+}
