@@ -14,6 +14,7 @@ import (
 	"homefs/cas"
 	"homefs/fusefs"
 	"homefs/internal/daemon"
+	"homefs/internal/remote"
 	"homefs/internal/sdnotify"
 )
 
@@ -26,6 +27,7 @@ type serveOptions struct {
 	grace     time.Duration
 	metrics   string
 	salvage   bool
+	remote    remote.Timeouts
 }
 
 func serveCommand() *cli.Command {
@@ -59,13 +61,26 @@ and their latency by opcode, errors by errno, flush and capture latency, each
 live session's unflushed bytes, the store's size and free space, gc and remote
 traffic (docs/CLI.md). ADDR is a loopback host:port or unix:/path (a socket of
 mode 0600); any other address is refused, since the metrics name sessions and
-are not authenticated.`,
+are not authenticated.
+
+Every request to a remote is bounded: --remote-connect-timeout for a connect
+and TLS handshake, --remote-idle-timeout for a connection that moves no byte
+while a request is on it (a server that accepts and never answers, or is
+frozen), --remote-request-timeout for one attempt of one request. Connection
+failures, timeouts, 5xx and throttling are retried with jittered exponential
+backoff for --remote-retry-total after the first attempt (enough to ride out a
+restart of the server); then the push or pull fails, and a rerun resumes it. A
+lazy read that cannot be served in time fails with EIO.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn or error"},
 			&cli.StringFlag{Name: "fuse-uring", Value: "auto", Usage: "FUSE over io_uring (Linux 6.14+): auto uses it if the host's switch /sys/module/fuse/parameters/enable_uring is on and never changes it; on turns the switch on if needed and off again at a clean exit; off serves every mount over /dev/fuse"},
 			&cli.StringFlag{Name: "metrics", Usage: "serve Prometheus metrics at /metrics on `ADDR`: a loopback host:port (127.0.0.1:9477) or unix:/path; off by default (docs/CLI.md lists them)"},
 			&cli.BoolFlag{Name: "salvage", Usage: "open a store whose newest log is damaged (homefs refuses it otherwise, exit 8): keep a copy of each damaged log under <root>/store/damaged-<time>/, cut it at the damage (the entries after it are lost) and start; run homefs fsck next"},
+			&cli.DurationFlag{Name: "remote-connect-timeout", Value: remote.DefaultConnectTimeout, Usage: "bound on a TCP connect and TLS handshake to a remote"},
+			&cli.DurationFlag{Name: "remote-idle-timeout", Value: remote.DefaultIdleTimeout, Usage: "a request to a remote fails once its connection moved no byte for this long"},
+			&cli.DurationFlag{Name: "remote-request-timeout", Value: remote.DefaultRequestTimeout, Usage: "bound on one attempt of one request to a remote, body included"},
+			&cli.DurationFlag{Name: "remote-retry-total", Value: remote.DefaultRetryTotal, Usage: "how long a failing request to a remote is retried (backoff with jitter) before the operation fails; 0s: no retries"},
 			&cli.DurationFlag{Name: "shutdown-grace", Value: 5 * time.Second, Usage: "at shutdown, how long files left open in a busy mount are still served after the mount was detached; then their writes fail, and everything written before is flushed"},
 		},
 		Action: func(c *cli.Context) error {
@@ -77,6 +92,10 @@ are not authenticated.`,
 				logFormat: c.String("log-format"), logLevel: c.String("log-level"),
 				uring: c.String("fuse-uring"), grace: c.Duration("shutdown-grace"),
 				metrics: c.String("metrics"), salvage: c.Bool("salvage"),
+				remote: remote.Timeouts{
+					Connect: c.Duration("remote-connect-timeout"), Idle: c.Duration("remote-idle-timeout"),
+					Request: c.Duration("remote-request-timeout"), RetryTotal: c.Duration("remote-retry-total"),
+				},
 			})
 		},
 	}
@@ -106,6 +125,20 @@ func runServe(ctx context.Context, o serveOptions) error {
 			return usageError{fmt.Errorf("--metrics: %w", err)}
 		}
 	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"--remote-connect-timeout", o.remote.Connect}, {"--remote-idle-timeout", o.remote.Idle},
+		{"--remote-request-timeout", o.remote.Request}, {"--remote-retry-total", o.remote.RetryTotal},
+	} {
+		if f.d < 0 || (f.d == 0 && f.name != "--remote-retry-total") {
+			return usageError{fmt.Errorf("%s %v: want a positive duration", f.name, f.d)}
+		}
+	}
+	if o.remote.RetryTotal == 0 {
+		o.remote.RetryTotal = -1 // no retries; 0 would mean the default
+	}
 	log := slog.New(h)
 	notify, err := sdnotify.FromEnv()
 	if err != nil {
@@ -120,7 +153,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		log.Info("shutting down: a second SIGINT or SIGTERM exits at once, as a crash would")
 	})()
 	err = daemon.Serve(ctx, daemon.Config{Root: o.root, Socket: o.socket, Logger: log, URing: uring, Notify: notify, ShutdownGrace: o.grace, Metrics: o.metrics,
-		Badger: cas.BadgerOptions{Salvage: o.salvage}})
+		RemoteTimeouts: o.remote, Badger: cas.BadgerOptions{Salvage: o.salvage}})
 	if err != nil && ctx.Err() == nil {
 		return err
 	}

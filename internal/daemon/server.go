@@ -15,6 +15,7 @@ import (
 
 	"homefs/cas"
 	"homefs/fusefs"
+	"homefs/internal/remote"
 	"homefs/internal/sdnotify"
 )
 
@@ -52,6 +53,9 @@ type Config struct {
 	// Metrics, when set, is where Prometheus metrics are served at
 	// /metrics: a loopback host:port or unix:/path (ParseMetricsAddr).
 	Metrics string
+	// RemoteTimeouts bound every request to a remote (the zero value:
+	// remote's defaults).
+	RemoteTimeouts remote.Timeouts
 }
 
 // ErrAlreadyRunning is returned when another daemon holds the root or the
@@ -113,7 +117,7 @@ func Serve(ctx context.Context, cfg Config) error {
 		log.Info("cleaned mounts left by an earlier run", "count", len(cleaned))
 	}
 
-	svc, err := newService(ctx, root, store, log, cfg.URing, cfg.ShutdownGrace, m)
+	svc, err := newService(ctx, root, store, log, cfg.URing, cfg.ShutdownGrace, m, cfg.RemoteTimeouts)
 	if err != nil {
 		return err
 	}

@@ -59,13 +59,14 @@ type Service struct {
 // recording store, so that gc sees every put. The Service owns store from
 // here on: CloseStore closes it.
 func NewService(ctx context.Context, root string, store cas.Store, log *slog.Logger, uring fusefs.URingMode, grace time.Duration) (*Service, error) {
-	return newService(ctx, root, store, log, uring, grace, nil)
+	return newService(ctx, root, store, log, uring, grace, nil, remote.Timeouts{})
 }
 
-// newService is NewService feeding m (nil: no metrics).
-func newService(ctx context.Context, root string, store cas.Store, log *slog.Logger, uring fusefs.URingMode, grace time.Duration, m *metrics) (*Service, error) {
+// newService is NewService feeding m (nil: no metrics), with remote
+// requests bounded by rto.
+func newService(ctx context.Context, root string, store cas.Store, log *slog.Logger, uring fusefs.URingMode, grace time.Duration, m *metrics, rto remote.Timeouts) (*Service, error) {
 	rt := remote.NewReadThrough(store, remote.ReadThroughOptions{Logger: log.With("component", "remote")})
-	remotes, err := remote.NewService(root, rt, remote.Options{Logger: log.With("component", "remote")})
+	remotes, err := remote.NewService(root, rt, remote.Options{Timeouts: rto, Logger: log.With("component", "remote")})
 	if err != nil {
 		rt.Close()
 		return nil, err

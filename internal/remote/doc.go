@@ -32,6 +32,12 @@
 //     missing ones from remotes, checking each one's hash before storing
 //     and returning it, and reading ahead along the files of pulled trees.
 //
+//   - Every request is bounded (Timeouts: connect, idle connection,
+//     attempt) and retried by Remote.do, with jittered backoff, for a
+//     budget of time that outlasts a server restart. A remote that stays
+//     silent or down fails the operation with a network error (*net.OpError,
+//     ErrStalled for silence), never a hang.
+//
 // Credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or a
 // shared credentials file; they are never logged or stored.
 package remote

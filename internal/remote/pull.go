@@ -19,6 +19,11 @@ type PullOptions struct {
 	// ReadThrough.
 	All      bool
 	Progress func(Progress)
+
+	// local answers which chunks pullChunks needs not fetch, when the
+	// target's own HasMany counts chunks that are only on a remote (a
+	// ReadThrough's hinted chunks); nil means the target.
+	local cas.HasManyer
 }
 
 // PullResult says what a pull did.
@@ -295,7 +300,11 @@ func (p *puller) pullChunks(ctx context.Context, root cas.Ref) error {
 		return err
 	}
 	refs := sortedRefs(set)
-	has, err := p.local.HasMany(ctx, refs)
+	var local cas.HasManyer = p.local
+	if p.opts.local != nil {
+		local = p.opts.local
+	}
+	has, err := local.HasMany(ctx, refs)
 	if err != nil {
 		return err
 	}

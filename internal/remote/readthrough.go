@@ -66,6 +66,9 @@ type fetchCall struct {
 	done chan struct{}
 	data []byte
 	err  error
+	// abandoned: the fetching caller's context ended, so err says
+	// nothing about the chunk.
+	abandoned bool
 }
 
 var _ cas.Store = (*ReadThrough)(nil)
@@ -195,7 +198,7 @@ func (t *ReadThrough) fetch(ctx context.Context, ref cas.Ref, ahead bool) ([]byt
 			case <-ctx.Done():
 				return nil, fmt.Errorf("remote: fetch %s: %w", ref.Short(), ctx.Err())
 			}
-			if c.err != nil && (errors.Is(c.err, context.Canceled) || errors.Is(c.err, context.DeadlineExceeded)) && ctx.Err() == nil {
+			if c.abandoned && ctx.Err() == nil {
 				continue // the other caller gave up; try ourselves
 			}
 			if c.err != nil {
@@ -209,6 +212,7 @@ func (t *ReadThrough) fetch(ctx context.Context, ref cas.Ref, ahead bool) ([]byt
 		t.mu.Unlock()
 
 		c.data, c.err = t.fetchFrom(ctx, remotes, ref)
+		c.abandoned = c.err != nil && ctx.Err() != nil
 		if c.err == nil {
 			if ahead {
 				t.prefetched.Add(1)
@@ -247,10 +251,17 @@ func (t *ReadThrough) fetchFrom(ctx context.Context, remotes []*Remote, ref cas.
 	}
 	err := errors.Join(errs...)
 	t.failed.Add(1)
-	if errors.Is(err, cas.ErrCorrupt) {
+	missing := true
+	for _, e := range errs {
+		missing = missing && errors.Is(e, cas.ErrNotFound)
+	}
+	switch {
+	case errors.Is(err, cas.ErrCorrupt):
 		t.log.Error("remote chunk damaged: refusing to serve it", "ref", ref.String(), "err", err)
-	} else {
+	case missing:
 		t.log.Error("chunk missing locally and on every remote", "ref", ref.String(), "err", err)
+	default:
+		t.log.Error("chunk not local, and no remote served it", "ref", ref.String(), "err", err)
 	}
 	return nil, fmt.Errorf("remote: chunk %s: %w", ref.Short(), err)
 }

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
@@ -43,9 +42,11 @@ var (
 type Options struct {
 	// Credentials overrides the environment and the credentials file.
 	Credentials aws.CredentialsProvider
-	// MaxAttempts per request, retries included; 0 means 6. Transient
-	// errors (connection failures, 5xx, throttling) are retried with
-	// jittered exponential backoff of at most MaxBackoff (0 means 5s).
+	// Timeouts bound connects, silences, attempts and retries.
+	Timeouts Timeouts
+	// MaxAttempts caps the attempts of one request, retries included; 0
+	// leaves it to Timeouts.RetryTotal. MaxBackoff caps the wait between
+	// two (0 means 5s).
 	MaxAttempts int
 	MaxBackoff  time.Duration
 	// Parallel bounds the requests one operation keeps in flight; 0
@@ -69,6 +70,10 @@ type Remote struct {
 	parallel int
 	log      *slog.Logger
 
+	timeouts    Timeouts
+	maxAttempts int
+	maxBackoff  time.Duration
+
 	gets, puts, heads, lists atomic.Int64
 	bytesIn, bytesOut        atomic.Int64
 }
@@ -89,10 +94,6 @@ func Open(ctx context.Context, cfg Config, opts Options) (*Remote, error) {
 			return nil, err
 		}
 	}
-	attempts := opts.MaxAttempts
-	if attempts <= 0 {
-		attempts = 6
-	}
 	maxBackoff := opts.MaxBackoff
 	if maxBackoff <= 0 {
 		maxBackoff = 5 * time.Second
@@ -105,19 +106,15 @@ func Open(ctx context.Context, cfg Config, opts Options) (*Remote, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	httpClient := awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
-		t.MaxIdleConnsPerHost = 2 * parallel
-	})
+	timeouts := opts.Timeouts.withDefaults()
 	s3opts := s3.Options{
 		Region:       cfg.region(),
 		Credentials:  aws.NewCredentialsCache(creds),
 		UsePathStyle: true,
-		HTTPClient:   httpClient,
-		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
-			o.MaxAttempts = attempts
-			o.MaxBackoff = maxBackoff
-			o.BaseDelay = 100 * time.Millisecond
-		}),
+		HTTPClient:   newHTTPClient(timeouts, parallel),
+		// Remote.do retries, with a budget of time rather than the SDK's
+		// quota of retries shared by every request.
+		Retryer: aws.NopRetryer{},
 		// Every body is verified by its content hash; the SDK's trailing
 		// checksums add nothing and some S3-compatible servers reject them.
 		RequestChecksumCalculation:                aws.RequestChecksumCalculationWhenRequired,
@@ -134,6 +131,10 @@ func Open(ctx context.Context, cfg Config, opts Options) (*Remote, error) {
 		client:   s3.New(s3opts),
 		parallel: parallel,
 		log:      log,
+
+		timeouts:    timeouts,
+		maxAttempts: opts.MaxAttempts,
+		maxBackoff:  maxBackoff,
 	}, nil
 }
 
@@ -226,8 +227,29 @@ func isPrecondition(err error) bool {
 
 // getObject returns an object's body (at most limit bytes) and ETag.
 func (r *Remote) getObject(ctx context.Context, key string, limit int64) ([]byte, string, error) {
-	r.gets.Add(1)
-	out, err := r.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &r.bucket, Key: &key})
+	var (
+		body []byte
+		etag string
+	)
+	err := r.do(ctx, "get "+key, func(ctx context.Context) error {
+		r.gets.Add(1)
+		out, err := r.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &r.bucket, Key: &key})
+		if err != nil {
+			return err
+		}
+		defer out.Body.Close()
+		var buf bytes.Buffer
+		if out.ContentLength != nil && *out.ContentLength > 0 && *out.ContentLength <= limit {
+			buf.Grow(int(*out.ContentLength))
+		}
+		n, err := buf.ReadFrom(io.LimitReader(out.Body, limit+1))
+		r.bytesIn.Add(n)
+		if err != nil {
+			return fmt.Errorf("read: %w", err)
+		}
+		body, etag = buf.Bytes(), aws.ToString(out.ETag)
+		return nil
+	})
 	if err != nil {
 		if err := r.notThere(err); err != nil {
 			return nil, "", err
@@ -237,40 +259,38 @@ func (r *Remote) getObject(ctx context.Context, key string, limit int64) ([]byte
 		}
 		return nil, "", fmt.Errorf("remote %s: get %s: %w", r.cfg.Name, key, err)
 	}
-	defer out.Body.Close()
-	var buf bytes.Buffer
-	if out.ContentLength != nil && *out.ContentLength > 0 && *out.ContentLength <= limit {
-		buf.Grow(int(*out.ContentLength))
-	}
-	n, err := buf.ReadFrom(io.LimitReader(out.Body, limit+1))
-	r.bytesIn.Add(n)
-	if err != nil {
-		return nil, "", fmt.Errorf("remote %s: read %s: %w", r.cfg.Name, key, err)
-	}
-	if n > limit {
+	if int64(len(body)) > limit {
 		return nil, "", fmt.Errorf("remote %s: %s: over %d bytes: %w", r.cfg.Name, key, limit, cas.ErrCorrupt)
 	}
-	return buf.Bytes(), aws.ToString(out.ETag), nil
+	return body, etag, nil
 }
 
 // putObject writes body under key. ifMatch "" and ifNoneMatch false make
 // it unconditional. It returns the new ETag.
 func (r *Remote) putObject(ctx context.Context, key string, body []byte, contentType, ifMatch string, ifNoneMatch bool) (string, error) {
-	in := &s3.PutObjectInput{
-		Bucket:        &r.bucket,
-		Key:           &key,
-		Body:          bytes.NewReader(body),
-		ContentLength: aws.Int64(int64(len(body))),
-		ContentType:   aws.String(contentType),
-	}
-	if ifMatch != "" {
-		in.IfMatch = aws.String(ifMatch)
-	}
-	if ifNoneMatch {
-		in.IfNoneMatch = aws.String("*")
-	}
-	r.puts.Add(1)
-	out, err := r.client.PutObject(ctx, in)
+	var etag string
+	err := r.do(ctx, "put "+key, func(ctx context.Context) error {
+		in := &s3.PutObjectInput{
+			Bucket:        &r.bucket,
+			Key:           &key,
+			Body:          bytes.NewReader(body),
+			ContentLength: aws.Int64(int64(len(body))),
+			ContentType:   aws.String(contentType),
+		}
+		if ifMatch != "" {
+			in.IfMatch = aws.String(ifMatch)
+		}
+		if ifNoneMatch {
+			in.IfNoneMatch = aws.String("*")
+		}
+		r.puts.Add(1)
+		out, err := r.client.PutObject(ctx, in)
+		if err != nil {
+			return err
+		}
+		etag = aws.ToString(out.ETag)
+		return nil
+	})
 	if err != nil {
 		if (ifMatch != "" || ifNoneMatch) && isPrecondition(err) {
 			return "", fmt.Errorf("remote %s: put %s: %w", r.cfg.Name, key, ErrConflict)
@@ -278,13 +298,16 @@ func (r *Remote) putObject(ctx context.Context, key string, body []byte, content
 		return "", fmt.Errorf("remote %s: put %s: %w", r.cfg.Name, key, err)
 	}
 	r.bytesOut.Add(int64(len(body)))
-	return aws.ToString(out.ETag), nil
+	return etag, nil
 }
 
 // hasObject reports whether key exists.
 func (r *Remote) hasObject(ctx context.Context, key string) (bool, error) {
-	r.heads.Add(1)
-	_, err := r.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &r.bucket, Key: &key})
+	err := r.do(ctx, "head "+key, func(ctx context.Context) error {
+		r.heads.Add(1)
+		_, err := r.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &r.bucket, Key: &key})
+		return err
+	})
 	if err == nil {
 		return true, nil
 	}
@@ -300,13 +323,18 @@ func (r *Remote) hasObject(ctx context.Context, key string) (bool, error) {
 // reached the end.
 func (r *Remote) list(ctx context.Context, dir, start string, maxPages int, fn func(name string) error) (complete bool, err error) {
 	p := r.prefix + dir + start
-	pager := s3.NewListObjectsV2Paginator(r.client, &s3.ListObjectsV2Input{Bucket: &r.bucket, Prefix: &p})
-	for pages := 0; pager.HasMorePages(); pages++ {
+	var token *string
+	for pages := 0; ; pages++ {
 		if maxPages > 0 && pages == maxPages {
 			return false, nil
 		}
-		r.lists.Add(1)
-		page, err := pager.NextPage(ctx)
+		var page *s3.ListObjectsV2Output
+		err := r.do(ctx, "list "+p, func(ctx context.Context) error {
+			r.lists.Add(1)
+			var err error
+			page, err = r.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &r.bucket, Prefix: &p, ContinuationToken: token})
+			return err
+		})
 		if err != nil {
 			return false, fmt.Errorf("remote %s: list %s: %w", r.cfg.Name, p, err)
 		}
@@ -315,19 +343,23 @@ func (r *Remote) list(ctx context.Context, dir, start string, maxPages int, fn f
 				return false, err
 			}
 		}
+		if !aws.ToBool(page.IsTruncated) || aws.ToString(page.NextContinuationToken) == "" {
+			return true, nil
+		}
+		token = page.NextContinuationToken
 	}
-	return true, nil
 }
 
 // Ping checks that the remote answers and lets this host list it: one
 // listing of at most one key under its prefix, not retried, bounded by
-// ctx (status uses it with a short timeout).
+// ctx (status uses it with a short timeout) and the request timeout.
 func (r *Remote) Ping(ctx context.Context) error {
 	p := r.prefix
 	one := int32(1)
 	r.lists.Add(1)
-	_, err := r.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &r.bucket, Prefix: &p, MaxKeys: &one},
-		func(o *s3.Options) { o.Retryer = aws.NopRetryer{} })
+	ctx, cancel := context.WithTimeout(ctx, r.timeouts.Request)
+	defer cancel()
+	_, err := r.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &r.bucket, Prefix: &p, MaxKeys: &one})
 	if err != nil {
 		return fmt.Errorf("remote %s: list %s: %w", r.cfg.Name, r.cfg.URL, err)
 	}
@@ -485,6 +517,14 @@ func (r *Remote) SetHead(ctx context.Context, session, id string, prev *Head) (*
 		ifMatch = prev.ETag
 	}
 	etag, err := r.putObject(ctx, r.headKey(session), b, "application/json", ifMatch, prev == nil)
+	if errors.Is(err, ErrConflict) {
+		// A retried put fails its condition when an earlier attempt went
+		// through and only its answer was lost: the head then holds our
+		// bytes, to the nanosecond.
+		if now, herr := r.Head(ctx, session); herr == nil && now.Snapshot == id && now.UpdatedNs == h.UpdatedNs {
+			etag, err = now.ETag, nil
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -125,6 +125,12 @@ func (s *Service) Pull(ctx context.Context, local PullTarget, cat *catalog.Catal
 	if err != nil {
 		return nil, err
 	}
+	if s.rt != nil {
+		// The ReadThrough counts chunks of lazily pulled trees as present:
+		// All must ask what is really local, or it fetches nothing after
+		// a lazy pull of the same snapshot.
+		opts.local = s.rt.Unwrap()
+	}
 	res, err := Pull(ctx, local, cat, r, spec, opts)
 	if err != nil {
 		return res, err

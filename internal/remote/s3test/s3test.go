@@ -154,9 +154,69 @@ func (s *Server) Stop() {
 	if s.cmd == nil {
 		return
 	}
-	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Process.Kill() // a frozen gateway dies of SIGKILL too
 	_ = s.cmd.Wait()
 	s.cmd = nil
+}
+
+// Freeze stops the gateway with SIGSTOP: it keeps its port and its
+// connections but answers nothing, as a hung server does, until Thaw.
+func (s *Server) Freeze() {
+	s.signal(syscall.SIGSTOP)
+}
+
+// Thaw continues a frozen gateway (SIGCONT).
+func (s *Server) Thaw() {
+	s.signal(syscall.SIGCONT)
+}
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		s.t.Fatalf("s3test: %v to a stopped gateway", sig)
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatalf("s3test: %v: %v", sig, err)
+	}
+}
+
+// Silent listens on 127.0.0.1 for the test, accepts every connection and
+// never answers nor closes one: a server that takes requests and hangs.
+// It returns the endpoint, http://127.0.0.1:PORT.
+func Silent(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return "http://" + l.Addr().String()
 }
 
 // Credentials returns the gateway's test credentials.
