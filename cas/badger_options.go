@@ -123,8 +123,24 @@ func (o BadgerOptions) badger(dir string) badger.Options {
 }
 
 // slogAdapter routes Badger's logger to log/slog, quietly: Badger's info
-// messages (one per compaction and file) become Debug.
+// messages (one per compaction and file) become Debug, and so does its
+// cache advice ("Block cache might be too small", every minute while a
+// large read runs): the caches are sized by MemoryBudget on purpose, and
+// a hint that repeats every minute is not something an operator acts on.
 type slogAdapter struct{ l *slog.Logger }
+
+// badgerAdvice are the prefixes of Badger's warnings that are tuning hints.
+var badgerAdvice = []string{"%s might be too small", "Cache life expectancy"}
+
+func (a slogAdapter) Warningf(f string, args ...any) {
+	for _, p := range badgerAdvice {
+		if strings.HasPrefix(f, p) {
+			a.log(slog.LevelDebug, f, args)
+			return
+		}
+	}
+	a.log(slog.LevelWarn, f, args)
+}
 
 func (a slogAdapter) log(level slog.Level, format string, args []any) {
 	if !a.l.Enabled(context.Background(), level) {
@@ -133,7 +149,6 @@ func (a slogAdapter) log(level slog.Level, format string, args []any) {
 	a.l.Log(context.Background(), level, strings.TrimSpace(fmt.Sprintf(format, args...)), "component", "badger")
 }
 
-func (a slogAdapter) Errorf(f string, args ...any)   { a.log(slog.LevelError, f, args) }
-func (a slogAdapter) Warningf(f string, args ...any) { a.log(slog.LevelWarn, f, args) }
-func (a slogAdapter) Infof(f string, args ...any)    { a.log(slog.LevelDebug, f, args) }
-func (a slogAdapter) Debugf(f string, args ...any)   { a.log(slog.LevelDebug-4, f, args) }
+func (a slogAdapter) Errorf(f string, args ...any) { a.log(slog.LevelError, f, args) }
+func (a slogAdapter) Infof(f string, args ...any)  { a.log(slog.LevelDebug, f, args) }
+func (a slogAdapter) Debugf(f string, args ...any) { a.log(slog.LevelDebug-4, f, args) }
