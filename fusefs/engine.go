@@ -985,6 +985,9 @@ func (e *Engine) mountFS(dir string, m *Mount, opts *fs.Options) (*fuse.Server, 
 	if err != nil {
 		return nil, err
 	}
+	if err := closeFUSEOnExec(); err != nil {
+		m.log.Warn("mark /dev/fuse close-on-exec", "mount", dir, "err", err)
+	}
 	go server.Serve()
 	if err := server.WaitMount(); err != nil {
 		return nil, err

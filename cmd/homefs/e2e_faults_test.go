@@ -98,3 +98,42 @@ func TestDamagedValueLog(t *testing.T) {
 	r := e.fails(exitCorrupt, "problem", "fsck")
 	t.Logf("fsck after the salvage:\n%s", r.stdout)
 }
+
+// TestFUSEDescriptorsCloseOnExec: no /dev/fuse descriptor of the daemon
+// survives an exec, on either transport, so a process the daemon starts
+// never keeps a mount's connection alive.
+func TestFUSEDescriptorsCloseOnExec(t *testing.T) {
+	needFUSE(t)
+	for _, transport := range []string{"off", "on"} {
+		t.Run("uring="+transport, func(t *testing.T) {
+			e := newEnv(t)
+			e.start("--fuse-uring=" + transport)
+			mnt := e.mkdir("mnt")
+			e.ok("session", "create", "s")
+			e.ok("mount", "s", mnt)
+			pid := e.proc.Process.Pid
+			fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+			require.NoError(t, err)
+			seen := 0
+			for _, fd := range fds {
+				target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+				if err != nil || target != "/dev/fuse" {
+					continue
+				}
+				seen++
+				info, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, fd.Name()))
+				require.NoError(t, err)
+				var flags uint64
+				for _, line := range bytes.Split(info, []byte("\n")) {
+					if v, ok := bytes.CutPrefix(line, []byte("flags:")); ok {
+						_, err := fmt.Sscanf(string(bytes.TrimSpace(v)), "%o", &flags)
+						require.NoError(t, err)
+					}
+				}
+				require.NotZero(t, flags&0o2000000, "/dev/fuse descriptor %s without O_CLOEXEC (flags %o)", fd.Name(), flags)
+			}
+			require.NotZero(t, seen, "the daemon holds no /dev/fuse descriptor")
+			e.ok("unmount", mnt)
+		})
+	}
+}
