@@ -110,8 +110,8 @@ func parseLogEntry(b []byte, off int) (e logEntry, ok bool) {
 	return logEntry{meta: b[off], key: b[p : p+int(klen)], value: b[p+int(klen) : end], next: end + 4}, true
 }
 
-// keyTs is the version Badger appends to a key (y.ParseTs).
-func keyTs(key []byte) uint64 {
+// keyTS is the version Badger appends to a key (y.ParseTs).
+func keyTS(key []byte) uint64 {
 	if len(key) <= 8 {
 		return 0
 	}
@@ -131,7 +131,7 @@ func replayEnd(b []byte) (end, stop int) {
 		}
 		switch {
 		case e.meta&logBitTxn != 0:
-			ts := keyTs(e.key)
+			ts := keyTS(e.key)
 			if commit == 0 {
 				commit = ts
 			}

@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -60,6 +61,7 @@ func TestURingServes(t *testing.T) {
 	require.NoError(t, f.Sync())
 	got := make([]byte, 64)
 	n, err := f.ReadAt(got, 0)
+	require.ErrorIs(t, err, io.EOF) // a read past the end of the file
 	require.Equal(t, "hello world", string(got[:n]))
 	require.NoError(t, f.Close())
 	require.NoError(t, os.Mkdir(filepath.Join(d, "dir"), 0o755))

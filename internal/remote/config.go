@@ -13,8 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 )
 
-// ErrNoCredentials: neither the environment nor a credentials file holds
-// keys for the remote.
+// ErrNoCredentials is returned when neither the environment nor a
+// credentials file holds keys for the remote.
 var ErrNoCredentials = errors.New("remote: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or write them to a shared credentials file (AWS_SHARED_CREDENTIALS_FILE, ~/.aws/credentials)")
 
 // Config describes one remote. It holds no secrets, so it can be stored
