@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -15,6 +14,7 @@ import (
 	"strings"
 
 	"homefs/cas"
+	"homefs/internal/atomicfile"
 	"homefs/manifest"
 )
 
@@ -171,7 +171,7 @@ func ExportNative(ctx context.Context, g cas.Getter, root cas.Ref, handles map[s
 	if err != nil {
 		return leftOut, err
 	}
-	if err := syncDir(blobs); err != nil {
+	if err := atomicfile.SyncDir(blobs); err != nil {
 		return leftOut, err
 	}
 	if err := s.Validate(); err != nil {
@@ -181,11 +181,7 @@ func ExportNative(ctx context.Context, g cas.Getter, root cas.Ref, handles map[s
 	if err != nil {
 		return leftOut, err
 	}
-	err = writeDurable(dir, NativeManifestName, func(f *os.File) error {
-		_, err := f.Write(append(b, '\n'))
-		return err
-	})
-	return leftOut, err
+	return leftOut, atomicfile.WriteFile(filepath.Join(dir, NativeManifestName), append(b, '\n'), 0o644)
 }
 
 // mayHoldNative reports whether directory p of a session may hold a path
@@ -231,43 +227,4 @@ func exportBlob(ctx context.Context, g cas.Getter, e *manifest.Entry, blobs stri
 		return "", err
 	}
 	return "blobs/" + sum, nil
-}
-
-// writeDurable writes dir/name through a temp file: fsync, rename, fsync
-// of the directory.
-func writeDurable(dir, name string, write func(*os.File) error) error {
-	tmp, err := os.CreateTemp(dir, "."+name+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	defer tmp.Close()
-	if err := write(tmp); err != nil {
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
-		return err
-	}
-	return nil
 }

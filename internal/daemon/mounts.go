@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"homefs/internal/atomicfile"
 	"homefs/internal/mountinfo"
 )
 
@@ -32,41 +33,7 @@ func writeMounts(root string, mounts []MountInfo) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(root, mountsFile), append(data, '\n'), 0o600)
-}
-
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after a successful rename this finds nothing
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.WriteFile(filepath.Join(root, mountsFile), append(data, '\n'), 0o600)
 }
 
 func readMounts(root string) ([]MountInfo, error) {

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+
+	"homefs/internal/atomicfile"
 )
 
 var (
@@ -144,33 +145,8 @@ func (g *Registry) save(remotes []Config) error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(g.path)
-	tmp, err := os.CreateTemp(dir, RegistryFile+".*")
-	if err != nil {
+	if err := atomicfile.WriteFile(g.path, append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("remote: registry: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return fmt.Errorf("remote: registry: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("remote: registry: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("remote: registry: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), g.path); err != nil {
-		return fmt.Errorf("remote: registry: %w", err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("remote: registry: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("remote: registry: sync %s: %w", dir, err)
 	}
 	return nil
 }

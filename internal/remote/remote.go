@@ -488,7 +488,11 @@ func (r *Remote) Head(ctx context.Context, session string) (*Head, error) {
 		if etagMatches(etag, b) || attempt == 4 {
 			break
 		}
-		time.Sleep(time.Duration(attempt+1) * 10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Duration(attempt+1) * 10 * time.Millisecond):
+		}
 	}
 	var h Head
 	dec := json.NewDecoder(bytes.NewReader(b))
