@@ -2,48 +2,21 @@ package remote
 
 import (
 	"context"
-	"sync"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // parallel runs fn(ctx, i) for i in [0, n) with at most width calls in
-// flight. The first error cancels the others' context and is returned.
+// flight. The first error cancels the others' context and is returned;
+// no call starts after it.
 func parallel(ctx context.Context, width, n int, fn func(ctx context.Context, i int) error) error {
-	if n == 0 {
-		return ctx.Err()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(width, 1))
+	for i := 0; i < n && gctx.Err() == nil; i++ {
+		g.Go(func() error { return fn(gctx, i) })
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	if width > n {
-		width = n
-	}
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		next int
-	)
-	for range width {
-		wg.Go(func() {
-			for {
-				if ctx.Err() != nil {
-					return
-				}
-				mu.Lock()
-				i := next
-				next++
-				mu.Unlock()
-				if i >= n {
-					return
-				}
-				if err := fn(ctx, i); err != nil {
-					cancel(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
+	if err := g.Wait(); err != nil {
 		return err
 	}
-	return nil
+	return ctx.Err()
 }
