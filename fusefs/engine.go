@@ -942,7 +942,8 @@ func (e *Engine) Close(ctx context.Context) error {
 	sessions := e.liveSessionsLocked()
 	e.mu.Unlock()
 	var errs []error
-	if err := e.endMounts(ctx, mounts); err != nil {
+	busy, err := e.endMounts(ctx, mounts)
+	if err != nil {
 		errs = append(errs, err)
 	}
 	if first {
@@ -950,7 +951,9 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	e.flusher.Wait()
 	for _, s := range sessions {
-		s.sealBackings()
+		if busy[s] {
+			s.sealBackings()
+		}
 	}
 	for _, s := range sessions {
 		if err := e.sync(ctx, s); err != nil {

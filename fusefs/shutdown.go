@@ -114,8 +114,11 @@ func (m *Mount) servedUntilEnd() <-chan struct{} {
 // busy mount whose open files are served until they are closed or grace
 // has passed (or ctx ends), and then the abort of each connection still
 // alive. Mounts that could not leave the mount table are reported, and
-// stay in e.mounts.
-func (e *Engine) endMounts(ctx context.Context, mounts []*Mount) error {
+// stay in e.mounts. busy holds the sessions of mounts that did not
+// unmount cleanly: only there may a writer still hold a file (a clean
+// unmount means no descriptor or mapping of the mount is left).
+func (e *Engine) endMounts(ctx context.Context, mounts []*Mount) (busy map[*Session]bool, _ error) {
+	busy = make(map[*Session]bool)
 	var errs []error
 	ended := make(map[*Mount]<-chan struct{}, len(mounts))
 	detached := make(map[*Mount]bool, len(mounts))
@@ -130,6 +133,7 @@ func (e *Engine) endMounts(ctx context.Context, mounts []*Mount) error {
 			detached[m] = true
 			continue
 		}
+		busy[m.sess] = true
 		if lerr := m.detachLazily(); lerr != nil {
 			if errors.Is(lerr, syscall.EINVAL) {
 				// Not a mountpoint any more: someone detached it.
@@ -176,12 +180,12 @@ func (e *Engine) endMounts(ctx context.Context, mounts []*Mount) error {
 			m.forget()
 		}
 	}
-	return errors.Join(errs...)
+	return busy, errors.Join(errs...)
 }
 
 // sealBackings makes the backing files of s that a writer may still reach
-// immutable, so that a
-// passthrough writer still holding one (its connection has ended) gets
+// immutable (Close calls it for the sessions of mounts that did not
+// unmount cleanly), so that a passthrough writer still holding one (its connection has ended) gets
 // EPERM rather than a write nobody will read: the kernel sends those
 // writes to the backing file without asking the daemon, also once the
 // connection is gone. ext4 and xfs refuse writes to an immutable file

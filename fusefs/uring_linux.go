@@ -729,179 +729,243 @@ func (s *uringServer) serve(e *uringEnt, n uint32) {
 // the start of out. data and out are the same buffer: a handler reads all
 // of data before it writes out.
 func (s *uringServer) dispatch(h *fuse.InHeader, in unsafe.Pointer, data, out []byte) (int, fuse.Status) {
-	fs := s.fs
-	var cancel <-chan struct{} // interrupts reach go-fuse, not the ring
-	name := func() (string, bool) {
-		n, _, ok := cstr(data)
-		return n, ok
-	}
-	names := func() (string, string, bool) {
-		a, rest, ok := cstr(data)
-		if !ok {
-			return "", "", false
-		}
-		b, _, ok := cstr(rest)
-		return a, b, ok
-	}
-	entry := func(call func(*fuse.EntryOut) fuse.Status) (int, fuse.Status) {
-		o, sz := outAt[fuse.EntryOut](out)
-		return sz, call(o)
-	}
 	if h.NodeId == pollHackInode {
 		return pollHackReply(h.Opcode, out)
 	}
-	switch h.Opcode {
-	case opLookup:
-		n, ok := name()
-		if ok && h.NodeId == fuse.FUSE_ROOT_ID && n == pollHackName {
-			return pollHackReply(h.Opcode, out)
-		}
-		if !ok {
-			return 0, fuse.EINVAL
-		}
-		return entry(func(o *fuse.EntryOut) fuse.Status { return fs.Lookup(cancel, h, n, o) })
-	case opGetattr:
-		o, sz := outAt[fuse.AttrOut](out)
-		return sz, fs.GetAttr(cancel, (*fuse.GetAttrIn)(in), o)
-	case opSetattr:
-		o, sz := outAt[fuse.AttrOut](out)
-		return sz, fs.SetAttr(cancel, (*fuse.SetAttrIn)(in), o)
-	case opReadlink:
-		b, st := fs.Readlink(cancel, h)
-		return copy(out, b), st
-	case opSymlink:
-		link, target, ok := names()
-		if !ok {
-			return 0, fuse.EINVAL
-		}
-		return entry(func(o *fuse.EntryOut) fuse.Status { return fs.Symlink(cancel, h, target, link, o) })
-	case opMknod, opMkdir, opLink, opCreate:
-		n, ok := name()
-		if !ok {
-			return 0, fuse.EINVAL
-		}
-		switch h.Opcode {
-		case opMknod:
-			return entry(func(o *fuse.EntryOut) fuse.Status { return fs.Mknod(cancel, (*fuse.MknodIn)(in), n, o) })
-		case opMkdir:
-			return entry(func(o *fuse.EntryOut) fuse.Status { return fs.Mkdir(cancel, (*fuse.MkdirIn)(in), n, o) })
-		case opLink:
-			return entry(func(o *fuse.EntryOut) fuse.Status { return fs.Link(cancel, (*fuse.LinkIn)(in), n, o) })
-		}
-		o, sz := outAt[fuse.CreateOut](out)
-		return sz, fs.Create(cancel, (*fuse.CreateIn)(in), n, o)
-	case opTmpfile:
-		o, sz := outAt[fuse.CreateOut](out)
-		return sz, fs.Tmpfile(cancel, (*fuse.CreateIn)(in), o)
-	case opUnlink, opRmdir, opRemovexattr:
-		n, ok := name()
-		if !ok {
-			return 0, fuse.EINVAL
-		}
-		switch h.Opcode {
-		case opUnlink:
-			return 0, fs.Unlink(cancel, h, n)
-		case opRmdir:
-			return 0, fs.Rmdir(cancel, h, n)
-		}
-		return 0, fs.RemoveXAttr(cancel, h, n)
-	case opRename, opRename2:
-		from, to, ok := names()
-		if !ok {
-			return 0, fuse.EINVAL
-		}
-		return 0, fs.Rename(cancel, (*fuse.RenameIn)(in), from, to)
-	case opOpen, opOpendir:
-		o, sz := outAt[fuse.OpenOut](out)
-		if h.Opcode == opOpendir {
-			return sz, fs.OpenDir(cancel, (*fuse.OpenIn)(in), o)
-		}
-		return sz, fs.Open(cancel, (*fuse.OpenIn)(in), o)
-	case opRead:
-		rin := (*fuse.ReadIn)(in)
-		buf := out[:min(int(rin.Size), len(out))]
-		res, st := fs.Read(cancel, rin, buf)
-		if res == nil {
-			return 0, st
-		}
-		defer res.Done()
-		if !st.Ok() {
-			return 0, st
-		}
-		b, st := res.Bytes(buf)
-		return copy(buf, b), st
-	case opWrite:
-		win := (*fuse.WriteIn)(in)
-		if int(win.Size) > len(data) {
-			return 0, fuse.EINVAL
-		}
-		// The data is in out: reply after the write.
-		written, st := fs.Write(cancel, win, data[:win.Size])
-		o, sz := outAt[fuse.WriteOut](out)
-		o.Size = written
-		return sz, st
-	case opStatfs:
-		o, sz := outAt[fuse.StatfsOut](out)
-		return sz, fs.StatFs(cancel, h, o)
-	case opRelease:
-		fs.Release(cancel, (*fuse.ReleaseIn)(in))
-		return 0, fuse.OK
-	case opReleasedir:
-		fs.ReleaseDir((*fuse.ReleaseIn)(in))
-		return 0, fuse.OK
-	case opFsync:
-		return 0, fs.Fsync(cancel, (*fuse.FsyncIn)(in))
-	case opFsyncdir:
-		return 0, fs.FsyncDir(cancel, (*fuse.FsyncIn)(in))
-	case opFlush:
-		return 0, fs.Flush(cancel, (*fuse.FlushIn)(in))
-	case opSetxattr:
-		attr, value, ok := cstr(data)
-		if !ok {
-			return 0, fuse.EINVAL
-		}
-		return 0, fs.SetXAttr(cancel, (*fuse.SetXAttrIn)(in), attr, value)
-	case opGetxattr, opListxattr:
-		return s.xattr(h, in, data, out)
-	case opReaddir, opReaddirplus:
-		rin := (*fuse.ReadIn)(in)
-		l := fuse.NewDirEntryList(out[:min(int(rin.Size), len(out))], rin.Offset)
-		var st fuse.Status
-		if h.Opcode == opReaddir {
-			st = fs.ReadDir(cancel, rin, l)
-		} else {
-			st = fs.ReadDirPlus(cancel, rin, l)
-		}
-		return len(l.Bytes()), st
-	case opGetlk:
-		o, sz := outAt[fuse.LkOut](out)
-		return sz, fs.GetLk(cancel, (*fuse.LkIn)(in), o)
-	case opSetlk:
-		return 0, fs.SetLk(cancel, (*fuse.LkIn)(in))
-	case opSetlkw:
-		return 0, fs.SetLkw(cancel, (*fuse.LkIn)(in))
-	case opAccess:
-		return 0, fs.Access(cancel, (*fuse.AccessIn)(in))
-	case opFallocate:
-		return 0, fs.Fallocate(cancel, (*fuse.FallocateIn)(in))
-	case opLseek:
-		o, sz := outAt[fuse.LseekOut](out)
-		return sz, fs.Lseek(cancel, (*fuse.LseekIn)(in), o)
-	case opCopyFileRange:
-		o, sz := outAt[fuse.WriteOut](out)
-		var st fuse.Status
-		o.Size, st = fs.CopyFileRange(cancel, (*fuse.CopyFileRangeIn)(in))
-		return sz, st
-	case opStatx:
-		o, sz := outAt[fuse.StatxOut](out)
-		return sz, fs.Statx(cancel, (*fuse.StatxIn)(in), o)
-	case opIoctl:
-		// No node of homefs answers an ioctl (go-fuse's bridge says ENOTTY).
-		return 0, fuse.Status(syscall.ENOTTY)
-	case opDestroy:
-		return 0, fuse.OK
+	if int(h.Opcode) >= len(uringOps) || uringOps[h.Opcode] == nil {
+		return 0, fuse.ENOSYS
 	}
-	return 0, fuse.ENOSYS
+	return uringOps[h.Opcode](s, uringReq{h: h, in: in, data: data, out: out})
+}
+
+// uringReq is one request as its handler sees it: the header, the fixed
+// input struct at in, the rest of the payload and the reply buffer.
+type uringReq struct {
+	h    *fuse.InHeader
+	in   unsafe.Pointer
+	data []byte
+	out  []byte
+}
+
+// name is the request's one NUL-terminated name.
+func (r uringReq) name() (string, bool) {
+	n, _, ok := cstr(r.data)
+	return n, ok
+}
+
+// names are the request's two NUL-terminated names.
+func (r uringReq) names() (string, string, bool) {
+	a, rest, ok := cstr(r.data)
+	if !ok {
+		return "", "", false
+	}
+	b, _, ok := cstr(rest)
+	return a, b, ok
+}
+
+// reply runs call with a zeroed T at the start of out and returns its size.
+func reply[T any](out []byte, call func(*T) fuse.Status) (int, fuse.Status) {
+	o, sz := outAt[T](out)
+	return sz, call(o)
+}
+
+// named runs call with the request's name, or answers EINVAL without one.
+func named(r uringReq, call func(string) (int, fuse.Status)) (int, fuse.Status) {
+	n, ok := r.name()
+	if !ok {
+		return 0, fuse.EINVAL
+	}
+	return call(n)
+}
+
+// noReply wraps a call whose reply is its status alone.
+func noReply(st fuse.Status) (int, fuse.Status) { return 0, st }
+
+type uringOp func(s *uringServer, r uringReq) (int, fuse.Status)
+
+// uringOps are the handlers by opcode; a missing one answers ENOSYS.
+// Interrupts reach go-fuse, not the ring, so no handler has a cancel
+// channel (nil).
+var uringOps = [...]uringOp{
+	opLookup: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return named(r, func(n string) (int, fuse.Status) {
+			if r.h.NodeId == fuse.FUSE_ROOT_ID && n == pollHackName {
+				return pollHackReply(r.h.Opcode, r.out)
+			}
+			return reply(r.out, func(o *fuse.EntryOut) fuse.Status { return s.fs.Lookup(nil, r.h, n, o) })
+		})
+	},
+	opGetattr: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return reply(r.out, func(o *fuse.AttrOut) fuse.Status { return s.fs.GetAttr(nil, (*fuse.GetAttrIn)(r.in), o) })
+	},
+	opSetattr: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return reply(r.out, func(o *fuse.AttrOut) fuse.Status { return s.fs.SetAttr(nil, (*fuse.SetAttrIn)(r.in), o) })
+	},
+	opReadlink: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		b, st := s.fs.Readlink(nil, r.h)
+		return copy(r.out, b), st
+	},
+	opSymlink: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		link, target, ok := r.names()
+		if !ok {
+			return 0, fuse.EINVAL
+		}
+		return reply(r.out, func(o *fuse.EntryOut) fuse.Status { return s.fs.Symlink(nil, r.h, target, link, o) })
+	},
+	opMknod: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return named(r, func(n string) (int, fuse.Status) {
+			return reply(r.out, func(o *fuse.EntryOut) fuse.Status { return s.fs.Mknod(nil, (*fuse.MknodIn)(r.in), n, o) })
+		})
+	},
+	opMkdir: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return named(r, func(n string) (int, fuse.Status) {
+			return reply(r.out, func(o *fuse.EntryOut) fuse.Status { return s.fs.Mkdir(nil, (*fuse.MkdirIn)(r.in), n, o) })
+		})
+	},
+	opLink: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return named(r, func(n string) (int, fuse.Status) {
+			return reply(r.out, func(o *fuse.EntryOut) fuse.Status { return s.fs.Link(nil, (*fuse.LinkIn)(r.in), n, o) })
+		})
+	},
+	opCreate: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return named(r, func(n string) (int, fuse.Status) {
+			return reply(r.out, func(o *fuse.CreateOut) fuse.Status { return s.fs.Create(nil, (*fuse.CreateIn)(r.in), n, o) })
+		})
+	},
+	opTmpfile: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return reply(r.out, func(o *fuse.CreateOut) fuse.Status { return s.fs.Tmpfile(nil, (*fuse.CreateIn)(r.in), o) })
+	},
+	opUnlink: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return named(r, func(n string) (int, fuse.Status) { return noReply(s.fs.Unlink(nil, r.h, n)) })
+	},
+	opRmdir: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return named(r, func(n string) (int, fuse.Status) { return noReply(s.fs.Rmdir(nil, r.h, n)) })
+	},
+	opRemovexattr: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return named(r, func(n string) (int, fuse.Status) { return noReply(s.fs.RemoveXAttr(nil, r.h, n)) })
+	},
+	opRename:  uringRename,
+	opRename2: uringRename,
+	opOpen: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return reply(r.out, func(o *fuse.OpenOut) fuse.Status { return s.fs.Open(nil, (*fuse.OpenIn)(r.in), o) })
+	},
+	opOpendir: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return reply(r.out, func(o *fuse.OpenOut) fuse.Status { return s.fs.OpenDir(nil, (*fuse.OpenIn)(r.in), o) })
+	},
+	opRead:  uringRead,
+	opWrite: uringWrite,
+	opStatfs: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return reply(r.out, func(o *fuse.StatfsOut) fuse.Status { return s.fs.StatFs(nil, r.h, o) })
+	},
+	opRelease: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		s.fs.Release(nil, (*fuse.ReleaseIn)(r.in))
+		return 0, fuse.OK
+	},
+	opReleasedir: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		s.fs.ReleaseDir((*fuse.ReleaseIn)(r.in))
+		return 0, fuse.OK
+	},
+	opFsync: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return noReply(s.fs.Fsync(nil, (*fuse.FsyncIn)(r.in)))
+	},
+	opFsyncdir: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return noReply(s.fs.FsyncDir(nil, (*fuse.FsyncIn)(r.in)))
+	},
+	opFlush: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return noReply(s.fs.Flush(nil, (*fuse.FlushIn)(r.in)))
+	},
+	opSetxattr: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		attr, value, ok := cstr(r.data)
+		if !ok {
+			return 0, fuse.EINVAL
+		}
+		return noReply(s.fs.SetXAttr(nil, (*fuse.SetXAttrIn)(r.in), attr, value))
+	},
+	opGetxattr:    uringXattr,
+	opListxattr:   uringXattr,
+	opReaddir:     uringReaddir,
+	opReaddirplus: uringReaddir,
+	opGetlk: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return reply(r.out, func(o *fuse.LkOut) fuse.Status { return s.fs.GetLk(nil, (*fuse.LkIn)(r.in), o) })
+	},
+	opSetlk: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return noReply(s.fs.SetLk(nil, (*fuse.LkIn)(r.in)))
+	},
+	opSetlkw: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return noReply(s.fs.SetLkw(nil, (*fuse.LkIn)(r.in)))
+	},
+	opAccess: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return noReply(s.fs.Access(nil, (*fuse.AccessIn)(r.in)))
+	},
+	opFallocate: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return noReply(s.fs.Fallocate(nil, (*fuse.FallocateIn)(r.in)))
+	},
+	opLseek: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return reply(r.out, func(o *fuse.LseekOut) fuse.Status { return s.fs.Lseek(nil, (*fuse.LseekIn)(r.in), o) })
+	},
+	opCopyFileRange: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return reply(r.out, func(o *fuse.WriteOut) (st fuse.Status) {
+			o.Size, st = s.fs.CopyFileRange(nil, (*fuse.CopyFileRangeIn)(r.in))
+			return st
+		})
+	},
+	opStatx: func(s *uringServer, r uringReq) (int, fuse.Status) {
+		return reply(r.out, func(o *fuse.StatxOut) fuse.Status { return s.fs.Statx(nil, (*fuse.StatxIn)(r.in), o) })
+	},
+	// No node of homefs answers an ioctl (go-fuse's bridge says ENOTTY).
+	opIoctl:   func(*uringServer, uringReq) (int, fuse.Status) { return 0, fuse.Status(syscall.ENOTTY) },
+	opDestroy: func(*uringServer, uringReq) (int, fuse.Status) { return 0, fuse.OK },
+}
+
+func uringRename(s *uringServer, r uringReq) (int, fuse.Status) {
+	from, to, ok := r.names()
+	if !ok {
+		return 0, fuse.EINVAL
+	}
+	return noReply(s.fs.Rename(nil, (*fuse.RenameIn)(r.in), from, to))
+}
+
+func uringRead(s *uringServer, r uringReq) (int, fuse.Status) {
+	rin := (*fuse.ReadIn)(r.in)
+	buf := r.out[:min(int(rin.Size), len(r.out))]
+	res, st := s.fs.Read(nil, rin, buf)
+	if res == nil {
+		return 0, st
+	}
+	defer res.Done()
+	if !st.Ok() {
+		return 0, st
+	}
+	b, st := res.Bytes(buf)
+	return copy(buf, b), st
+}
+
+func uringWrite(s *uringServer, r uringReq) (int, fuse.Status) {
+	win := (*fuse.WriteIn)(r.in)
+	if int(win.Size) > len(r.data) {
+		return 0, fuse.EINVAL
+	}
+	// The data is in out: reply after the write.
+	written, st := s.fs.Write(nil, win, r.data[:win.Size])
+	o, sz := outAt[fuse.WriteOut](r.out)
+	o.Size = written
+	return sz, st
+}
+
+func uringXattr(s *uringServer, r uringReq) (int, fuse.Status) {
+	return s.xattr(r.h, r.in, r.data, r.out)
+}
+
+func uringReaddir(s *uringServer, r uringReq) (int, fuse.Status) {
+	rin := (*fuse.ReadIn)(r.in)
+	l := fuse.NewDirEntryList(r.out[:min(int(rin.Size), len(r.out))], rin.Offset)
+	var st fuse.Status
+	if r.h.Opcode == opReaddir {
+		st = s.fs.ReadDir(nil, rin, l)
+	} else {
+		st = s.fs.ReadDirPlus(nil, rin, l)
+	}
+	return len(l.Bytes()), st
 }
 
 // Go's runtime registers every file it opens with epoll, which makes the
