@@ -350,6 +350,19 @@ func (n *node) readAt(ctx context.Context, dest []byte, off int64) (int, error) 
 	}
 	end := min(off+int64(len(dest)), d.size)
 	total := int(end - off)
+	first, last := int(off/manifest.ChunkSize), int((end-1)/manifest.ChunkSize)
+	// The request's chunks after its first are fetched in the background
+	// while this one reads the first, and past them read-ahead chunks
+	// when the reader is sequential: decompression and verification of a
+	// kernel-sized request (up to 16 chunks) run on every core.
+	to := last + 1
+	if first == d.readNext || first == d.readNext-1 {
+		to += readAheadChunks
+	}
+	if err := n.loadChunks(ctx); err != nil {
+		return 0, err
+	}
+	n.readAhead(first+1, to)
 	for pos := off; pos < end; {
 		i := int(pos / manifest.ChunkSize)
 		within := int(pos - int64(i)*manifest.ChunkSize)
@@ -359,23 +372,19 @@ func (n *node) readAt(ctx context.Context, dest []byte, off int64) (int, error) 
 		}
 		pos += int64(span)
 	}
-	first, last := int(off/manifest.ChunkSize), int((end-1)/manifest.ChunkSize)
-	if first == d.readNext || first == d.readNext-1 {
-		n.readAhead(last + 1)
-	}
 	d.readNext = last + 1
 	return total, nil
 }
 
-// readAhead starts fetching the stored chunks after from. Called with n.mu
-// held.
-func (n *node) readAhead(from int) {
+// readAhead starts fetching the stored chunks from up to to. Called with
+// n.mu held.
+func (n *node) readAhead(from, to int) {
 	d := n.data
-	if d.chunks == nil {
+	if d.chunks == nil || from >= to {
 		return
 	}
 	var refs []cas.Ref
-	for i := from; i < from+readAheadChunks && i < d.chunks.Len(); i++ {
+	for i := from; i < to && i < d.chunks.Len(); i++ {
 		if _, dirty := d.dirty[i]; dirty {
 			continue
 		}
