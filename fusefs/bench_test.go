@@ -304,6 +304,45 @@ func BenchmarkSeqRead(b *testing.B) {
 	})
 }
 
+// BenchmarkSeqReadCached: one op reads the file of BenchmarkSeqRead again
+// with the page cache as the read before left it: on homefs the kernel
+// keeps a file's pages across opens while its content is unchanged
+// (FOPEN_KEEP_CACHE), as ext4 does.
+func BenchmarkSeqReadCached(b *testing.B) {
+	r := newBenchRig(b)
+	size := r.sizes.seqBytes
+	for _, dir := range []string{r.native, r.mnt} {
+		r.writeFile(b, filepath.Join(dir, "seq"), size)
+	}
+	r.stored(b)
+	buf := make([]byte, r.sizes.seqBlock)
+	readAll := func(b *testing.B, path string) {
+		f, err := os.Open(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		var got int64
+		for {
+			n, err := f.Read(buf)
+			got += int64(n)
+			if err != nil {
+				break
+			}
+		}
+		if got != size {
+			b.Fatalf("read %d bytes, want %d", got, size)
+		}
+	}
+	r.targets(b, func(b *testing.B, dir string) {
+		readAll(b, filepath.Join(dir, "seq")) // fills the page cache
+		b.SetBytes(size)
+		for b.Loop() {
+			readAll(b, filepath.Join(dir, "seq"))
+		}
+	})
+}
+
 // randBatch is how many 4 KiB writes (each followed by fsync) one op of
 // BenchmarkRandWrite4K makes, so that even -benchtime=1x measures many.
 const randBatch = 128

@@ -3,6 +3,7 @@ package fusefs
 import (
 	"container/list"
 	"context"
+	"runtime"
 	"sync"
 
 	"homefs/cas"
@@ -32,11 +33,12 @@ type load struct {
 }
 
 // readAheadChunks is how many chunks past a sequential read are fetched in
-// the background, and maxAhead how many such fetches run at once.
-const (
-	readAheadChunks = 8
-	maxAhead        = 4
-)
+// the background (one kernel request's worth: MaxWrite), and maxAhead how
+// many such fetches run at once: two per core, so that one fetch's wait
+// for the disk overlaps another's hashing.
+const readAheadChunks = 16
+
+var maxAhead = max(4, 2*runtime.GOMAXPROCS(0))
 
 type cacheItem struct {
 	data []byte

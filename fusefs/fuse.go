@@ -33,6 +33,10 @@ type fnode struct {
 	openMu  sync.Mutex
 	opens   int
 	ptOpens int
+	// cacheGen is the content generation (node.contentGen) that the pages
+	// the kernel caches for this mount were read at; 0 for none known.
+	// GUARDED_BY(openMu)
+	cacheGen uint64
 }
 
 func (m *Mount) wrap(n *node) *fnode {
@@ -155,7 +159,13 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 // backing id of a node's last passthrough handle only after the handle's
 // Release returned, and an open handed that id in between would leave the
 // node with an id the kernel refuses for its next open.
-func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, error) {
+//
+// The reply keeps the kernel's cached pages (FOPEN_KEEP_CACHE) when the
+// open is served by the daemon and the content did not change since the
+// mount's last open read it (fnode.cacheGen); otherwise the kernel drops
+// them. A node with a backing file never keeps them: passthrough writes
+// change the content where the daemon sees it only at the next ingest.
+func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, error) {
 	h := &handle{f: f}
 	n := f.n.Load()
 	if s := f.sess(); !s.readOnly {
@@ -194,7 +204,7 @@ func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, error) {
 		}
 		n.mu.Unlock()
 		if err != nil && f.ptOpens > 0 {
-			return nil, err
+			return nil, 0, err
 		}
 		if err != nil && !errors.Is(err, errNoStagingFile) {
 			// The daemon can serve the open itself (a full disk, say).
@@ -209,8 +219,21 @@ func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, error) {
 		err := n.takeOver(ctx)
 		n.mu.Unlock()
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
+	}
+	var keep uint32
+	if !h.pt && n.kind == manifest.KindFile {
+		n.mu.Lock()
+		gen := n.contentGen()
+		if n.data.backing != nil {
+			gen = 0
+		}
+		n.mu.Unlock()
+		if gen != 0 && gen == f.cacheGen {
+			keep = fuse.FOPEN_KEEP_CACHE
+		}
+		f.cacheGen = gen
 	}
 	f.opens++
 	if n.kind == manifest.KindFile && !f.sess().readOnly {
@@ -219,9 +242,9 @@ func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, error) {
 	}
 	if h.pt {
 		f.ptOpens++
-		return ptHandle{h}, nil
+		return ptHandle{h}, 0, nil
 	}
-	return h, nil
+	return h, keep, nil
 }
 
 func typeBits(k manifest.Kind) uint32 {
@@ -458,11 +481,11 @@ func (f *fnode) Create(ctx context.Context, name string, flags uint32, mode uint
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
-	h, err := in.Operations().(*fnode).open(ctx, flags)
+	h, keep, err := in.Operations().(*fnode).open(ctx, flags)
 	if err != nil {
 		return nil, nil, 0, f.m.toErrno("create", f, err)
 	}
-	return in, h, 0, 0
+	return in, h, keep, 0
 }
 
 func (f *fnode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
@@ -476,11 +499,11 @@ func (f *fnode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, 
 			return nil, 0, f.m.toErrno("open", f, err)
 		}
 	}
-	h, err := f.open(ctx, flags)
+	h, keep, err := f.open(ctx, flags)
 	if err != nil {
 		return nil, 0, f.m.toErrno("open", f, err)
 	}
-	return h, 0, 0
+	return h, keep, 0
 }
 
 func (f *fnode) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {

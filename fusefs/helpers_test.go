@@ -46,6 +46,10 @@ func runHelper(mode string, args []string) int {
 		err = helperMmap(args)
 	case "mmap-at":
 		err = helperMmapAt(args)
+	case "mmap-fill":
+		err = helperMmapFill(args)
+	case "mmap-watch":
+		err = helperMmapWatch(args)
 	case "durable":
 		err = helperDurable(args)
 	case "jsonl-reader":

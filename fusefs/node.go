@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"homefs/cas"
@@ -43,6 +44,11 @@ type node struct {
 	xattrs map[string][]byte
 	target string    // symlinks
 	data   *fileData // files
+	// cgen is the generation of a file's content: 0 once it changed, until
+	// an open hands out a fresh one (contentGen). A mount's kernel keeps
+	// its cached pages across opens only while the generation they were
+	// read at is still current (fnode.cacheGen).
+	cgen uint64
 
 	// jpath is the file's path in the durable head as of jepoch (see
 	// journalFsync). GUARDED_BY(sess.treeMu)
@@ -51,6 +57,24 @@ type node struct {
 }
 
 func (n *node) isDir() bool { return n.kind == manifest.KindDir }
+
+// contentGens hands out content generations, unique in the process, so
+// that a node a restore or a pull put in another's place never shows a
+// generation the old one had.
+var contentGens atomic.Uint64
+
+// contentGen returns the current generation of n's content. Called with
+// n.mu held.
+func (n *node) contentGen() uint64 {
+	if n.cgen == 0 {
+		n.cgen = contentGens.Add(1)
+	}
+	return n.cgen
+}
+
+// changed records that n's content changed: no page a kernel cached of it
+// before is kept. Called with n.mu held.
+func (n *node) changed() { n.cgen = 0 }
 
 // fileData is the content of a regular file: the stored chunks plus the
 // chunks written since they were stored. GUARDED_BY(node.mu).
@@ -326,6 +350,19 @@ func (n *node) readAt(ctx context.Context, dest []byte, off int64) (int, error) 
 	}
 	end := min(off+int64(len(dest)), d.size)
 	total := int(end - off)
+	first, last := int(off/manifest.ChunkSize), int((end-1)/manifest.ChunkSize)
+	// The request's chunks after its first are fetched in the background
+	// while this one reads the first, and past them read-ahead chunks
+	// when the reader is sequential: decompression and verification of a
+	// kernel-sized request (up to 16 chunks) run on every core.
+	to := last + 1
+	if first == d.readNext || first == d.readNext-1 {
+		to += readAheadChunks
+	}
+	if err := n.loadChunks(ctx); err != nil {
+		return 0, err
+	}
+	n.readAhead(first+1, to)
 	for pos := off; pos < end; {
 		i := int(pos / manifest.ChunkSize)
 		within := int(pos - int64(i)*manifest.ChunkSize)
@@ -335,23 +372,19 @@ func (n *node) readAt(ctx context.Context, dest []byte, off int64) (int, error) 
 		}
 		pos += int64(span)
 	}
-	first, last := int(off/manifest.ChunkSize), int((end-1)/manifest.ChunkSize)
-	if first == d.readNext || first == d.readNext-1 {
-		n.readAhead(last + 1)
-	}
 	d.readNext = last + 1
 	return total, nil
 }
 
-// readAhead starts fetching the stored chunks after from. Called with n.mu
-// held.
-func (n *node) readAhead(from int) {
+// readAhead starts fetching the stored chunks from up to to. Called with
+// n.mu held.
+func (n *node) readAhead(from, to int) {
 	d := n.data
-	if d.chunks == nil {
+	if d.chunks == nil || from >= to {
 		return
 	}
 	var refs []cas.Ref
-	for i := from; i < from+readAheadChunks && i < d.chunks.Len(); i++ {
+	for i := from; i < to && i < d.chunks.Len(); i++ {
 		if _, dirty := d.dirty[i]; dirty {
 			continue
 		}
@@ -469,6 +502,7 @@ func (n *node) writeAt(ctx context.Context, data []byte, off int64) error {
 	if off+int64(len(data)) > maxFileSize {
 		return syscall.EFBIG
 	}
+	n.changed()
 	d := n.data
 	for pos := 0; pos < len(data); {
 		abs := off + int64(pos)
@@ -497,6 +531,7 @@ func (n *node) growTo(ctx context.Context, size int64) error {
 	if size <= d.size {
 		return nil
 	}
+	n.changed()
 	if last := manifest.ChunkCount(d.size) - 1; last >= 0 && d.size%manifest.ChunkSize != 0 {
 		if _, dirty := d.dirty[last]; !dirty {
 			ref, err := n.storedRef(ctx, last)
@@ -527,6 +562,7 @@ func (n *node) truncate(ctx context.Context, size int64) error {
 	if size >= d.size {
 		return n.growTo(ctx, size)
 	}
+	n.changed()
 	if err := n.loadChunks(ctx); err != nil {
 		return err
 	}
@@ -564,6 +600,7 @@ func (n *node) punchHole(ctx context.Context, off, length int64) error {
 	if off >= end {
 		return nil
 	}
+	n.changed()
 	if err := n.loadChunks(ctx); err != nil {
 		return err
 	}
