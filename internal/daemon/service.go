@@ -260,12 +260,12 @@ func (s *Service) Mount(ctx context.Context, req MountRequest) (*MountInfo, erro
 	} else if busy {
 		return nil, fmt.Errorf("%w: %s is already a mountpoint (unmount it first)", fusefs.ErrBusy, dir)
 	}
-	opts := fusefs.MountOptions{ReadOnly: req.ReadOnly, AllowOther: !req.Private}
+	opts := fusefs.MountOptions{ReadOnly: req.ReadOnly, AllowOther: !req.Private, Dev: req.Dev}
 	if o := req.Owner; o != nil {
 		opts.Owner = &fusefs.Owner{UID: o.UID, GID: o.GID}
 	}
 	var m *fusefs.Mount
-	info := MountInfo{Session: req.Session, Subtree: req.Subtree, ReadOnly: req.ReadOnly, Private: req.Private, Since: time.Now()}
+	info := MountInfo{Session: req.Session, Subtree: req.Subtree, ReadOnly: req.ReadOnly, Private: req.Private, Dev: req.Dev, Since: time.Now()}
 	switch {
 	case req.Remote != "":
 		id, session, name, err := s.pullForMount(ctx, req)
