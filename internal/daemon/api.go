@@ -262,6 +262,7 @@ type ImportResult struct {
 	Files    int64   `json:"files"`
 	Dirs     int64   `json:"dirs"`
 	Symlinks int64   `json:"symlinks"`
+	Special  int64   `json:"special,omitempty"` // fifos and device nodes
 	Bytes    int64   `json:"bytes"`
 }
 
