@@ -254,6 +254,10 @@ type MountOptions struct {
 	// Owner, when set, becomes the owner of the mount's root directory
 	// (a live session's, as chown would make it) before the kernel sees it.
 	Owner *Owner
+	// Dev lets device nodes on the mount open their devices; without it
+	// the mount is nodev, as fusermount3 makes every user's mount. Only a
+	// daemon running as root may mount so.
+	Dev   bool
 	Debug bool
 }
 
@@ -511,6 +515,9 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 	if err := checkUnprivileged(opts.AllowOther); err != nil {
 		return nil, err
 	}
+	if opts.Dev && os.Geteuid() != 0 {
+		return nil, fmt.Errorf("%w: only a daemon running as root may mount with device nodes enabled (dev)", ErrMountOptions)
+	}
 	s.treeMu.Lock()
 	rootNode, err := s.resolveDir(ctx, s.root, subtree)
 	s.treeMu.Unlock()
@@ -561,7 +568,10 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 	// names for long, which spares a round trip per stat. Overlapping
 	// mounts of one session cache for a second only (see cacheTimeout).
 	timeout := longCacheTimeout
-	mopts := []string{"default_permissions"}
+	mopts := []string{"default_permissions", "nosuid", "nodev"}
+	if opts.Dev {
+		mopts[2] = "dev"
+	}
 	if opts.ReadOnly {
 		mopts = append(mopts, "ro")
 	}

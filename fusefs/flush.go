@@ -87,12 +87,12 @@ func (s *Session) storeChanges(ctx context.Context, dirty map[*node]struct{}, du
 			if err := s.storeFileContent(ctx, batch, n); err != nil {
 				return cas.Ref{}, err
 			}
-			if n.nlink > 1 && countNames(n) < int(n.nlink) {
-				// Some names of this hard-linked file live in directories
-				// not loaded yet; their entries must change too.
-				if err := s.loadAll(ctx, s.root); err != nil {
-					return cas.Ref{}, err
-				}
+		}
+		if !n.isDir() && n.nlink > 1 && countNames(n) < int(n.nlink) {
+			// Some names of this hard-linked node live in directories not
+			// loaded yet; their entries must change too.
+			if err := s.loadAll(ctx, s.root); err != nil {
+				return cas.Ref{}, err
 			}
 		}
 		if n.isDir() {
@@ -237,6 +237,8 @@ func (n *node) entry(name string, e *manifest.Entry) {
 	case manifest.KindSymlink:
 		e.Target = n.target
 		e.Size = int64(len(n.target))
+	case manifest.KindCharDev, manifest.KindBlockDev:
+		e.Rdev = n.rdev
 	case manifest.KindFile:
 		b := &n.data.base
 		e.Size = b.Size

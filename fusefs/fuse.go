@@ -247,15 +247,41 @@ func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, 
 	return h, keep, nil
 }
 
+// typeBits are the S_IFMT bits of kind k, and kindOf the kind of those
+// bits (0 for none the tree holds).
 func typeBits(k manifest.Kind) uint32 {
 	switch k {
 	case manifest.KindDir:
 		return syscall.S_IFDIR
 	case manifest.KindSymlink:
 		return syscall.S_IFLNK
+	case manifest.KindFifo:
+		return syscall.S_IFIFO
+	case manifest.KindSocket:
+		return syscall.S_IFSOCK
+	case manifest.KindCharDev:
+		return syscall.S_IFCHR
+	case manifest.KindBlockDev:
+		return syscall.S_IFBLK
 	default:
 		return syscall.S_IFREG
 	}
+}
+
+func kindOf(mode uint32) manifest.Kind {
+	switch mode & syscall.S_IFMT {
+	case syscall.S_IFREG, 0:
+		return manifest.KindFile
+	case syscall.S_IFIFO:
+		return manifest.KindFifo
+	case syscall.S_IFSOCK:
+		return manifest.KindSocket
+	case syscall.S_IFCHR:
+		return manifest.KindCharDev
+	case syscall.S_IFBLK:
+		return manifest.KindBlockDev
+	}
+	return 0
 }
 
 func fillAttr(a Attr, out *fuse.Attr) {
@@ -266,6 +292,7 @@ func fillAttr(a Attr, out *fuse.Attr) {
 	out.Mode = typeBits(a.Kind) | a.Mode
 	out.Nlink = a.Nlink
 	out.Owner = fuse.Owner{Uid: a.UID, Gid: a.GID}
+	out.Rdev = a.Rdev
 	out.Atime, out.Atimensec = splitNs(a.Atime)
 	out.Mtime, out.Mtimensec = splitNs(a.Mtime)
 	out.Ctime, out.Ctimensec = splitNs(a.Ctime)
@@ -345,6 +372,33 @@ func callerInGroup(gid, pid, want uint32) bool {
 				}
 			}
 			return false
+		}
+	}
+	return false
+}
+
+// capMknod is CAP_MKNOD's bit in a capability set.
+const capMknod = 27
+
+// mayMknod reports whether ctx's caller has CAP_MKNOD in its effective
+// set, read from /proc; a caller whose set cannot be read (gone, or in
+// another pid namespace) may not.
+func mayMknod(ctx context.Context) bool {
+	c, ok := fuse.FromContext(ctx)
+	return ok && c.Pid != 0 && hasCap(c.Pid, capMknod)
+}
+
+// hasCap reports whether process pid has capability bit in its effective
+// set (CapEff in /proc/PID/status).
+func hasCap(pid uint32, bit uint) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			set, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && set&(1<<bit) != 0
 		}
 	}
 	return false
@@ -461,11 +515,24 @@ func (f *fnode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.E
 	return f.child(ctx, c, out)
 }
 
-func (f *fnode) Mknod(ctx context.Context, name string, mode uint32, _ uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	if mode&syscall.S_IFMT != syscall.S_IFREG && mode&syscall.S_IFMT != 0 {
-		return nil, syscall.EPERM // devices, fifos and sockets are not stored
+// Mknod makes a regular file, a fifo, a socket (bind(2) of a Unix socket
+// makes one; the kernel serves connections to it, never the daemon) or a
+// device node. A device node needs CAP_MKNOD, as mknod(2) checks before
+// any filesystem sees the call; the daemon checks again, so that a caller
+// the kernel let through for another reason (none today) is refused too.
+func (f *fnode) Mknod(ctx context.Context, name string, mode uint32, rdev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	var c *node
+	var err error
+	switch k := kindOf(mode); {
+	case k == manifest.KindFile:
+		c, err = f.sess().Create(ctx, f.n.Load(), name, mode, caller(ctx))
+	case k == 0:
+		return nil, syscall.EINVAL
+	case k.IsDevice() && !mayMknod(ctx):
+		return nil, syscall.EPERM
+	default:
+		c, err = f.sess().Mknod(ctx, f.n.Load(), name, k, mode, rdev, caller(ctx))
 	}
-	c, err := f.sess().Create(ctx, f.n.Load(), name, mode, caller(ctx))
 	if err != nil {
 		return nil, f.m.toErrno("mknod", f, err)
 	}

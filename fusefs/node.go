@@ -27,12 +27,12 @@ type node struct {
 
 	// GUARDED_BY(sess.treeMu)
 	parent   *node            // directories: the directory holding it; nil for the root or once removed
-	parents  map[*node]int    // files and symlinks: directories holding names for it, with counts
+	parents  map[*node]int    // non-directories: directories holding names for it, with counts
 	children map[string]*node // directories: nil until loaded from tree
 	subdirs  int              // directories: how many children are directories
 	tree     cas.Ref          // directories: tree node as last stored (stale while the directory is dirty)
-	nlink    uint32           // files and symlinks: names pointing at the node
-	linkID   uint64           // files and symlinks: hard-link identity once linked twice
+	nlink    uint32           // non-directories: names pointing at the node
+	linkID   uint64           // non-directories: hard-link identity once linked twice
 
 	mu     sync.Mutex // guards everything below
 	mode   uint32     // permission bits (07777)
@@ -43,6 +43,7 @@ type node struct {
 	atime  int64 // nanoseconds
 	xattrs map[string][]byte
 	target string    // symlinks
+	rdev   uint32    // device nodes: the device number (fixed at creation)
 	data   *fileData // files
 	// cgen is the generation of a file's content: 0 once it changed, until
 	// an open hands out a fresh one (contentGen). A mount's kernel keeps

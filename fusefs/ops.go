@@ -131,8 +131,21 @@ func (s *Session) Symlink(ctx context.Context, dir *node, name, target string, w
 	return s.newChild(ctx, dir, name, manifest.KindSymlink, 0o777, who, func(n *node) { n.target = target })
 }
 
-// Link adds a hard link name in dir to target, a file or a symlink (as
-// link(2) does on Linux, which never follows the symlink).
+// Mknod makes a special file: a fifo, a socket or a device node (rdev
+// for a device node only). Whether the caller may make a device node is
+// the caller's check (fnode.Mknod), as it is the kernel's for ext4.
+func (s *Session) Mknod(ctx context.Context, dir *node, name string, kind manifest.Kind, mode, rdev uint32, who Owner) (*node, error) {
+	if !kind.IsSpecial() {
+		return nil, syscall.EINVAL
+	}
+	if !kind.IsDevice() {
+		rdev = 0
+	}
+	return s.newChild(ctx, dir, name, kind, mode, who, func(n *node) { n.rdev = rdev })
+}
+
+// Link adds a hard link name in dir to target, any non-directory (as
+// link(2) does on Linux, which never follows a symlink).
 func (s *Session) Link(ctx context.Context, dir *node, name string, target *node) error {
 	done, err := s.begin(name)
 	if err != nil {
@@ -900,6 +913,7 @@ type Attr struct {
 	UID, GID            uint32
 	Size                int64
 	Nlink               uint32
+	Rdev                uint32 // device nodes
 	Atime, Mtime, Ctime int64
 }
 
@@ -936,7 +950,7 @@ func (s *Session) attrs(ctx context.Context, n *node) (Attr, error) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	a := Attr{Ino: n.ino, Kind: n.kind, Mode: n.mode, UID: n.uid, GID: n.gid, Nlink: nlink, Atime: n.atime, Mtime: n.mtime, Ctime: n.ctime}
+	a := Attr{Ino: n.ino, Kind: n.kind, Mode: n.mode, UID: n.uid, GID: n.gid, Nlink: nlink, Rdev: n.rdev, Atime: n.atime, Mtime: n.mtime, Ctime: n.ctime}
 	switch n.kind {
 	case manifest.KindFile:
 		a.Size = n.data.size

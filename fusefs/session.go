@@ -290,6 +290,8 @@ func (s *Session) nodeFromEntry(e *manifest.Entry) *node {
 		n.tree = e.Tree
 	case manifest.KindSymlink:
 		n.target = e.Target
+	case manifest.KindCharDev, manifest.KindBlockDev:
+		n.rdev = e.Rdev
 	case manifest.KindFile:
 		n.data = &fileData{size: e.Size, base: manifest.Entry{Kind: manifest.KindFile, Size: e.Size, Chunks: e.Chunks, Index: e.Index, Depth: e.Depth}}
 	}

@@ -1076,11 +1076,21 @@ func mountURing(dir string, raw fuse.RawFileSystem, opts *fs.Options, log *slog.
 		fmt.Sprintf("group_id=%d", os.Getegid()),
 		fmt.Sprintf("max_read=%d", mo.MaxWrite),
 	}
-	data = append(data, mo.Options...)
+	var flags uintptr = syscall.MS_NOSUID | syscall.MS_NODEV
+	for _, o := range mo.Options {
+		// The kernel takes these as flags, not as options.
+		switch o {
+		case "dev":
+			flags &^= syscall.MS_NODEV
+		case "nodev", "nosuid":
+		default:
+			data = append(data, o)
+		}
+	}
 	if mo.AllowOther {
 		data = append(data, "allow_other")
 	}
-	if err := syscall.Mount(mo.FsName, dir, "fuse."+mo.Name, syscall.MS_NOSUID|syscall.MS_NODEV, strings.Join(data, ",")); err != nil {
+	if err := syscall.Mount(mo.FsName, dir, "fuse."+mo.Name, flags, strings.Join(data, ",")); err != nil {
 		syscall.Close(fd)
 		return nil, nil, fmt.Errorf("mount: %w", err)
 	}

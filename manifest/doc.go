@@ -2,8 +2,10 @@
 //
 // Terms:
 //
-//   - An entry is one name in a directory: a file, a directory or a
-//     symlink, with its metadata. A file's content is a list of chunk refs
+//   - An entry is one name in a directory: a file, a directory, a
+//     symlink or a special file (a fifo, a socket, a character or block
+//     device node: attributes and a device number, no content), with its
+//     metadata. A file's content is a list of chunk refs
 //     (each covering ChunkSize bytes; a zero ref is a hole).
 //   - The chunk-length rule: every stored chunk of a file but the last
 //     holds exactly ChunkSize bytes, and the last exactly the file's

@@ -24,6 +24,7 @@ func addGolden(f *testing.F, name string) {
 func FuzzDecodeTree(f *testing.F) {
 	addGolden(f, "tree.bin")
 	addGolden(f, "tree-root.bin")
+	addGolden(f, "tree-special.bin")
 	for _, t := range []*Tree{{}, benchTree(60), {Self: &DirAttr{Mode: 0o755}}} {
 		b, _ := EncodeTree(t)
 		f.Add(b)

@@ -105,6 +105,13 @@ func TestGolden(t *testing.T) {
 	}
 	checkGolden(t, "tree-root.bin", rb)
 	checkGolden(t, "tree.txt", []byte(fmt.Sprintf("# tree node %s, %d bytes\n%s", cas.Sum(tb), len(tb), dumpTree(tree))))
+	special := fixtureSpecialTree()
+	sp, err := EncodeTree(special)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "tree-special.bin", sp)
+	checkGolden(t, "tree-special.txt", []byte(fmt.Sprintf("# tree node %s, %d bytes\n%s", cas.Sum(sp), len(sp), dumpTree(special))))
 
 	ib, err := EncodeIndex(1, fixtureIndex())
 	if err != nil {
@@ -173,6 +180,17 @@ func TestGoldenDecode(t *testing.T) {
 	}
 	if want := fixtureRootTree(); !entriesSliceEqual(root.Entries, want.Entries) || !reflect.DeepEqual(root.Self, want.Self) {
 		t.Errorf("tree-root.bin decodes to something else than the fixture: %+v", root.Self)
+	}
+	sp := read("tree-special.bin")
+	special, err := DecodeTree(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := EncodeTree(special); !bytes.Equal(again, sp) || sp[len(treeMagic)] != SpecialTreeVersion {
+		t.Error("tree-special.bin does not re-encode identically, or not as version 2")
+	}
+	if !entriesSliceEqual(special.Entries, fixtureSpecialTree().Entries) {
+		t.Error("tree-special.bin decodes to something else than the fixture")
 	}
 	ib := read("index.bin")
 	depth, refs, err := DecodeIndex(ib)

@@ -91,6 +91,33 @@ func fixtureTree() *Tree {
 	return t
 }
 
+// fixtureSpecialTree is a directory holding each kind of special file
+// beside a file, two of them hard links of one fifo.
+func fixtureSpecialTree() *Tree {
+	special := func(name string, k Kind, rdev uint32) Entry {
+		return Entry{Name: name, Kind: k, Mode: 0o640, UID: 1000, GID: 100, MtimeNs: fixedNs, CtimeNs: fixedNs + 1, Rdev: rdev}
+	}
+	fifo := special("fifo", KindFifo, 0)
+	fifo.LinkID, fifo.Nlink = 9, 2
+	fifo2 := fifo
+	fifo2.Name = "fifo-link"
+	null := special("null", KindCharDev, 1<<8|3) // 1:3
+	null.Mode = 0o666
+	sda := special("sda1", KindBlockDev, 8<<8|1|0x123<<12) // 8:1 plus a minor over 255
+	sock := special("sock", KindSocket, 0)
+	sock.Mode = 0o755
+	sock.Xattrs = []Xattr{{Name: "user.who", Value: []byte("git fsmonitor")}}
+	return &Tree{Entries: []Entry{
+		fileEntry("a-file", 1),
+		fifo,
+		fifo2,
+		null,
+		sda,
+		sock,
+		special("whiteout", KindCharDev, 0),
+	}}
+}
+
 // fixtureFiles is a small home directory for BuildTree, Walk and Diff.
 func fixtureFiles() map[string]Entry {
 	files := map[string]Entry{}
@@ -155,6 +182,8 @@ func dumpTree(t *Tree) string {
 			fmt.Fprintf(&b, " tree=%s", e.Tree.Short())
 		case KindSymlink:
 			fmt.Fprintf(&b, " -> %q", e.Target)
+		case KindCharDev, KindBlockDev:
+			fmt.Fprintf(&b, " rdev=%#x", e.Rdev)
 		}
 		for _, x := range e.Xattrs {
 			fmt.Fprintf(&b, " xattr:%s=%q", x.Name, x.Value)

@@ -53,7 +53,7 @@ func DecodeIndex(b []byte) (depth uint8, refs []cas.Ref, err error) {
 	if len(b) > MaxNodeSize {
 		return 0, nil, errf(ErrTooLarge, "index: %d bytes, over %d", len(b), MaxNodeSize)
 	}
-	if err := checkHeader(b, indexMagic, "index"); err != nil {
+	if err := checkHeader(b, indexMagic, "index", FormatVersion); err != nil {
 		return 0, nil, err
 	}
 	d := decoder{s: string(b[headerLen:])}

@@ -316,7 +316,7 @@ func entriesEqual(a, b *Entry) bool {
 		a.UID == b.UID && a.GID == b.GID && a.Size == b.Size &&
 		a.MtimeNs == b.MtimeNs && a.CtimeNs == b.CtimeNs &&
 		slices.Equal(a.Chunks, b.Chunks) && a.Index == b.Index && a.Depth == b.Depth &&
-		a.Tree == b.Tree && a.Target == b.Target &&
+		a.Tree == b.Tree && a.Target == b.Target && a.Rdev == b.Rdev &&
 		slices.EqualFunc(a.Xattrs, b.Xattrs, func(x, y Xattr) bool {
 			return x.Name == y.Name && string(x.Value) == string(y.Value)
 		}) &&

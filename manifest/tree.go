@@ -9,16 +9,17 @@ import (
 )
 
 // Every node starts with a 4-byte magic naming its type, then one byte of
-// FormatVersion.
+// FormatVersion (SpecialTreeVersion for a tree holding special files).
 const (
 	treeMagic  = "HFST"
 	indexMagic = "HFSI"
 	headerLen  = len(treeMagic) + 1
 )
 
-// minEntryLen is the fewest bytes one encoded entry takes (a one-byte
-// name); it bounds allocations made before the bytes are read.
-const minEntryLen = 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1
+// minEntryLen is the fewest bytes one encoded entry takes (a fifo with a
+// one-byte name: no body); it bounds allocations made before the bytes are
+// read.
+const minEntryLen = 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1
 
 // EncodeTree returns the canonical encoding of t, after validating it.
 //
@@ -26,12 +27,15 @@ const minEntryLen = 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1
 // minimal; refs are 32 raw bytes):
 //
 //	"HFST" version:byte count:uvarint entry* [self]
+//	       (version is 2 if an entry is a special file, else 1)
 //	entry = nameLen:uvarint name kind:byte mode uid gid:uvarint
 //	        mtime ctime:varint body xattrCount:uvarint xattr* linkID:uvarint [nlink:uvarint if linkID != 0]
 //	self  = 0x01 mode uid gid:uvarint mtime ctime:varint xattrCount:uvarint xattr*   (only if Self is set)
 //	body  = file:    size:uvarint depth:byte (ChunkCount(size) refs if depth == 0 | index ref)
 //	        dir:     tree ref
 //	        symlink: targetLen:uvarint target   (size is len(target))
+//	        fifo, socket: nothing               (size is 0)
+//	        char, block device: rdev:uvarint    (size is 0)
 //	xattr = nameLen:uvarint name valueLen:uvarint value
 func EncodeTree(t *Tree) ([]byte, error) {
 	if err := t.Validate(); err != nil {
@@ -50,7 +54,7 @@ func EncodeTree(t *Tree) ([]byte, error) {
 	}
 	b := make([]byte, 0, size)
 	b = append(b, treeMagic...)
-	b = append(b, FormatVersion)
+	b = append(b, treeVersion(t))
 	b = binary.AppendUvarint(b, uint64(len(t.Entries)))
 	for i := range t.Entries {
 		b = appendEntry(b, &t.Entries[i])
@@ -86,6 +90,8 @@ func encodedEntryLen(e *Entry) int {
 		n += len(cas.Ref{})
 	case KindSymlink:
 		n += strLen(e.Target)
+	case KindCharDev, KindBlockDev:
+		n += uvarintLen(uint64(e.Rdev))
 	}
 	n += xattrsLen(e.Xattrs)
 	n += uvarintLen(e.LinkID)
@@ -127,6 +133,8 @@ func appendEntry(b []byte, e *Entry) []byte {
 		b = append(b, e.Tree[:]...)
 	case KindSymlink:
 		b = appendString(b, e.Target)
+	case KindCharDev, KindBlockDev:
+		b = binary.AppendUvarint(b, uint64(e.Rdev))
 	}
 	b = appendXattrs(b, e.Xattrs)
 	b = binary.AppendUvarint(b, e.LinkID)
@@ -161,9 +169,10 @@ func DecodeTree(b []byte) (*Tree, error) {
 	if len(b) > MaxNodeSize {
 		return nil, errf(ErrTooLarge, "tree: %d bytes, over %d", len(b), MaxNodeSize)
 	}
-	if err := checkHeader(b, treeMagic, "tree"); err != nil {
+	if err := checkHeader(b, treeMagic, "tree", SpecialTreeVersion); err != nil {
 		return nil, err
 	}
+	version := b[len(treeMagic)]
 	// One copy of the input; names and targets are substrings of it.
 	d := decoder{s: string(b[headerLen:])}
 	count := d.uvarint(MaxTreeEntries)
@@ -211,6 +220,9 @@ func DecodeTree(b []byte) (*Tree, error) {
 		case KindSymlink:
 			e.Target = d.str(MaxPathLen)
 			e.Size = int64(len(e.Target))
+		case KindFifo, KindSocket:
+		case KindCharDev, KindBlockDev:
+			e.Rdev = uint32(d.uvarint(math.MaxUint32))
 		default:
 			if d.err == nil {
 				return nil, errf(ErrInvalid, "tree: entry %d %q: unknown kind %d", i, e.Name, e.Kind)
@@ -244,15 +256,34 @@ func DecodeTree(b []byte) (*Tree, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
+	if want := treeVersion(t); version != want {
+		return nil, errf(ErrMalformed, "tree: format version %d, want %d for these entries", version, want)
+	}
 	return t, nil
 }
 
-func checkHeader(b []byte, magic, what string) error {
+// treeVersion is the format version of t's encoding: the lowest that
+// holds its entries, so that every tree has one encoding.
+func treeVersion(t *Tree) byte {
+	for i := range t.Entries {
+		if t.Entries[i].Kind.IsSpecial() {
+			return SpecialTreeVersion
+		}
+	}
+	return FormatVersion
+}
+
+// checkHeader checks b's magic and that its version is FormatVersion or
+// at most latest.
+func checkHeader(b []byte, magic, what string, latest byte) error {
 	if len(b) < headerLen || string(b[:len(magic)]) != magic {
 		return errf(ErrMalformed, "%s: missing %q header", what, magic)
 	}
-	if v := b[len(magic)]; v != FormatVersion {
-		return errf(ErrUnsupportedVersion, "%s: format version %d, want %d", what, v, FormatVersion)
+	if v := b[len(magic)]; v < FormatVersion || v > latest {
+		if latest == FormatVersion {
+			return errf(ErrUnsupportedVersion, "%s: format version %d, want %d", what, v, FormatVersion)
+		}
+		return errf(ErrUnsupportedVersion, "%s: format version %d, want %d to %d", what, v, FormatVersion, latest)
 	}
 	return nil
 }

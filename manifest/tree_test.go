@@ -75,7 +75,8 @@ func TestDecodeTreeRejects(t *testing.T) {
 		{"bad magic", mut(func(b []byte) []byte { b[0] = 'X'; return b }), ErrMalformed},
 		{"index magic", mut(func(b []byte) []byte { copy(b, indexMagic); return b }), ErrMalformed},
 		{"version 0", mut(func(b []byte) []byte { b[4] = 0; return b }), ErrUnsupportedVersion},
-		{"version 2", mut(func(b []byte) []byte { b[4] = 2; return b }), ErrUnsupportedVersion},
+		{"version 3", mut(func(b []byte) []byte { b[4] = 3; return b }), ErrUnsupportedVersion},
+		{"version 2 without special files", mut(func(b []byte) []byte { b[4] = SpecialTreeVersion; return b }), ErrMalformed},
 		{"header only", good[:5], ErrMalformed},
 		{"truncated", good[:len(good)-1], ErrMalformed},
 		{"trailing byte", append(bytes.Clone(good), 0), ErrMalformed},
@@ -84,7 +85,7 @@ func TestDecodeTreeRejects(t *testing.T) {
 		{"non-minimal count", append([]byte("HFST\x01\x81\x00"), good[6:]...), ErrMalformed},
 		{"non-minimal zero count", []byte("HFST\x01\x80\x00"), ErrMalformed},
 		{"varint overflow", append([]byte("HFST\x01"), bytes.Repeat([]byte{0xff}, 11)...), ErrMalformed},
-		{"unknown kind", mut(func(b []byte) []byte { b[8] = 7; return b }), ErrInvalid},
+		{"unknown kind", mut(func(b []byte) []byte { b[8] = 8; return b }), ErrInvalid},
 		{"bad name", mut(func(b []byte) []byte { b[7] = '/'; return b }), ErrInvalidName},
 		{"too large", make([]byte, MaxNodeSize+1), ErrTooLarge},
 	} {
@@ -118,7 +119,7 @@ func TestEmptyTreeRef(t *testing.T) {
 }
 
 func TestEncodedEntryLen(t *testing.T) {
-	for _, tree := range []*Tree{fixtureTree(), benchTree(200)} {
+	for _, tree := range []*Tree{fixtureTree(), fixtureSpecialTree(), benchTree(200)} {
 		for i := range tree.Entries {
 			e := &tree.Entries[i]
 			e.UID, e.MtimeNs = 1<<31+uint32(i), -int64(i)<<40

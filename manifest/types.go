@@ -14,6 +14,13 @@ const FormatVersion = 1
 // Records without a layout stay version 1 (and keep their ids).
 const SnapshotLayoutVersion = 2
 
+// SpecialTreeVersion is the version of a tree node that holds a fifo, a
+// socket or a device node: a decoder of version 1 alone would call those
+// kinds invalid, so such a node says it is of a later format rather than
+// looking damaged. Tree nodes without them stay version 1 (and keep their
+// refs).
+const SpecialTreeVersion = 2
+
 // ChunkSize is the fixed size of file chunks: chunk i of a file covers
 // bytes [i*ChunkSize, min((i+1)*ChunkSize, size)), and a stored chunk holds
 // exactly those bytes (ChunkLen, CheckChunk). See docs/ARCHITECTURE.md for
@@ -30,7 +37,19 @@ const (
 	KindFile    Kind = 1
 	KindDir     Kind = 2
 	KindSymlink Kind = 3
+	// The special files: no content, only attributes (and a device
+	// number for device nodes).
+	KindFifo     Kind = 4
+	KindSocket   Kind = 5
+	KindCharDev  Kind = 6
+	KindBlockDev Kind = 7
 )
+
+// IsSpecial reports whether k is a fifo, a socket or a device node.
+func (k Kind) IsSpecial() bool { return k >= KindFifo && k <= KindBlockDev }
+
+// IsDevice reports whether k is a character or block device node.
+func (k Kind) IsDevice() bool { return k == KindCharDev || k == KindBlockDev }
 
 // Xattr is one extended attribute.
 type Xattr struct {
@@ -45,7 +64,7 @@ type Entry struct {
 	Mode    uint32 // permission bits with setuid, setgid and sticky (07777)
 	UID     uint32
 	GID     uint32
-	Size    int64 // file: bytes; symlink: len(Target); dir: 0
+	Size    int64 // file: bytes; symlink: len(Target); others: 0
 	MtimeNs int64 // modification time, nanoseconds since the Unix epoch
 	CtimeNs int64 // status change time, nanoseconds since the Unix epoch
 
@@ -63,10 +82,15 @@ type Entry struct {
 	// Symlink: the stored target, never followed.
 	Target string
 
+	// Device nodes: the device number in Linux's 32-bit encoding
+	// (new_encode_dev, what FUSE carries and what stat's st_rdev is for
+	// majors below 4096 and minors below 2^20). Zero for every other kind.
+	Rdev uint32
+
 	// Xattrs sorted by name, unique.
 	Xattrs []Xattr
 
-	// LinkID, when non-zero, identifies a hard-linked file or symlink
+	// LinkID, when non-zero, identifies a hard-linked non-directory
 	// inside one snapshot: entries with the same LinkID are one inode with
 	// Nlink names.
 	LinkID uint64

@@ -126,6 +126,9 @@ func (e *Entry) Validate() error {
 	if e.Kind != KindFile && (len(e.Chunks) != 0 || !e.Index.IsZero() || e.Depth != 0) {
 		return bad("%v with file content", e.Kind)
 	}
+	if !e.Kind.IsDevice() && e.Rdev != 0 {
+		return bad("%v with a device number", e.Kind)
+	}
 	switch e.Kind {
 	case KindFile:
 		if err := validateContent(e.Size, e.Chunks, e.Index, e.Depth); err != nil {
@@ -153,6 +156,10 @@ func (e *Entry) Validate() error {
 		}
 		if e.Size != int64(len(e.Target)) {
 			return bad("symlink size %d, target has %d bytes", e.Size, len(e.Target))
+		}
+	case KindFifo, KindSocket, KindCharDev, KindBlockDev:
+		if e.Size != 0 {
+			return bad("%v with size %d", e.Kind, e.Size)
 		}
 	default:
 		return bad("unknown kind %d", e.Kind)
@@ -223,7 +230,8 @@ func validateContent(size int64, chunks []cas.Ref, index cas.Ref, depth uint8) e
 	return nil
 }
 
-// String returns "file", "dir", "symlink" or "kind(N)".
+// String returns "file", "dir", "symlink", "fifo", "socket", "char",
+// "block" or "kind(N)".
 func (k Kind) String() string {
 	switch k {
 	case KindFile:
@@ -232,6 +240,14 @@ func (k Kind) String() string {
 		return "dir"
 	case KindSymlink:
 		return "symlink"
+	case KindFifo:
+		return "fifo"
+	case KindSocket:
+		return "socket"
+	case KindCharDev:
+		return "char"
+	case KindBlockDev:
+		return "block"
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }

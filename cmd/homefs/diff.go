@@ -52,8 +52,8 @@ func runDiff(ctx context.Context, cl *daemon.Client, out io.Writer, a, b string,
 		default:
 			size = humanBytes(e.OldSize) + " -> " + humanBytes(e.NewSize)
 		}
-		if e.Kind == "dir" {
-			size = "-"
+		if e.Kind != "file" && e.Kind != "symlink" {
+			size = "-" // a directory, a fifo, a socket or a device node
 		}
 		rows = append(rows, []string{mark, e.Kind, size, e.Path})
 	}

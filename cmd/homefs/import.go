@@ -15,6 +15,7 @@ import (
 type importOptions struct {
 	source  string // a directory, a tar file, or "-" for stdin
 	session string
+	devices bool
 	json    bool
 }
 
@@ -26,19 +27,25 @@ func importCommand() *cli.Command {
 		Description: `Stores every file (chunked, deduplicated) and creates SESSION at the end, in
 one step: on any error nothing is created. Refused: entries with ".." or
 absolute names, entries below a symlink, hard links to anything but an
-earlier file or symlink, devices, fifos and sockets, and malformed archives.
+earlier non-directory, and malformed archives. Fifos are kept; device nodes
+only with --devices (an archive from elsewhere should not make them: a
+--dev mount would open their devices). Sockets are skipped when DIR is read,
+as GNU tar skips them, and tar has no type for them.
 Symlinks are kept as they are, wherever they point, and never followed;
 only DIR itself may be a symlink to the directory to import.
 
    homefs import ~/.codex agent-1
    homefs import home.tar agent-2
    tar -C src -c . | homefs import - agent-3`,
-		Flags: []cli.Flag{jsonFlag},
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "devices", Usage: "keep character and block device nodes of the archive"},
+			jsonFlag,
+		},
 		Action: func(c *cli.Context) error {
 			if err := args(c, 2, 2); err != nil {
 				return err
 			}
-			return runImport(c.Context, client(c), os.Stdout, importOptions{source: c.Args().Get(0), session: c.Args().Get(1), json: c.Bool("json")})
+			return runImport(c.Context, client(c), os.Stdout, importOptions{source: c.Args().Get(0), session: c.Args().Get(1), devices: c.Bool("devices"), json: c.Bool("json")})
 		},
 	}
 }
@@ -76,7 +83,7 @@ func runImport(ctx context.Context, cl *daemon.Client, out io.Writer, o importOp
 		}
 	}
 	body := &countingReader{r: src, total: size, p: p}
-	res, err := cl.Import(ctx, o.session, body)
+	res, err := cl.Import(ctx, o.session, body, o.devices)
 	if localErr != nil {
 		if lerr := <-localErr; lerr != nil && err != nil {
 			// Reading the directory failed first; that is the cause.
@@ -89,7 +96,7 @@ func runImport(ctx context.Context, cl *daemon.Client, out io.Writer, o importOp
 	if o.json {
 		return printJSON(out, res)
 	}
-	fmt.Fprintf(out, "imported %s: %d files, %d directories, %d symlinks, %s\n",
-		res.Session, res.Files, res.Dirs, res.Symlinks, humanBytes(res.Bytes))
+	fmt.Fprintf(out, "imported %s: %d files, %d directories, %d symlinks, %d special files, %s\n",
+		res.Session, res.Files, res.Dirs, res.Symlinks, res.Special, humanBytes(res.Bytes))
 	return nil
 }

@@ -19,6 +19,7 @@ type mountOptions struct {
 	snapshot string
 	remote   string
 	private  bool
+	dev      bool
 	owner    *daemon.Owner
 	json     bool
 }
@@ -44,6 +45,11 @@ Every user may enter a mount, with the kernel checking modes and owners as
 on ext4 (allow_other, default_permissions); --private makes one only the
 daemon's user may enter. --owner gives the mount's root directory to an
 agent user (a live session's, recorded like a chown).
+Fifos, Unix sockets and device nodes are entries like any other, but a
+mount is nodev: opening a device node on it fails (EACCES), whoever made
+it. --dev lets device nodes open their devices; only a daemon running as
+root may mount so (exit 2 otherwise). Making a device node needs
+CAP_MKNOD, as on ext4.
 
    homefs mount agent-1 /home/agent/.codex
    homefs mount agent-1/workspace /srv/ws --read-only
@@ -54,6 +60,7 @@ agent user (a live session's, recorded like a chown).
 			&cli.StringFlag{Name: "snapshot", Usage: "mount this snapshot of the session (read-only)"},
 			&cli.StringFlag{Name: "remote", Usage: "pull the snapshot from this remote first and read its chunks lazily (read-only)"},
 			&cli.BoolFlag{Name: "private", Usage: "only the daemon's user may enter the mount"},
+			&cli.BoolFlag{Name: "dev", Usage: "let device nodes on the mount open their devices (a root daemon only)"},
 			ownerFlag("owner of the mount's root directory"),
 			jsonFlag,
 		},
@@ -68,7 +75,7 @@ agent user (a live session's, recorded like a chown).
 			return runMount(c.Context, client(c), os.Stdout, mountOptions{
 				session: c.Args().Get(0), dir: c.Args().Get(1),
 				readOnly: c.Bool("read-only"), snapshot: c.String("snapshot"), remote: c.String("remote"), json: c.Bool("json"),
-				private: c.Bool("private"), owner: owner,
+				private: c.Bool("private"), dev: c.Bool("dev"), owner: owner,
 			})
 		},
 	}
@@ -79,7 +86,7 @@ func runMount(ctx context.Context, cl *daemon.Client, out io.Writer, o mountOpti
 	if err != nil {
 		return err
 	}
-	m, err := cl.Mount(ctx, daemon.MountRequest{Session: o.session, Dir: dir, ReadOnly: o.readOnly, Snapshot: o.snapshot, Remote: o.remote, Private: o.private, Owner: o.owner})
+	m, err := cl.Mount(ctx, daemon.MountRequest{Session: o.session, Dir: dir, ReadOnly: o.readOnly, Snapshot: o.snapshot, Remote: o.remote, Private: o.private, Dev: o.dev, Owner: o.owner})
 	if err != nil {
 		return err
 	}

@@ -59,12 +59,11 @@ func TestImportRefuses(t *testing.T) {
 		{"hardlink outside", []entry{{name: "h", typ: tar.TypeLink, link: "../x"}}, ErrUnsafe},
 		{"hardlink missing", []entry{{name: "h", typ: tar.TypeLink, link: "nope"}}, ErrUnsafe},
 		{"device", []entry{{name: "dev", typ: tar.TypeChar}}, ErrUnsupported},
-		{"fifo", []entry{{name: "p", typ: tar.TypeFifo}}, ErrUnsupported},
 		{"file under file", []entry{{name: "a", typ: tar.TypeReg, body: "x"}, {name: "a/b", typ: tar.TypeReg, body: "y"}}, ErrMalformed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := cas.NewMemory()
-			_, err := Import(context.Background(), st, bytes.NewReader(makeTar(t, tc.ents...)), nil)
+			_, err := Import(context.Background(), st, bytes.NewReader(makeTar(t, tc.ents...)), ImportOptions{})
 			require.ErrorIs(t, err, tc.want)
 		})
 	}
@@ -79,7 +78,7 @@ func TestImportMalformed(t *testing.T) {
 		"empty":     {},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := Import(context.Background(), cas.NewMemory(), bytes.NewReader(data), nil)
+			_, err := Import(context.Background(), cas.NewMemory(), bytes.NewReader(data), ImportOptions{})
 			require.ErrorIs(t, err, ErrMalformed)
 		})
 	}
@@ -99,7 +98,7 @@ func TestRoundTrip(t *testing.T) {
 	var tarBuf bytes.Buffer
 	require.NoError(t, TarDir(ctx, src, &tarBuf, nil))
 	st := cas.NewMemory()
-	res, err := Import(ctx, st, &tarBuf, nil)
+	res, err := Import(ctx, st, &tarBuf, ImportOptions{})
 	require.NoError(t, err)
 	require.EqualValues(t, 3, res.Files)
 	require.EqualValues(t, 1, res.Symlinks)
@@ -200,7 +199,7 @@ func TestImportLinkGroups(t *testing.T) {
 		entry{name: "y", typ: tar.TypeReg, body: "new y"}, // x is alone again
 	)
 	st := cas.NewMemory()
-	res, err := Import(ctx, st, bytes.NewReader(data), nil)
+	res, err := Import(ctx, st, bytes.NewReader(data), ImportOptions{})
 	require.NoError(t, err)
 	got := map[string]string{}
 	ids := map[uint64][]string{}
@@ -260,7 +259,7 @@ func TestSymlinksLeavingTheTree(t *testing.T) {
 	ents = append(ents, entry{name: "d/out", typ: tar.TypeLink, link: "out"})
 	targets["d/out"] = outside
 	st := cas.NewMemory()
-	res, err := Import(ctx, st, bytes.NewReader(makeTar(t, ents...)), nil)
+	res, err := Import(ctx, st, bytes.NewReader(makeTar(t, ents...)), ImportOptions{})
 	require.NoError(t, err)
 	require.EqualValues(t, 7, res.Symlinks)
 	got := map[string]string{}
@@ -287,7 +286,7 @@ func TestSymlinksLeavingTheTree(t *testing.T) {
 	// TarDir reads them back as they are.
 	var again bytes.Buffer
 	require.NoError(t, TarDir(ctx, dst, &again, nil))
-	res2, err := Import(ctx, st, &again, nil)
+	res2, err := Import(ctx, st, &again, ImportOptions{})
 	require.NoError(t, err)
 	got2 := map[string]string{}
 	require.NoError(t, manifest.Walk(ctx, st, res2.Root, func(p string, e *manifest.Entry) error {
@@ -313,7 +312,7 @@ func TestSymlinksLeavingTheTree(t *testing.T) {
 		require.Error(t, err, name)
 		if name != "file over link" && name != "dir over link" {
 			require.ErrorIs(t, err, ErrUnsafe, name)
-			_, err = Import(ctx, cas.NewMemory(), bytes.NewReader(data), nil)
+			_, err = Import(ctx, cas.NewMemory(), bytes.NewReader(data), ImportOptions{})
 			require.ErrorIs(t, err, ErrUnsafe, name)
 		}
 	}
@@ -336,7 +335,7 @@ func TestRootAttributes(t *testing.T) {
 	require.NoError(t, tw.WriteHeader(&tar.Header{Name: "f", Typeflag: tar.TypeReg, Mode: 0o644, ModTime: time.Unix(1700000000, 0)}))
 	require.NoError(t, tw.Close())
 	st := cas.NewMemory()
-	res, err := Import(ctx, st, &buf, nil)
+	res, err := Import(ctx, st, &buf, ImportOptions{})
 	require.NoError(t, err)
 	top, err := manifest.GetTree(ctx, st, res.Root)
 	require.NoError(t, err)
@@ -345,7 +344,7 @@ func TestRootAttributes(t *testing.T) {
 
 	var out bytes.Buffer
 	require.NoError(t, Export(ctx, st, res.Root, &out, nil))
-	again, err := Import(ctx, st, bytes.NewReader(out.Bytes()), nil)
+	again, err := Import(ctx, st, bytes.NewReader(out.Bytes()), ImportOptions{})
 	require.NoError(t, err)
 	require.Equal(t, res.Root, again.Root, "export and import keep the root's attributes")
 }

@@ -6,8 +6,11 @@
 //     as tree nodes, returning the root ref; it names nothing, so a caller
 //     creates the session afterwards in one step. Entries that could write
 //     outside the tree are refused: absolute names, ".." segments, names
-//     below a symlink, hard links to anything but an earlier file or
-//     symlink; so are devices, fifos and sockets. A symlink is kept with
+//     below a symlink, hard links to anything but an earlier
+//     non-directory; so are device nodes unless the caller allows them
+//     (ImportOptions.Devices). Fifos are kept; sockets never come, since
+//     tar has no type for them (TarDir and Export skip them, as GNU tar
+//     does). A symlink is kept with
 //     its target byte for byte, wherever it points (absolute, or out of
 //     the tree): it is never followed. A malformed stream is refused whole.
 //   - Export writes the tree at a root as a PAX tar stream, reading every

@@ -7,14 +7,18 @@ import (
 	"io"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"homefs/cas"
 	"homefs/manifest"
 )
 
 // Export writes the tree at root to w as a PAX tar stream: directories,
-// files, symlinks and hard links (a later name of a linked file is a
-// TypeLink to its first), with modes, owners, nanosecond times and
-// xattrs. Every chunk is read through g, which verifies it; a damaged
+// files, symlinks, fifos, device nodes and hard links (a later name of a
+// linked node is a TypeLink to its first), with modes, owners, nanosecond
+// times and xattrs. Sockets are left out, as GNU tar leaves them out
+// ("socket ignored"): tar has no type for them, and a socket file means
+// nothing without the process that listened on it. Every chunk is read through g, which verifies it; a damaged
 // chunk, or one that breaks the chunk-length rule (manifest.CheckChunk),
 // stops the export with an error wrapping cas.ErrCorrupt.
 func Export(ctx context.Context, g cas.Getter, root cas.Ref, w io.Writer, progress Progress) error {
@@ -57,6 +61,16 @@ func Export(ctx context.Context, g cas.Getter, root cas.Ref, w io.Writer, progre
 			hdr.PAXRecords[xattrPrefix+x.Name] = string(x.Value)
 		}
 		switch e.Kind {
+		case manifest.KindSocket:
+			return nil
+		case manifest.KindFifo:
+			hdr.Typeflag = tar.TypeFifo
+		case manifest.KindCharDev, manifest.KindBlockDev:
+			hdr.Typeflag = tar.TypeChar
+			if e.Kind == manifest.KindBlockDev {
+				hdr.Typeflag = tar.TypeBlock
+			}
+			hdr.Devmajor, hdr.Devminor = int64(unix.Major(uint64(e.Rdev))), int64(unix.Minor(uint64(e.Rdev)))
 		case manifest.KindDir:
 			hdr.Typeflag = tar.TypeDir
 			hdr.Name += "/"

@@ -56,11 +56,17 @@ func FuzzImport(f *testing.F) {
 	}, "hello\n"))
 	f.Add(seedTar(f, []tar.Header{{Name: "../evil", Typeflag: tar.TypeReg, Mode: 0o644}}, "x"))
 	f.Add(seedTar(f, []tar.Header{{Name: "a", Typeflag: tar.TypeSymlink, Linkname: "../../etc/passwd"}}, ""))
+	f.Add(seedTar(f, []tar.Header{
+		{Name: "null", Typeflag: tar.TypeChar, Mode: 0o666, Devmajor: 1, Devminor: 3},
+		{Name: "sda", Typeflag: tar.TypeBlock, Mode: 0o660, Devmajor: 8, Devminor: 1 << 19},
+		{Name: "p", Typeflag: tar.TypeFifo, Mode: 0o600},
+		{Name: "p2", Typeflag: tar.TypeLink, Linkname: "p"},
+	}, ""))
 	f.Add([]byte("not a tar stream"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ctx := context.Background()
 		store := cas.NewMemory()
-		res, err := Import(ctx, store, bytes.NewReader(data), nil)
+		res, err := Import(ctx, store, bytes.NewReader(data), ImportOptions{Devices: true})
 		if err != nil {
 			if !errors.Is(err, ErrUnsafe) && !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrUnsupported) && !errors.Is(err, manifest.ErrInvalid) {
 				// Any refusal is fine, but it must say why in a class the
@@ -89,7 +95,7 @@ func FuzzImport(f *testing.F) {
 		if err := Export(ctx, store, res.Root, &out, nil); err != nil {
 			t.Fatalf("export accepted tree: %v", err)
 		}
-		again, err := Import(ctx, store, &out, nil)
+		again, err := Import(ctx, store, &out, ImportOptions{Devices: true})
 		if err != nil {
 			t.Fatalf("import of the export: %v", err)
 		}

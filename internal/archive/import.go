@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"homefs/cas"
 	"homefs/manifest"
 )
@@ -27,6 +29,7 @@ type ImportResult struct {
 	Files    int64   `json:"files"`
 	Dirs     int64   `json:"dirs"`
 	Symlinks int64   `json:"symlinks"`
+	Special  int64   `json:"special,omitempty"` // fifos and device nodes
 	Bytes    int64   `json:"bytes"`
 }
 
@@ -35,11 +38,22 @@ type batchPutter struct{ b cas.Batch }
 
 func (p batchPutter) Put(_ context.Context, data []byte) (cas.Ref, error) { return p.b.Put(data) }
 
+// ImportOptions configure Import.
+type ImportOptions struct {
+	// Devices keeps character and block device nodes; without it an
+	// archive holding one is refused (ErrUnsupported): a device node made
+	// by an untrusted archive opens a device wherever a mount allows it.
+	Devices  bool
+	Progress Progress
+}
+
 // Import stores the tree held by the tar stream r and returns its root.
+// Fifos are kept; device nodes only with opts.Devices.
 // Nothing is named: on error the chunks already put are unreferenced and
 // the next gc removes them. The batch is committed durably before Import
 // returns, so the root may be named at once.
-func Import(ctx context.Context, st Store, r io.Reader, progress Progress) (*ImportResult, error) {
+func Import(ctx context.Context, st Store, r io.Reader, opts ImportOptions) (*ImportResult, error) {
+	progress := opts.Progress
 	b := st.NewBatch()
 	defer b.Discard()
 	put := batchPutter{b}
@@ -141,7 +155,7 @@ func Import(ctx context.Context, st Store, r io.Reader, progress Progress) (*Imp
 			}
 			t, ok := files[target]
 			if !ok || t.Kind == manifest.KindDir || p == "" {
-				return nil, fmt.Errorf("%w: hard link %q → %q: not an earlier file or symlink of the archive", ErrUnsafe, hdr.Name, hdr.Linkname)
+				return nil, fmt.Errorf("%w: hard link %q → %q: not an earlier non-directory of the archive", ErrUnsafe, hdr.Name, hdr.Linkname)
 			}
 			if p == target {
 				continue // a name linked to itself changes nothing
@@ -156,14 +170,34 @@ func Import(ctx context.Context, st Store, r io.Reader, progress Progress) (*Imp
 			groups[g] = append(groups[g], p)
 			group[p] = g
 			files[p] = t
-			if t.Kind == manifest.KindFile {
+			switch t.Kind {
+			case manifest.KindFile:
 				res.Files++
-			} else {
+			case manifest.KindSymlink:
 				res.Symlinks++
+			default:
+				res.Special++
 			}
 			continue
-		case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
-			return nil, fmt.Errorf("%w: %q is a device or fifo", ErrUnsupported, hdr.Name)
+		case tar.TypeFifo, tar.TypeChar, tar.TypeBlock:
+			if p == "" {
+				return nil, fmt.Errorf("%w: a special file named %q", ErrMalformed, hdr.Name)
+			}
+			e.Kind = manifest.KindFifo
+			if hdr.Typeflag != tar.TypeFifo {
+				if !opts.Devices {
+					return nil, fmt.Errorf("%w: %q is a device node (import with devices allowed to keep it)", ErrUnsupported, hdr.Name)
+				}
+				if hdr.Devmajor < 0 || hdr.Devmajor > 0xfff || hdr.Devminor < 0 || hdr.Devminor > 0xfffff {
+					return nil, fmt.Errorf("%w: %q: device %d:%d out of range", ErrMalformed, hdr.Name, hdr.Devmajor, hdr.Devminor)
+				}
+				e.Kind = manifest.KindCharDev
+				if hdr.Typeflag == tar.TypeBlock {
+					e.Kind = manifest.KindBlockDev
+				}
+				e.Rdev = uint32(unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor)))
+			}
+			res.Special++
 		default:
 			return nil, fmt.Errorf("%w: %q has tar type %q", ErrUnsupported, hdr.Name, hdr.Typeflag)
 		}

@@ -18,7 +18,8 @@ import (
 
 // TarDir writes the content of dir (not dir itself) to w as a tar stream,
 // in lexical order. Symlinks are stored as links, a file with several
-// names once plus hard links; devices, fifos and sockets are refused.
+// names once plus hard links; fifos and device nodes as tar has them;
+// sockets are skipped, as GNU tar skips them.
 // dir itself may be a symlink: the directory it names is read.
 func TarDir(ctx context.Context, dir string, w io.Writer, progress Progress) error {
 	tw := tar.NewWriter(w)
@@ -62,8 +63,8 @@ func TarDir(ctx context.Context, dir string, w io.Writer, progress Progress) err
 				return err
 			}
 		}
-		if info.Mode()&(fs.ModeDevice|fs.ModeCharDevice|fs.ModeNamedPipe|fs.ModeSocket) != 0 {
-			return fmt.Errorf("%w: %s is a %v", ErrUnsupported, p, info.Mode().Type())
+		if info.Mode()&fs.ModeSocket != 0 {
+			return nil
 		}
 		hdr, err := tar.FileInfoHeader(info, link)
 		if err != nil {
@@ -76,7 +77,7 @@ func TarDir(ctx context.Context, dir string, w io.Writer, progress Progress) err
 			hdr.ModTime = time.Unix(sys.Mtim.Unix())
 			hdr.ChangeTime = time.Unix(sys.Ctim.Unix())
 			hdr.AccessTime = time.Time{}
-			if (info.Mode().IsRegular() || info.Mode()&fs.ModeSymlink != 0) && sys.Nlink > 1 {
+			if !info.IsDir() && sys.Nlink > 1 {
 				key := inode{uint64(sys.Dev), sys.Ino}
 				if first, ok := seen[key]; ok {
 					hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
@@ -202,6 +203,19 @@ func Extract(ctx context.Context, r io.Reader, dir string, progress Progress) er
 			if err := os.Symlink(hdr.Linkname, target); err != nil {
 				return err
 			}
+		case tar.TypeFifo:
+			if err := unix.Mkfifo(target, 0o600); err != nil {
+				return fmt.Errorf("%s: %w", rel, err)
+			}
+		case tar.TypeChar, tar.TypeBlock:
+			// mknod needs CAP_MKNOD, as GNU tar's extraction does.
+			kind := uint32(unix.S_IFCHR)
+			if hdr.Typeflag == tar.TypeBlock {
+				kind = unix.S_IFBLK
+			}
+			if err := unix.Mknod(target, kind|0o600, int(unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor)))); err != nil {
+				return fmt.Errorf("%s: device node: %w", rel, err)
+			}
 		case tar.TypeLink:
 			first, err := cleanName(hdr.Linkname)
 			if err != nil || first == "" {
@@ -212,8 +226,8 @@ func Extract(ctx context.Context, r io.Reader, dir string, progress Progress) er
 			}
 			src := filepath.Join(root, filepath.FromSlash(first))
 			st, err := os.Lstat(src)
-			if err != nil || !st.Mode().IsRegular() && st.Mode()&fs.ModeSymlink == 0 {
-				return fmt.Errorf("%w: hard link %q → %q: not an earlier file or symlink", ErrUnsafe, hdr.Name, hdr.Linkname)
+			if err != nil || st.IsDir() {
+				return fmt.Errorf("%w: hard link %q → %q: not an earlier non-directory", ErrUnsafe, hdr.Name, hdr.Linkname)
 			}
 			// link(2) links a symlink itself, never what it points to.
 			if err := os.Link(src, target); err != nil {

@@ -143,6 +143,9 @@ type MountRequest struct {
 	// Private makes a mount only the daemon's user may enter; otherwise
 	// every user may, with the kernel checking modes and owners.
 	Private bool `json:"private,omitempty"`
+	// Dev lets device nodes on the mount open their devices (a daemon
+	// running as root only); mounts are nodev otherwise.
+	Dev bool `json:"dev,omitempty"`
 	// Owner, when set, owns the mount's root directory.
 	Owner *Owner `json:"owner,omitempty"`
 	// Remote, when set, pulls the snapshot (Snapshot, else Session: an id
@@ -159,6 +162,7 @@ type MountInfo struct {
 	Snapshot string    `json:"snapshot,omitempty"`
 	ReadOnly bool      `json:"read_only,omitempty"`
 	Private  bool      `json:"private,omitempty"`
+	Dev      bool      `json:"dev,omitempty"`
 	Remote   string    `json:"remote,omitempty"`
 	Since    time.Time `json:"since"`
 	// Transport is how the kernel's requests reach the mount: "io_uring"
@@ -258,6 +262,7 @@ type ImportResult struct {
 	Files    int64   `json:"files"`
 	Dirs     int64   `json:"dirs"`
 	Symlinks int64   `json:"symlinks"`
+	Special  int64   `json:"special,omitempty"` // fifos and device nodes
 	Bytes    int64   `json:"bytes"`
 }
 

@@ -287,9 +287,14 @@ func (c *Client) Export(ctx context.Context, snapshot string, w io.Writer) error
 	return nil
 }
 
-// Import creates session from the tar stream r.
-func (c *Client) Import(ctx context.Context, session string, r io.Reader) (*ImportResult, error) {
-	resp, err := c.do(ctx, http.MethodPost, pathImport, url.Values{"session": {session}}, r, "application/x-tar")
+// Import creates session from the tar stream r; device nodes in it are
+// refused unless devices.
+func (c *Client) Import(ctx context.Context, session string, r io.Reader, devices bool) (*ImportResult, error) {
+	q := url.Values{"session": {session}}
+	if devices {
+		q.Set("devices", "1")
+	}
+	resp, err := c.do(ctx, http.MethodPost, pathImport, q, r, "application/x-tar")
 	if err != nil {
 		return nil, err
 	}

@@ -160,7 +160,7 @@ func (s *Service) handler() http.Handler {
 		w.Header().Set(errorTrailer, string(b))
 	})
 	mux.HandleFunc("POST "+pathImport, func(w http.ResponseWriter, r *http.Request) {
-		v, err := s.Import(r.Context(), r.URL.Query().Get("session"), r.Body)
+		v, err := s.Import(r.Context(), r.URL.Query().Get("session"), r.Body, r.URL.Query().Get("devices") == "1")
 		reply(w, v, err)
 	})
 	mux.HandleFunc("POST "+pathGC, func(w http.ResponseWriter, r *http.Request) {

@@ -261,12 +261,12 @@ func (s *Service) Mount(ctx context.Context, req MountRequest) (*MountInfo, erro
 	} else if busy {
 		return nil, fmt.Errorf("%w: %s is already a mountpoint (unmount it first)", fusefs.ErrBusy, dir)
 	}
-	opts := fusefs.MountOptions{ReadOnly: req.ReadOnly, AllowOther: !req.Private}
+	opts := fusefs.MountOptions{ReadOnly: req.ReadOnly, AllowOther: !req.Private, Dev: req.Dev}
 	if o := req.Owner; o != nil {
 		opts.Owner = &fusefs.Owner{UID: o.UID, GID: o.GID}
 	}
 	var m *fusefs.Mount
-	info := MountInfo{Session: req.Session, Subtree: req.Subtree, ReadOnly: req.ReadOnly, Private: req.Private, Since: time.Now()}
+	info := MountInfo{Session: req.Session, Subtree: req.Subtree, ReadOnly: req.ReadOnly, Private: req.Private, Dev: req.Dev, Since: time.Now()}
 	switch {
 	case req.Remote != "":
 		id, session, name, err := s.pullForMount(ctx, req)
@@ -569,8 +569,8 @@ func (s *Service) Export(ctx context.Context, spec string, w io.Writer) error {
 }
 
 // Import creates session from a tar stream, atomically: the session exists
-// only once every file is stored.
-func (s *Service) Import(ctx context.Context, session string, r io.Reader) (*ImportResult, error) {
+// only once every file is stored. Device nodes are refused unless devices.
+func (s *Service) Import(ctx context.Context, session string, r io.Reader, devices bool) (*ImportResult, error) {
 	if err := manifest.ValidateSessionName(session); err != nil {
 		return nil, err
 	}
@@ -582,7 +582,7 @@ func (s *Service) Import(ctx context.Context, session string, r io.Reader) (*Imp
 	var res *archive.ImportResult
 	err := s.eng.Guard(func() error {
 		var err error
-		if res, err = archive.Import(ctx, s.rec, r, nil); err != nil {
+		if res, err = archive.Import(ctx, s.rec, r, archive.ImportOptions{Devices: devices}); err != nil {
 			return err
 		}
 		_, err = s.cat.CreateSessionAt(ctx, session, res.Root)
@@ -592,7 +592,7 @@ func (s *Service) Import(ctx context.Context, session string, r io.Reader) (*Imp
 		return nil, fmt.Errorf("import into %s: %w", session, err)
 	}
 	s.log.Info("imported", "session", session, "files", res.Files, "bytes", res.Bytes)
-	return &ImportResult{Session: session, Root: res.Root, Files: res.Files, Dirs: res.Dirs, Symlinks: res.Symlinks, Bytes: res.Bytes}, nil
+	return &ImportResult{Session: session, Root: res.Root, Files: res.Files, Dirs: res.Dirs, Symlinks: res.Symlinks, Special: res.Special, Bytes: res.Bytes}, nil
 }
 
 // GCResult is what gc freed.

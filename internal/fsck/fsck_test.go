@@ -24,7 +24,7 @@ func TestCheckFindsCorruptChunk(t *testing.T) {
 	writeFile(t, dir+"/c.txt", strings.Repeat("x", 100000))
 	var buf bytes.Buffer
 	require.NoError(t, archive.TarDir(ctx, dir, &buf, nil))
-	res, err := archive.Import(ctx, st, &buf, nil)
+	res, err := archive.Import(ctx, st, &buf, archive.ImportOptions{})
 	require.NoError(t, err)
 	_, err = cat.CreateSessionAt(ctx, "s", res.Root)
 	require.NoError(t, err)
@@ -105,4 +105,28 @@ func TestCheckChunkLengthPerUse(t *testing.T) {
 			require.Contains(t, p.Err, "chunk 2: 18928 bytes, want 65536")
 		})
 	}
+}
+
+// TestCheckSpecialFiles: fifos, sockets and device nodes (version 2 tree
+// nodes) are clean entries, counted by Measure as no bytes.
+func TestCheckSpecialFiles(t *testing.T) {
+	ctx := context.Background()
+	st := cas.NewMemory()
+	cat := catalog.New(st)
+	root, err := manifest.BuildTree(ctx, st, map[string]manifest.Entry{
+		"d/pipe": {Kind: manifest.KindFifo, Mode: 0o600},
+		"d/sock": {Kind: manifest.KindSocket, Mode: 0o755},
+		"null":   {Kind: manifest.KindCharDev, Mode: 0o666, Rdev: 1<<8 | 3},
+		"sda":    {Kind: manifest.KindBlockDev, Mode: 0o660, Rdev: 8 << 8},
+	})
+	require.NoError(t, err)
+	_, err = cat.CreateSessionAt(ctx, "s", root)
+	require.NoError(t, err)
+	rep, err := Check(ctx, st, cat, nil)
+	require.NoError(t, err)
+	require.Empty(t, rep.Problems)
+	require.EqualValues(t, 2, rep.Objects) // the two tree nodes
+	s, err := Measure(ctx, st, cat)
+	require.NoError(t, err)
+	require.EqualValues(t, 0, s.Logical)
 }
