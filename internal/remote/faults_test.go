@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -193,6 +194,7 @@ func TestRetryable(t *testing.T) {
 		{"refused", context.Background(), refused, true},
 		{"stalled", context.Background(), &net.OpError{Op: "read", Net: "tcp", Err: &stallError{idle: time.Second, cause: errors.New("i/o timeout")}}, true},
 		{"attempt timed out", context.Background(), context.DeadlineExceeded, true},
+		{"kept-alive connection closed by a restart", context.Background(), &url.Error{Op: "Put", URL: "http://127.0.0.1:1/b/k", Err: errors.New("http: server closed idle connection")}, true},
 		{"caller canceled", canceled, refused, false},
 		{"no such host", context.Background(), &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", IsNotFound: true}}, false},
 		{"not ours", context.Background(), errors.New("signing failed"), false},

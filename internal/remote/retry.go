@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
@@ -104,8 +105,16 @@ func retryable(ctx context.Context, err error) bool {
 	}
 	var opErr *net.OpError
 	var netErr net.Error
-	return errors.As(err, &opErr) ||
+	return errors.As(err, &opErr) || closedIdle(err) ||
 		(errors.As(err, &netErr) && netErr.Timeout()) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, context.DeadlineExceeded) // the attempt's own timeout
+}
+
+// closedIdle reports net/http's error for a request sent on a kept-alive
+// connection that the server closed meanwhile (a gateway that restarted
+// between two requests). net/http retries it itself only for requests it
+// can replay, and its value is unexported: its text is all there is.
+func closedIdle(err error) bool {
+	return strings.Contains(err.Error(), "http: server closed idle connection")
 }
