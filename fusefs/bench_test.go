@@ -397,6 +397,31 @@ func BenchmarkJSONLAppend(b *testing.B) { benchJSONL(b, "wronly") }
 // the one Codex appends its rollout through (served by the daemon).
 func BenchmarkJSONLAppendRW(b *testing.B) { benchJSONL(b, "rdwr") }
 
+// codexTurnLines is how many lines BenchmarkJSONLAppendRWNoSync appends.
+const codexTurnLines = 20000
+
+// BenchmarkJSONLAppendRWNoSync is Codex's own pattern: an existing rollout
+// appended to through O_RDWR|O_APPEND, codexTurnLines lines, never
+// fsynced. The file is in the durable head before the loop, so every
+// append is a write the journal takes (journal.go).
+func BenchmarkJSONLAppendRWNoSync(b *testing.B) {
+	r := newBenchRig(b)
+	_, total := jsonLines(codexTurnLines)
+	r.targets(b, func(b *testing.B, dir string) {
+		path := filepath.Join(dir, "rollout.jsonl")
+		b.StopTimer()
+		if err := os.WriteFile(path, nil, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		r.settle(b)
+		b.StartTimer()
+		inChild(b, total, "bench-jsonl", path, "rdwr-nosync", fmt.Sprint(codexTurnLines))
+		b.StopTimer()
+		os.Remove(path)
+		r.settle(b)
+	})
+}
+
 func benchJSONL(b *testing.B, access string) {
 	r := newBenchRig(b)
 	_, total := jsonLines(r.sizes.jsonLines)

@@ -96,18 +96,22 @@ func workloadRoundTrip(n int, args []string) (time.Duration, error) {
 // 32nd.
 func workloadJSONL(n int, args []string) (time.Duration, error) {
 	if len(args) != 3 {
-		return 0, errors.New("usage: PATH wronly|rdwr LINES")
+		return 0, errors.New("usage: PATH wronly|rdwr|rdwr-nosync LINES")
 	}
-	access := os.O_WRONLY
-	if args[1] == "rdwr" {
-		access = os.O_RDWR
+	// rdwr-nosync appends to the existing file and never fsyncs (Codex).
+	flags, sync := os.O_CREATE|os.O_TRUNC|os.O_WRONLY, true
+	switch args[1] {
+	case "rdwr":
+		flags = os.O_CREATE | os.O_TRUNC | os.O_RDWR
+	case "rdwr-nosync":
+		flags, sync = os.O_RDWR, false
 	}
 	count, err := strconv.Atoi(args[2])
 	if err != nil {
 		return 0, err
 	}
 	lines, _ := jsonLines(count)
-	f, err := os.OpenFile(args[0], os.O_CREATE|os.O_TRUNC|access|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(args[0], flags|os.O_APPEND, 0o644)
 	if err != nil {
 		return 0, err
 	}
@@ -118,7 +122,7 @@ func workloadJSONL(n int, args []string) (time.Duration, error) {
 			if _, err := f.Write(line); err != nil {
 				return 0, err
 			}
-			if i%32 == 31 {
+			if sync && i%32 == 31 {
 				if err := f.Sync(); err != nil {
 					return 0, err
 				}

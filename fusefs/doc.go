@@ -11,8 +11,10 @@
 //   - Flush: storing every change since the last one (dirty chunks, chunk
 //     lists, tree nodes up to the root) and recording the new root in the
 //     head; durable when it backs an fsync, a capture or an unmount.
-//   - Journal: per session, the byte ranges of fsyncs that a full flush
-//     would cost too much for (journal.go); replayed after a crash.
+//   - Journal: per session, the served writes since the durable head while
+//     its namespace is unchanged (write records, in the page cache, synced
+//     by an fsync) and the byte ranges of fsyncs that a full flush would
+//     cost too much for (journal.go); replayed after a crash.
 //   - Backing file: a local file in <root>/backing/ that the kernel passes
 //     a descriptor's reads and writes through to (FUSE passthrough), so
 //     that they cost what the local disk costs.
@@ -51,10 +53,12 @@
 //
 // Writes the daemon serves land in the node's dirty chunks (whole buffers
 // or small overlays over a stored chunk) and reach the store at the next
-// flush or spill. Until the flush that makes them durable, a kill -9 of
-// the daemon loses what a passthrough or daemon-served write left only in
-// memory or in an unnamed backing file; an fsync is kept across kill -9
-// and power loss.
+// flush or spill; while the namespace is unchanged since the durable head,
+// each is also a write record in the journal before it is acknowledged, so
+// a kill -9 of the daemon loses none of them. Until the flush that makes
+// them durable, a kill -9 loses what a passthrough write, or a served
+// write after a namespace change, left only in memory or in an unnamed
+// backing file; an fsync is kept across kill -9 and power loss.
 //
 // # Lock order
 //

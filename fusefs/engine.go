@@ -225,6 +225,7 @@ func (e *Engine) openJournal(ctx context.Context, s *Session) error {
 		return fmt.Errorf("session %s: %w", s.name, err)
 	}
 	s.journal = j
+	s.flushNow = func(ctx context.Context) error { return e.syncPartial(ctx, s) }
 	replayed, err := s.replayJournal(ctx, j.path)
 	if err != nil {
 		j.close()

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"homefs/manifest"
 )
 
@@ -25,6 +27,13 @@ import (
 // and syncing Badger's logs twice. Any other change (create, rename,
 // truncate, chmod, …) makes the next fsync a full flush, and every full
 // flush empties the journal.
+//
+// While the namespace is unchanged, every write the daemon serves is also
+// a record in the journal before it is acknowledged (logWrite), copied
+// into a shared mapping of the file with no sync: a crash of the daemon
+// leaves it in the page cache, and the next daemon replays it, so no
+// acknowledged write is lost to a kill -9. An fsync then only syncs the
+// journal.
 //
 // A journal applies to one durable head: its header holds the head's
 // generation. On load, a journal whose generation is the head's is
@@ -67,6 +76,22 @@ type journal struct {
 	alloc int64  // bytes of the file already written (zeros or old records)
 	gen   uint64 // head generation the records apply to
 	nonce uint64 // tags this incarnation's records; never zero
+	// unsynced is set while records written by write wait for an
+	// fdatasync.
+	unsynced bool
+	// full is set once the journal refused a record, until the next
+	// reset: it then takes no more, so that what it holds stays a prefix
+	// of the writes made since the head (a replay never applies a write
+	// without the ones before it).
+	full bool
+	buf  []byte // encoding buffer of write
+	// mem maps the file's first journalMaxBytes (shared), so that write
+	// puts a record into the page cache with a copy instead of a pwrite;
+	// nil where the file cannot be mapped. Only the part below alloc, which
+	// holds blocks (zeros or records), is ever touched: a store past the
+	// file's end would be SIGBUS, and so could one into a hole on a full
+	// disk.
+	mem []byte
 }
 
 // span is a written byte range of a file.
@@ -109,7 +134,11 @@ func openJournal(dir, session string) (*journal, error) {
 		_ = d.Sync()
 		d.Close()
 	}
-	return &journal{path: p, f: f, alloc: st.Size()}, nil
+	j := &journal{path: p, f: f, alloc: st.Size()}
+	if mem, err := unix.Mmap(int(f.Fd()), 0, journalMaxBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err == nil {
+		j.mem = mem
+	}
+	return j, nil
 }
 
 func encodeJournalHeader(gen, nonce uint64) []byte {
@@ -148,6 +177,7 @@ func (j *journal) reset(gen uint64) error {
 	}
 	j.size, j.gen, j.nonce = int64(len(hdr)), gen, nonce
 	j.alloc = max(j.alloc, j.size)
+	j.unsynced, j.full = false, false
 	return nil
 }
 
@@ -184,7 +214,8 @@ func (r *journalRecord) appendTo(out []byte, nonce uint64) []byte {
 	return out
 }
 
-// append writes records and makes them durable (fdatasync).
+// append writes records and makes them durable (fdatasync), with every
+// record write put before them.
 func (j *journal) append(records []journalRecord) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -196,32 +227,99 @@ func (j *journal) append(records []journalRecord) error {
 	for i := range records {
 		buf = records[i].appendTo(buf, j.nonce)
 	}
-	end := j.size + int64(len(buf))
-	if end > journalMaxBytes {
-		return errJournalFull
-	}
-	if end > j.alloc {
-		// Preallocate the next steps with zeros; this fdatasync pays the
-		// size change once, the following ones overwrite in place.
-		grown := min((end+journalGrow-1)/journalGrow*journalGrow, journalMaxBytes)
-		if _, err := j.f.WriteAt(make([]byte, grown-j.alloc), j.alloc); err != nil {
-			return fmt.Errorf("grow journal: %w", err)
-		}
-		j.alloc = grown
-	}
-	if _, err := j.f.WriteAt(buf, j.size); err != nil {
-		return fmt.Errorf("append to journal: %w", err)
+	if err := j.put(buf); err != nil {
+		return err
 	}
 	if err := fdatasync(j.f); err != nil {
 		return fmt.Errorf("sync journal: %w", err)
 	}
+	j.unsynced = false
+	return nil
+}
+
+// write puts one record into the journal file without syncing it: once
+// write returns, the record survives a crash of the daemon (the page
+// cache holds it), not a power loss, which only sync and append guard
+// against. It costs one pwrite, none of which waits for the disk.
+func (j *journal) write(rec *journalRecord) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.buf = rec.appendTo(j.buf[:0], j.nonce)
+	err := j.put(j.buf)
+	if cap(j.buf) > 1<<20 {
+		j.buf = nil // a large write's buffer is not kept
+	}
+	if err != nil {
+		return err
+	}
+	j.unsynced = true
+	return nil
+}
+
+// put writes encoded records at the journal's end: through the mapping, a
+// copy into the page cache with no system call but the preallocation's
+// (once a MiB), or with a pwrite where there is none. Called with mu held.
+// A record that does not fit, or fails to be written, makes the journal
+// full until the next reset.
+func (j *journal) put(buf []byte) error {
+	end, err := j.room(len(buf))
+	if err != nil {
+		return err
+	}
+	if j.mem != nil {
+		copy(j.mem[j.size:end], buf)
+	} else if _, err := j.f.WriteAt(buf, j.size); err != nil {
+		// A part of the record may be in the file: its CRC fails, and it
+		// ends a replay there.
+		j.full = true
+		return fmt.Errorf("append to journal: %w", err)
+	}
 	j.size = end
+	return nil
+}
+
+// room makes the file hold blocks up to the end of n more bytes of
+// records and returns that end. Called with mu held.
+func (j *journal) room(n int) (int64, error) {
+	end := j.size + int64(n)
+	if j.full || end > journalMaxBytes {
+		j.full = true
+		return 0, errJournalFull
+	}
+	if end > j.alloc {
+		// Preallocate the next steps with zeros; the fdatasync after it
+		// pays the size change once, the following ones overwrite in place.
+		grown := min((end+journalGrow-1)/journalGrow*journalGrow, journalMaxBytes)
+		if _, err := j.f.WriteAt(make([]byte, grown-j.alloc), j.alloc); err != nil {
+			j.full = true
+			return 0, fmt.Errorf("grow journal: %w", err)
+		}
+		j.alloc = grown
+	}
+	return end, nil
+}
+
+// sync makes every record written so far durable.
+func (j *journal) sync() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if !j.unsynced {
+		return nil
+	}
+	if err := fdatasync(j.f); err != nil {
+		return fmt.Errorf("sync journal: %w", err)
+	}
+	j.unsynced = false
 	return nil
 }
 
 func (j *journal) close() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if j.mem != nil {
+		_ = unix.Munmap(j.mem)
+		j.mem = nil
+	}
 	return j.f.Close()
 }
 
@@ -408,8 +506,10 @@ func (e *Engine) journalFsync(ctx context.Context, s *Session, n *node) (bool, e
 		records = append(records, journalRecord{path: path, off: sp.off, size: d.size, data: buf})
 	}
 	if len(records) == 0 && len(d.unjournaled) == 0 {
+		// Everything written since it was last made durable is in the
+		// journal already (logWrite), waiting for an fdatasync.
 		n.mu.Unlock()
-		return true, nil // nothing written since it was last made durable
+		return true, s.journal.sync()
 	}
 	if len(records) == 0 {
 		records = append(records, journalRecord{path: path, off: d.size, size: d.size})
@@ -431,6 +531,52 @@ func (e *Engine) journalFsync(ctx context.Context, s *Session, n *node) (bool, e
 		return false, err
 	}
 	return true, nil
+}
+
+// writePath returns the path at which a write to n can be journaled
+// (logWrite), or "" when none can be: the namespace changed since the
+// durable head, or n has no name in it. Called with freeze held shared,
+// before n.mu.
+func (s *Session) writePath(n *node) string {
+	if s.journal == nil || n.kind != manifest.KindFile {
+		return ""
+	}
+	path, meta, named := s.durablePath(n)
+	if meta || !named {
+		return ""
+	}
+	return path
+}
+
+// logWrite puts a served write of data at off into the journal before the
+// write is acknowledged, so that a crash of the daemon loses no write it
+// acknowledged (a replay applies it), fsynced or not; an fsync then only
+// syncs the journal. It reports false when the write could not be
+// journaled: path is "" (see writePath), the namespace changed since
+// writePath found it, or the journal is full. full reports the last: the
+// caller then flushes before it acknowledges. Called with freeze held
+// shared and n.mu held, after the write was applied.
+func (s *Session) logWrite(n *node, path string, data []byte, off int64) (logged, full bool) {
+	if path == "" {
+		return false, false
+	}
+	s.dirtyMu.Lock()
+	meta := s.metaDirty
+	s.dirtyMu.Unlock()
+	if meta {
+		// A journal that holds no namespace change replays only writes
+		// made before the first such change: the next flush takes the rest.
+		return false, false
+	}
+	rec := journalRecord{path: path, off: off, size: n.data.size, data: data}
+	if err := s.journal.write(&rec); err != nil {
+		if !errors.Is(err, errJournalFull) {
+			s.log.Warn("journal refused a write: flushing instead", "session", s.name, "err", err)
+		}
+		return false, true
+	}
+	s.markContent(n)
+	return true, false
 }
 
 // durablePath returns n's path, which is its path in the durable head

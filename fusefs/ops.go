@@ -658,15 +658,26 @@ func (s *Session) Write(ctx context.Context, n *node, data []byte, off int64, op
 	if err != nil {
 		return 0, err
 	}
-	defer done()
 	if err := s.roomFor(int64(len(data))); err != nil {
+		done()
 		return 0, err
 	}
-	k, err := s.write(ctx, n, data, off, op)
+	k, full, err := s.write(ctx, n, data, off, op, s.writePath(n))
+	if err == nil {
+		err = s.spillAll(ctx)
+	}
+	done()
 	if err != nil {
 		return 0, err
 	}
-	return k, s.spillAll(ctx)
+	if full && s.flushNow != nil {
+		// The journal could not take the write: it is acknowledged only
+		// once a flush holds it (and empties the journal).
+		if err := s.flushNow(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return k, nil
 }
 
 // roomFor refuses a write of n bytes into the write buffers with ENOSPC
@@ -697,35 +708,40 @@ func (s *Session) roomFor(n int64) error {
 	return nil
 }
 
-func (s *Session) write(ctx context.Context, n *node, data []byte, off int64, op WriteOp) (int, error) {
+// write applies a write to n and journals it at path (logWrite); full
+// reports that the journal could not take it.
+func (s *Session) write(ctx context.Context, n *node, data []byte, off int64, op WriteOp, path string) (k int, full bool, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.kind != manifest.KindFile {
-		return 0, syscall.EISDIR
+		return 0, false, syscall.EISDIR
 	}
 	if _, err := n.ingest(ctx); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if op.Append {
 		off = n.data.size
 	}
 	if err := n.writeAt(ctx, data, off); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if err := n.writeThrough(ctx, off, off+int64(len(data)), false); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	t := now()
 	n.mtime, n.ctime = t, t
 	if op.Drop.apply(n) {
 		s.markDirty(n) // a change of attributes, not only of content
 	}
-	s.markWritten(n, off, off+int64(len(data)))
+	logged, full := s.logWrite(n, path, data, off)
+	if !logged {
+		s.markWritten(n, off, off+int64(len(data)))
+	}
 	last := int((off + int64(len(data)) - 1) / manifest.ChunkSize)
 	if err := s.maybeSpill(ctx, n, last); err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	return len(data), nil
+	return len(data), full, nil
 }
 
 // Read reads at off into dest.

@@ -55,6 +55,10 @@ type Session struct {
 	// journal makes writes durable cheaply (journal.go); nil when the
 	// engine has no store directory or the session is read-only.
 	journal *journal
+	// flushNow makes every change durable (Engine.syncPartial); a write
+	// the journal could not take calls it before it is acknowledged. Set
+	// with journal.
+	flushNow func(context.Context) error
 	// replayed is what replaying the journal cost; written before the
 	// session is shown, read-only after.
 	replayed replayStats

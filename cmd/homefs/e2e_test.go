@@ -660,6 +660,31 @@ func TestCrashRecovery(t *testing.T) {
 	require.Contains(t, e.ok("fsck"), "0 problems")
 }
 
+// TestCrashKeepsUnsyncedAppends: Codex's rollout, appended through an
+// O_RDWR|O_APPEND descriptor and never fsynced, loses no append that
+// returned to a kill -9 of serve, as a process crash on ext4 loses none.
+func TestCrashKeepsUnsyncedAppends(t *testing.T) {
+	e, mnt := startMounted(t, "mnt")
+	rollout := filepath.Join(mnt, "rollout.jsonl")
+	want := `{"type":"session_meta"}` + "\n"
+	writeFile(t, rollout, want)
+	e.ok("capture", "s", "-m", "the rollout exists")
+	f, err := os.OpenFile(rollout, os.O_RDWR|os.O_APPEND, 0)
+	require.NoError(t, err)
+	for i := range 500 {
+		line := fmt.Sprintf(`{"turn":%d,"payload":"%s"}`+"\n", i, strings.Repeat("x", i%300))
+		_, err := f.WriteString(line)
+		require.NoError(t, err)
+		want += line
+	}
+
+	e.crash()
+	_ = f.Close() // the mount is dead
+	e.start()
+	e.ok("mount", "s", mnt)
+	require.Equal(t, want, readFile(t, rollout))
+}
+
 // TestStartDetachesDeadMountsOnly: a kill -9 leaves a dead mount that
 // mounts.json does not name (the file is gone); the next serve detaches
 // it, and leaves the live mount of a second daemon alone.

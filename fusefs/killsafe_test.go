@@ -1,0 +1,143 @@
+package fusefs
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A kill -9 of the daemon loses no write it acknowledged, fsynced or not
+// (journal.go, logWrite), as a process crash on ext4 loses nothing. The
+// daemons of these tests never flush by themselves, so whatever survives
+// the kill came through the journal.
+
+// TestKillKeepsUnsyncedWrites: Codex's rollout appends (O_RDWR|O_APPEND)
+// and SQLite-like page writes into files the durable head has, never
+// fsynced, with the descriptors still open at the kill.
+func TestKillKeepsUnsyncedWrites(t *testing.T) {
+	t.Parallel()
+	d := startDurable(t)
+	first := []byte(`{"type":"session_meta"}` + "\n")
+	db := randBytes(41, 256<<10)
+	require.NoError(t, writeSync(d.mnt, "sessions/rollout.jsonl", first))
+	require.NoError(t, writeSync(d.mnt, "db", db))
+	require.NoError(t, syncDir(d.mnt))
+
+	rollout, err := os.OpenFile(filepath.Join(d.mnt, "sessions/rollout.jsonl"), os.O_RDWR|os.O_APPEND, 0)
+	require.NoError(t, err)
+	defer rollout.Close()
+	want := bytes.Clone(first)
+	lines, _ := jsonLines(2000)
+	for _, line := range lines {
+		_, err := rollout.Write(line)
+		require.NoError(t, err)
+		want = append(want, line...)
+	}
+	big := randBytes(42, 3<<20+5) // several WRITE requests
+	_, err = rollout.Write(big)
+	require.NoError(t, err)
+	want = append(want, big...)
+
+	pages, err := os.OpenFile(filepath.Join(d.mnt, "db"), os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer pages.Close()
+	rng := rand.New(rand.NewPCG(7, 7))
+	for i := range 500 {
+		off := rng.IntN(len(db)/4096) * 4096
+		page := randBytes(uint64(100+i), 4096)
+		_, err := pages.WriteAt(page, int64(off))
+		require.NoError(t, err)
+		copy(db[off:], page)
+	}
+	grown := randBytes(43, 10000) // past the end
+	_, err = pages.WriteAt(grown, int64(len(db)+3000))
+	require.NoError(t, err)
+	db = append(append(db, make([]byte, 3000)...), grown...)
+
+	d.kill(t)
+	m := d.remount(t)
+	got, err := os.ReadFile(filepath.Join(m.Dir(), "sessions/rollout.jsonl"))
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(want, got), "rollout: %d bytes, want %d", len(got), len(want))
+	got, err = os.ReadFile(filepath.Join(m.Dir(), "db"))
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(db, got), "db: %d bytes, want %d", len(got), len(db))
+}
+
+// TestKillDuringUnsyncedAppends kills the daemon while an appender that
+// never fsyncs is writing: every append that returned is there after the
+// restart, and nothing but the one in flight besides.
+func TestKillDuringUnsyncedAppends(t *testing.T) {
+	t.Parallel()
+	d := startDurable(t)
+	require.NoError(t, writeSync(d.mnt, "rollout.jsonl", nil))
+	lines, _ := jsonLines(4096)
+	var stream []byte
+	for _, line := range lines {
+		stream = append(stream, line...)
+	}
+
+	f, err := os.OpenFile(filepath.Join(d.mnt, "rollout.jsonl"), os.O_RDWR|os.O_APPEND, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	started := make(chan struct{})
+	acked := make(chan int)
+	go func() {
+		n := 0
+		for i := 0; ; i++ {
+			if i == 300 {
+				close(started)
+			}
+			if _, err := f.Write(lines[i%len(lines)]); err != nil {
+				acked <- n
+				return
+			}
+			n++
+		}
+	}()
+	<-started
+	d.kill(t)
+	n := <-acked
+	require.Less(t, n, len(lines), "the appender outran the pool of lines")
+	ackedBytes := 0
+	for _, line := range lines[:n] {
+		ackedBytes += len(line)
+	}
+
+	m := d.remount(t)
+	got, err := os.ReadFile(filepath.Join(m.Dir(), "rollout.jsonl"))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(got), ackedBytes, "%d of %d appends returned", n, len(lines))
+	require.LessOrEqual(t, len(got), ackedBytes+len(lines[n]), "only the append in flight may be there besides")
+	require.True(t, bytes.Equal(stream[:len(got)], got), "the file is the appends in order")
+}
+
+// TestKillAfterJournalFilled: served writes past what the journal holds
+// (journalMaxBytes) make the write that does not fit flush the session
+// (which empties the journal) before it returns, so nothing is lost either.
+func TestKillAfterJournalFilled(t *testing.T) {
+	t.Parallel()
+	d := startDurable(t)
+	require.NoError(t, writeSync(d.mnt, "big", []byte("start")))
+	f, err := os.OpenFile(filepath.Join(d.mnt, "big"), os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	const block = 1 << 20
+	n := journalMaxBytes/block + 16
+	want := make([]byte, 0, n*block)
+	for i := range n {
+		p := randBytes(uint64(500+i), block)
+		_, err := f.WriteAt(p, int64(i*block))
+		require.NoError(t, err)
+		want = append(want, p...)
+	}
+	d.kill(t)
+	m := d.remount(t)
+	got, err := os.ReadFile(filepath.Join(m.Dir(), "big"))
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(want, got), "big: %d bytes, want %d", len(got), len(want))
+}
