@@ -133,10 +133,15 @@ func Extract(ctx context.Context, r io.Reader, dir string, progress Progress) er
 	if len(ents) > 0 {
 		return fmt.Errorf("%s: %w: directory not empty", dir, fs.ErrExist)
 	}
-	root, err := filepath.Abs(dir)
+	// Every path below is opened through root, which refuses any that
+	// would leave dir (by "..", an absolute symlink, or a symlink made
+	// by another process meanwhile); the checks of each entry add the
+	// stricter rule that no entry goes through a symlink at all.
+	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
 	}
+	defer root.Close()
 	type dirTime struct {
 		path string
 		t    time.Time
@@ -166,17 +171,17 @@ func Extract(ctx context.Context, r io.Reader, dir string, progress Progress) er
 		if rel == "" {
 			continue
 		}
-		target := filepath.Join(root, filepath.FromSlash(rel))
+		target := filepath.FromSlash(rel) // relative to root
 		if err := noSymlinkParents(root, rel); err != nil {
 			return err
 		}
 		mode := os.FileMode(hdr.Mode & 0o777)
 		switch hdr.Typeflag {
 		case tar.TypeDir:
-			if err := os.Mkdir(target, 0o700); errors.Is(err, fs.ErrExist) {
+			if err := root.Mkdir(target, 0o700); errors.Is(err, fs.ErrExist) {
 				// Made by an earlier entry: a directory, never a symlink
 				// that the chmod below would follow.
-				if st, err := os.Lstat(target); err != nil || !st.IsDir() {
+				if st, err := root.Lstat(target); err != nil || !st.IsDir() {
 					return fmt.Errorf("%w: directory %q: the archive made it something else before", ErrUnsafe, hdr.Name)
 				}
 			} else if err != nil {
@@ -184,7 +189,7 @@ func Extract(ctx context.Context, r io.Reader, dir string, progress Progress) er
 			}
 			dirTimes = append(dirTimes, dirTime{target, hdr.ModTime})
 		case tar.TypeReg: // the reader turns the old TypeRegA into TypeReg
-			f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+			f, err := root.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 			if err != nil {
 				return err
 			}
@@ -200,11 +205,11 @@ func Extract(ctx context.Context, r io.Reader, dir string, progress Progress) er
 			if err := checkTarget(rel, hdr.Linkname); err != nil {
 				return err
 			}
-			if err := os.Symlink(hdr.Linkname, target); err != nil {
+			if err := root.Symlink(hdr.Linkname, target); err != nil {
 				return err
 			}
 		case tar.TypeFifo:
-			if err := unix.Mkfifo(target, 0o600); err != nil {
+			if err := atParent(root, target, func(dfd int, base string) error { return unix.Mkfifoat(dfd, base, 0o600) }); err != nil {
 				return fmt.Errorf("%s: %w", rel, err)
 			}
 		case tar.TypeChar, tar.TypeBlock:
@@ -213,7 +218,8 @@ func Extract(ctx context.Context, r io.Reader, dir string, progress Progress) er
 			if hdr.Typeflag == tar.TypeBlock {
 				kind = unix.S_IFBLK
 			}
-			if err := unix.Mknod(target, kind|0o600, int(unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor)))); err != nil {
+			dev := int(unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor)))
+			if err := atParent(root, target, func(dfd int, base string) error { return unix.Mknodat(dfd, base, kind|0o600, dev) }); err != nil {
 				return fmt.Errorf("%s: device node: %w", rel, err)
 			}
 		case tar.TypeLink:
@@ -224,13 +230,13 @@ func Extract(ctx context.Context, r io.Reader, dir string, progress Progress) er
 			if err := noSymlinkParents(root, first); err != nil {
 				return err
 			}
-			src := filepath.Join(root, filepath.FromSlash(first))
-			st, err := os.Lstat(src)
+			src := filepath.FromSlash(first)
+			st, err := root.Lstat(src)
 			if err != nil || st.IsDir() {
 				return fmt.Errorf("%w: hard link %q → %q: not an earlier non-directory", ErrUnsafe, hdr.Name, hdr.Linkname)
 			}
 			// link(2) links a symlink itself, never what it points to.
-			if err := os.Link(src, target); err != nil {
+			if err := root.Link(src, target); err != nil {
 				return err
 			}
 			continue
@@ -238,22 +244,30 @@ func Extract(ctx context.Context, r io.Reader, dir string, progress Progress) er
 			return fmt.Errorf("%w: %q has tar type %q", ErrUnsupported, hdr.Name, hdr.Typeflag)
 		}
 		if asRoot {
-			_ = os.Lchown(target, hdr.Uid, hdr.Gid)
+			_ = root.Lchown(target, hdr.Uid, hdr.Gid)
 		}
 		if hdr.Typeflag == tar.TypeSymlink {
 			ts := []unix.Timespec{unix.NsecToTimespec(hdr.ModTime.UnixNano()), unix.NsecToTimespec(hdr.ModTime.UnixNano())}
-			_ = unix.UtimesNanoAt(unix.AT_FDCWD, target, ts, unix.AT_SYMLINK_NOFOLLOW)
+			_ = atParent(root, target, func(dfd int, base string) error {
+				return unix.UtimesNanoAt(dfd, base, ts, unix.AT_SYMLINK_NOFOLLOW)
+			})
 		} else {
-			if err := os.Chmod(target, mode|os.FileMode(hdr.Mode)&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky)); err != nil {
+			if err := root.Chmod(target, mode|os.FileMode(hdr.Mode)&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky)); err != nil {
 				return err
 			}
-			for k, v := range hdr.PAXRecords {
-				if name, ok := strings.CutPrefix(k, xattrPrefix); ok {
-					_ = unix.Lsetxattr(target, name, []byte(v), 0)
+			_ = atParent(root, target, func(dfd int, base string) error {
+				// lsetxattr has no *at form; the directory's descriptor
+				// in /proc stands for the path up to the entry.
+				p := fmt.Sprintf("/proc/self/fd/%d/%s", dfd, base)
+				for k, v := range hdr.PAXRecords {
+					if name, ok := strings.CutPrefix(k, xattrPrefix); ok {
+						_ = unix.Lsetxattr(p, name, []byte(v), 0)
+					}
 				}
-			}
+				return nil
+			})
 			if hdr.Typeflag != tar.TypeDir {
-				if err := os.Chtimes(target, hdr.ModTime, hdr.ModTime); err != nil {
+				if err := root.Chtimes(target, hdr.ModTime, hdr.ModTime); err != nil {
 					return err
 				}
 			}
@@ -265,21 +279,32 @@ func Extract(ctx context.Context, r io.Reader, dir string, progress Progress) er
 	}
 	// Directory times last: creating entries changed them.
 	for i := len(dirTimes) - 1; i >= 0; i-- {
-		_ = os.Chtimes(dirTimes[i].path, dirTimes[i].t, dirTimes[i].t)
+		_ = root.Chtimes(dirTimes[i].path, dirTimes[i].t, dirTimes[i].t)
 	}
 	return nil
 }
 
+// atParent calls fn with a descriptor of the directory that holds rel
+// (opened through root) and rel's last element.
+func atParent(root *os.Root, rel string, fn func(dfd int, base string) error) error {
+	d, err := root.Open(filepath.Dir(rel))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return fn(int(d.Fd()), filepath.Base(rel))
+}
+
 // noSymlinkParents refuses rel if a directory on its way from root is a
-// symlink (or not a directory).
-func noSymlinkParents(root, rel string) error {
+// symlink (or not a directory), and makes the missing ones.
+func noSymlinkParents(root *os.Root, rel string) error {
 	parts := strings.Split(rel, "/")
-	p := root
+	p := ""
 	for _, part := range parts[:len(parts)-1] {
 		p = filepath.Join(p, part)
-		st, err := os.Lstat(p)
+		st, err := root.Lstat(p)
 		if errors.Is(err, fs.ErrNotExist) {
-			if err := os.Mkdir(p, 0o755); err != nil {
+			if err := root.Mkdir(p, 0o755); err != nil {
 				return err
 			}
 			continue
