@@ -18,6 +18,8 @@ import (
 	"github.com/dgraph-io/badger/v4/table"
 	"github.com/dgraph-io/ristretto/v2/z"
 	"golang.org/x/sys/unix"
+
+	"homefs/internal/atomicfile"
 )
 
 // Badger meets damage in two ways that a store must not accept. At open it
@@ -414,25 +416,9 @@ func preserveDamaged(dir string, found []Damage) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		if err := writeFileSync(filepath.Join(keep, d.File), b); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(keep, d.File), b, 0o600); err != nil {
 			return "", err
 		}
 	}
 	return keep, nil
-}
-
-func writeFileSync(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
