@@ -150,3 +150,40 @@ func TestLeaseRacingHosts(t *testing.T) {
 	}
 	t.Logf("winners: %v", ids)
 }
+
+// TestLeaseMount: mount --lease takes the session's lease, so that the
+// other host's mount --lease is refused; the last unmount that holds it
+// releases it.
+func TestLeaseMount(t *testing.T) {
+	a, b := leaseHosts(t)
+	a.ok("session", "create", "s")
+	b.ok("session", "create", "s")
+	mntA, mntA2, mntB := a.mkdir("a"), a.mkdir("a2"), b.mkdir("b")
+
+	require.Contains(t, a.ok("mount", "--lease", "origin", "s", mntA), "lease held on origin")
+	idA := a.rootID()
+	l := a.lease("lease", "show", "s", "origin")
+	require.True(t, l.Live && l.Ours && l.Kept, "%+v", l)
+	writeFile(t, filepath.Join(mntA, "workspace/a.txt"), "from A\n")
+
+	b.fails(exitConflict, idA, "mount", "--lease", "origin", "s", mntB)
+	require.False(t, isMounted(t, mntB), "a refused mount leaves nothing mounted")
+	b.fails(exitUsage, "not with --snapshot", "mount", "--lease", "origin", "s", mntB, "--snapshot", "abc")
+
+	// Two mounts hold it; the lease goes with the last.
+	a.ok("mount", "--lease", "origin", "s", mntA2)
+	a.ok("unmount", mntA)
+	l = a.lease("lease", "show", "s", "origin")
+	require.True(t, l.Live && l.Kept, "a mount still holds the lease: %+v", l)
+	a.ok("unmount", mntA2)
+	l = a.lease("lease", "show", "s", "origin")
+	require.True(t, l.Released, "%+v", l)
+	require.False(t, l.Kept)
+
+	b.ok("mount", "--lease", "origin", "s", mntB)
+	writeFile(t, filepath.Join(mntB, "workspace/b.txt"), "from B\n")
+	require.Equal(t, b.rootID(), a.lease("lease", "show", "s", "origin").Holder.ID)
+	a.fails(exitConflict, b.rootID(), "mount", "--lease", "origin", "s", mntA)
+	b.ok("unmount", mntB)
+	require.True(t, b.lease("lease", "show", "s", "origin").Released)
+}

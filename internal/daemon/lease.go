@@ -332,3 +332,45 @@ func (c *Client) Lease(ctx context.Context, session, remoteName string) (*LeaseI
 	}
 	return &v, c.call(ctx, http.MethodGet, pathLeases, q, nil, &v)
 }
+
+// leaseForMount takes the lease of session on remoteName for a mount, and
+// returns the remote's name and how to give the lease back if the mount
+// fails: unless the daemon held it already.
+func (s *Service) leaseForMount(ctx context.Context, session, remoteName string) (string, func(), error) {
+	r, err := s.remotes.Remote(ctx, remoteName)
+	if err != nil {
+		return "", nil, fmt.Errorf("mount --lease: %w", err)
+	}
+	before := s.leases.kept(leaseKey{r.Name(), session})
+	if _, err := s.AcquireLease(ctx, LeaseRequest{Session: session, Remote: r.Name()}); err != nil {
+		return "", nil, fmt.Errorf("mount --lease: %w", err)
+	}
+	undo := func() {
+		if before {
+			return
+		}
+		if _, err := s.ReleaseLease(context.WithoutCancel(ctx), LeaseRequest{Session: session, Remote: r.Name()}); err != nil {
+			s.log.Warn("mount failed, and its lease could not be released: it expires", "remote", r.Name(), "session", session, "err", err)
+		}
+	}
+	return r.Name(), undo, nil
+}
+
+// releaseMountLease gives back the lease an unmounted mount took, once no
+// other mount of this daemon holds it.
+func (s *Service) releaseMountLease(ctx context.Context, info MountInfo) {
+	if info.Lease == "" {
+		return
+	}
+	s.mu.Lock()
+	for _, m := range s.mounts {
+		if m.Lease == info.Lease && m.Session == info.Session {
+			s.mu.Unlock()
+			return
+		}
+	}
+	s.mu.Unlock()
+	if _, err := s.ReleaseLease(context.WithoutCancel(ctx), LeaseRequest{Session: info.Session, Remote: info.Lease}); err != nil {
+		s.log.Warn("unmounted, but its lease could not be released: it expires", "remote", info.Lease, "session", info.Session, "err", err)
+	}
+}

@@ -267,6 +267,9 @@ func (s *Service) Mount(ctx context.Context, req MountRequest) (*MountInfo, erro
 	if o := req.Owner; o != nil {
 		opts.Owner = &fusefs.Owner{UID: o.UID, GID: o.GID}
 	}
+	if req.Lease != "" && (req.Remote != "" || req.Snapshot != "") {
+		return nil, usagef("mount --lease holds a session for writing: not with --snapshot or --remote")
+	}
 	var m *fusefs.Mount
 	info := MountInfo{Session: req.Session, Subtree: req.Subtree, ReadOnly: req.ReadOnly, Private: req.Private, Since: time.Now()}
 	switch {
@@ -293,8 +296,15 @@ func (s *Service) Mount(ctx context.Context, req MountRequest) (*MountInfo, erro
 		}
 		info.Snapshot, info.ReadOnly = id, true
 	default:
+		undo := func() {}
+		if req.Lease != "" {
+			if info.Lease, undo, err = s.leaseForMount(ctx, req.Session, req.Lease); err != nil {
+				return nil, err
+			}
+		}
 		m, err = s.eng.Mount(ctx, req.Session, req.Subtree, dir, opts)
 		if err != nil {
+			undo()
 			return nil, err
 		}
 	}
@@ -364,6 +374,7 @@ func (s *Service) unmount(ctx context.Context, dir string, info MountInfo) (*Mou
 	if err != nil {
 		s.log.Error("could not record mounts", "err", err)
 	}
+	s.releaseMountLease(ctx, info)
 	if info.Snapshot == "" && !info.ReadOnly {
 		if err := s.eng.Sync(ctx, info.Session); err != nil && !errors.Is(err, catalog.ErrNoSession) {
 			return nil, fmt.Errorf("flush %s after unmount: %w", info.Session, err)
