@@ -164,13 +164,27 @@ func (r *Remote) Acquire(ctx context.Context, session string, holder Holder, opt
 }
 
 // Renew extends l (as Acquire or Renew returned it) by its ttl from now.
-// It fails with ErrLeased if the lease changed since: taken, stolen or
-// released.
+// It fails with ErrLeased if the lease changed hands since: taken after
+// its expiry, stolen or released.
 func (r *Remote) Renew(ctx context.Context, l *Lease) (*Lease, error) {
-	now := time.Now()
 	n := *l
-	n.RenewedNs, n.ExpiresNs = now.UnixNano(), now.Add(time.Duration(l.TTLNs)).UnixNano()
-	return r.writeLease(ctx, &n, l.ETag, false)
+	renewed := func() *Lease {
+		now := time.Now()
+		n.RenewedNs, n.ExpiresNs = now.UnixNano(), now.Add(time.Duration(l.TTLNs)).UnixNano()
+		return &n
+	}
+	out, err := r.writeLease(ctx, renewed(), l.ETag, false)
+	if !errors.Is(err, ErrLeased) {
+		return out, err
+	}
+	// One of our own writes whose answer was lost (or the holder's own
+	// acquire) moves the ETag too; the token, new at every acquisition
+	// by another holder, tells that the lease is still ours.
+	cur, cerr := r.Lease(ctx, l.Session)
+	if cerr != nil || cur.Token != l.Token || cur.Holder != l.Holder || cur.Released {
+		return nil, err
+	}
+	return r.writeLease(ctx, renewed(), cur.ETag, false)
 }
 
 // Release marks the lease of session released, if holder holds it. A
