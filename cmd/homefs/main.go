@@ -77,7 +77,8 @@ EXIT CODES:
       native snapshots, remote URLs; no remote credentials)
    3  not found (no such session, snapshot, mount, remote or rollout)
    4  conflict (exists already, busy, in use; a diverging bind target;
-      a push whose remote head another host moved)
+      a push whose remote head another host moved; a session's lease
+      held by another host)
    5  corruption (damaged or missing stored data; fsck found problems)
    6  the daemon is not running
    7  the store's disk is full (free space, or forget data and gc)
@@ -111,6 +112,7 @@ EXIT CODES:
 			remoteCommand(),
 			pushCommand(),
 			pullCommand(),
+			leaseCommand(),
 			runCommand(),
 		},
 	}

@@ -18,6 +18,7 @@ type mountOptions struct {
 	readOnly bool
 	snapshot string
 	remote   string
+	lease    string
 	private  bool
 	dev      bool
 	owner    *daemon.Owner
@@ -50,15 +51,21 @@ mount is nodev: opening a device node on it fails (EACCES), whoever made
 it. --dev lets device nodes open their devices; only a daemon running as
 root may mount so (exit 2 otherwise). Making a device node needs
 CAP_MKNOD, as on ext4.
+--lease REMOTE takes the session's lease on REMOTE before mounting (see
+"homefs lease"): while another host holds it the mount is refused (exit 4,
+naming the holder). The daemon renews the lease while it runs; the last
+unmount of the session that holds it releases it.
 
    homefs mount agent-1 /home/agent/.codex
    homefs mount agent-1/workspace /srv/ws --read-only
    homefs mount agent-1 /mnt/old --snapshot 3f2a9c1e
-   homefs mount --remote origin agent-1 /mnt/from-a`,
+   homefs mount --remote origin agent-1 /mnt/from-a
+   homefs mount --lease origin agent-1 /home/agent/.codex`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "read-only", Aliases: []string{"ro"}, Usage: "refuse writes"},
 			&cli.StringFlag{Name: "snapshot", Usage: "mount this snapshot of the session (read-only)"},
 			&cli.StringFlag{Name: "remote", Usage: "pull the snapshot from this remote first and read its chunks lazily (read-only)"},
+			&cli.StringFlag{Name: "lease", Usage: "take the session's lease on this `REMOTE` first (refused, exit 4, while another host holds it); the unmount releases it"},
 			&cli.BoolFlag{Name: "private", Usage: "only the daemon's user may enter the mount"},
 			&cli.BoolFlag{Name: "dev", Usage: "let device nodes on the mount open their devices (a root daemon only)"},
 			ownerFlag("owner of the mount's root directory"),
@@ -74,7 +81,7 @@ CAP_MKNOD, as on ext4.
 			}
 			return runMount(c.Context, client(c), os.Stdout, mountOptions{
 				session: c.Args().Get(0), dir: c.Args().Get(1),
-				readOnly: c.Bool("read-only"), snapshot: c.String("snapshot"), remote: c.String("remote"), json: c.Bool("json"),
+				readOnly: c.Bool("read-only"), snapshot: c.String("snapshot"), remote: c.String("remote"), lease: c.String("lease"), json: c.Bool("json"),
 				private: c.Bool("private"), dev: c.Bool("dev"), owner: owner,
 			})
 		},
@@ -86,7 +93,7 @@ func runMount(ctx context.Context, cl *daemon.Client, out io.Writer, o mountOpti
 	if err != nil {
 		return err
 	}
-	m, err := cl.Mount(ctx, daemon.MountRequest{Session: o.session, Dir: dir, ReadOnly: o.readOnly, Snapshot: o.snapshot, Remote: o.remote, Private: o.private, Dev: o.dev, Owner: o.owner})
+	m, err := cl.Mount(ctx, daemon.MountRequest{Session: o.session, Dir: dir, ReadOnly: o.readOnly, Snapshot: o.snapshot, Remote: o.remote, Lease: o.lease, Private: o.private, Dev: o.dev, Owner: o.owner})
 	if err != nil {
 		return err
 	}
@@ -106,6 +113,9 @@ func runMount(ctx context.Context, cl *daemon.Client, out io.Writer, o mountOpti
 	mode := "read-write"
 	if m.ReadOnly {
 		mode = "read-only"
+	}
+	if m.Lease != "" {
+		mode += ", lease held on " + m.Lease
 	}
 	fmt.Fprintf(out, "mounted %s at %s (%s)\n", what, m.Dir, mode)
 	return nil

@@ -152,6 +152,9 @@ type MountRequest struct {
 	// or a session's remote head) from that remote first, tree only, and
 	// mounts it read-only; file chunks come on first read.
 	Remote string `json:"remote,omitempty"`
+	// Lease, when set, takes the session's lease on that remote before
+	// mounting; the last unmount of the session that holds it releases it.
+	Lease string `json:"lease,omitempty"`
 }
 
 // MountInfo is one mount the daemon serves (and records in mounts.json).
@@ -164,6 +167,7 @@ type MountInfo struct {
 	Private  bool      `json:"private,omitempty"`
 	Dev      bool      `json:"dev,omitempty"`
 	Remote   string    `json:"remote,omitempty"`
+	Lease    string    `json:"lease,omitempty"` // the remote whose lease the mount holds
 	Since    time.Time `json:"since"`
 	// Transport is how the kernel's requests reach the mount: "io_uring"
 	// or "/dev/fuse".

@@ -21,6 +21,10 @@
 // fork, import, bind, pull) runs under the engine's Guard, so a gc waits
 // for it.
 //
+// The leases the daemon acquires (lease.go, holder id in <root>/root-id)
+// are renewed by one goroutine each, every ttl/3, until released, lost
+// to another host, or Close.
+//
 // After a crash, Serve finds FUSE mounts named "homefs:…" that the last
 // run recorded in mounts.json and detaches them (MNT_DETACH).
 package daemon

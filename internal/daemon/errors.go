@@ -56,7 +56,7 @@ func classify(err error) Code {
 		return CodeUsage
 	case errors.Is(err, catalog.ErrNoSession), errors.Is(err, catalog.ErrNoSnapshot),
 		errors.Is(err, fork.ErrNotFound), errors.Is(err, remote.ErrNoRemote),
-		errors.Is(err, remote.ErrNoBucket),
+		errors.Is(err, remote.ErrNoBucket), errors.Is(err, remote.ErrNoLease),
 		errors.Is(err, remote.ErrNoSnapshot),
 		errors.Is(err, fusefs.ErrNotMounted), errors.Is(err, fusefs.ErrNotDirectory),
 		errors.Is(err, fusefs.ErrNoSubtree),
@@ -67,7 +67,8 @@ func classify(err error) Code {
 		errors.Is(err, fusefs.ErrBusy), errors.Is(err, fusefs.ErrSessionInUse),
 		errors.Is(err, syscall.EBUSY), errors.Is(err, fs.ErrExist),
 		errors.Is(err, fork.ErrDiverged), errors.Is(err, fork.ErrConflict),
-		errors.Is(err, remote.ErrRemoteExists), errors.Is(err, catalog.ErrProtected):
+		errors.Is(err, remote.ErrRemoteExists), errors.Is(err, catalog.ErrProtected),
+		errors.Is(err, remote.ErrLeased):
 		return CodeConflict
 	case errors.Is(err, cas.ErrDamaged):
 		return CodeDamaged

@@ -226,6 +226,7 @@ func (s *Service) handler() http.Handler {
 		}
 		stream(w, func(progress func(Progress)) (any, error) { return s.Pull(r.Context(), req, progress) })
 	})
+	s.leaseRoutes(mux)
 	return s.logRequests(mux)
 }
 

@@ -51,6 +51,8 @@ type Service struct {
 	// order: runMu before mu.
 	runMu sync.Mutex
 	runs  map[string]*runHold // by session; GUARDED_BY(runMu)
+
+	leases *leaseKeeper // the remote leases this daemon holds (lease.go)
 }
 
 // NewService serves store, whose directory lies in root. Reads go through
@@ -78,7 +80,7 @@ func newService(ctx context.Context, root string, store cas.Store, log *slog.Log
 	rec := fusefs.Record(rt)
 	cat := catalog.New(rec)
 	eng := fusefs.New(rec, cat, fusefs.Options{StoreDir: root, Logger: log, URing: uring, ShutdownGrace: grace, Observer: m.observer()})
-	return &Service{root: root, rt: rt, remotes: remotes, rec: rec, cat: cat, eng: eng, log: log, started: time.Now(), metrics: m, mounts: make(map[string]MountInfo), runDir: RunDirFor(root), runs: make(map[string]*runHold)}, nil
+	return &Service{root: root, rt: rt, remotes: remotes, rec: rec, cat: cat, eng: eng, log: log, started: time.Now(), metrics: m, mounts: make(map[string]MountInfo), runDir: RunDirFor(root), runs: make(map[string]*runHold), leases: newLeaseKeeper(root, log)}, nil
 }
 
 // CloseStore stops background fetches and closes the store; call it after
@@ -265,6 +267,9 @@ func (s *Service) Mount(ctx context.Context, req MountRequest) (*MountInfo, erro
 	if o := req.Owner; o != nil {
 		opts.Owner = &fusefs.Owner{UID: o.UID, GID: o.GID}
 	}
+	if req.Lease != "" && (req.Remote != "" || req.Snapshot != "") {
+		return nil, usagef("mount --lease holds a session for writing: not with --snapshot or --remote")
+	}
 	var m *fusefs.Mount
 	info := MountInfo{Session: req.Session, Subtree: req.Subtree, ReadOnly: req.ReadOnly, Private: req.Private, Dev: req.Dev, Since: time.Now()}
 	switch {
@@ -291,8 +296,15 @@ func (s *Service) Mount(ctx context.Context, req MountRequest) (*MountInfo, erro
 		}
 		info.Snapshot, info.ReadOnly = id, true
 	default:
+		undo := func() {}
+		if req.Lease != "" {
+			if info.Lease, undo, err = s.leaseForMount(ctx, req.Session, req.Lease); err != nil {
+				return nil, err
+			}
+		}
 		m, err = s.eng.Mount(ctx, req.Session, req.Subtree, dir, opts)
 		if err != nil {
+			undo()
 			return nil, err
 		}
 	}
@@ -362,6 +374,7 @@ func (s *Service) unmount(ctx context.Context, dir string, info MountInfo) (*Mou
 	if err != nil {
 		s.log.Error("could not record mounts", "err", err)
 	}
+	s.releaseMountLease(ctx, info)
 	if info.Snapshot == "" && !info.ReadOnly {
 		if err := s.eng.Sync(ctx, info.Session); err != nil && !errors.Is(err, catalog.ErrNoSession) {
 			return nil, fmt.Errorf("flush %s after unmount: %w", info.Session, err)
@@ -661,6 +674,7 @@ func (s *Service) Stats(ctx context.Context) (*fsck.Stats, error) {
 // stays open (its owner closes it). A mount that could not leave the mount
 // table stays in the record, for the next start to detach.
 func (s *Service) Close(ctx context.Context) error {
+	s.leases.close()
 	err := s.eng.Close(ctx)
 	left := make(map[string]bool)
 	for _, m := range s.eng.Mounts() {

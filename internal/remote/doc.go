@@ -13,6 +13,8 @@
 //     snapshots/<id>    a snapshot record (canonical JSON), named by its id
 //     heads/<session>   the session's remote head (JSON: the last
 //     snapshot pushed), changed only by conditional puts
+//     leases/<session>  the session's lease (JSON: holder, token,
+//     expiry), changed only by conditional puts
 //
 //   - Push uploads what the remote lacks, children before parents: a tree
 //     or index node present on the remote implies its whole subtree is
@@ -27,6 +29,11 @@
 //     into the local store and registers them in the local catalog; file
 //     chunks come later, on first read, through ReadThrough (or at once,
 //     with PullOptions.All).
+//
+//   - A lease names the host (Holder) that works on a session until an
+//     expiry; Acquire refuses a live lease of another holder (ErrLeased),
+//     Renew extends one while its token is unchanged, Release marks it
+//     released. Expiry is judged by the reader's clock.
 //
 //   - ReadThrough is a cas.Store that serves local chunks and fetches
 //     missing ones from remotes, checking each one's hash before storing
