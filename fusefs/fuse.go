@@ -80,6 +80,8 @@ type handle struct {
 	n  *node // the file opened, for Session.open; nil for none
 	pt bool
 	fd int // the backing file, when pt
+	// writes: opened for writing, counted in Session.writing.
+	writes bool
 }
 
 // appendWrite is the cancel channel the gate hands go-fuse with a WRITE
@@ -128,6 +130,9 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	f := h.f
 	if h.n != nil {
 		f.sess().open.remove(h.n)
+		if h.writes {
+			f.sess().writing.remove(h.n)
+		}
 	}
 	f.openMu.Lock()
 	defer f.openMu.Unlock()
@@ -161,9 +166,9 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 // node with an id the kernel refuses for its next open.
 //
 // The reply keeps the kernel's cached pages (FOPEN_KEEP_CACHE) when the
-// open is served by the daemon and the content did not change since the
-// mount's last open read it (fnode.cacheGen); otherwise the kernel drops
-// them. A node with a backing file never keeps them: passthrough writes
+// open is served by the daemon, no writer has the file open, and
+// the content did not change since the mount's last open read it
+// (fnode.cacheGen); otherwise the kernel drops them. A node with a backing file never keeps them: passthrough writes
 // change the content where the daemon sees it only at the next ingest.
 func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, error) {
 	h := &handle{f: f}
@@ -224,9 +229,16 @@ func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, 
 	}
 	var keep uint32
 	if !h.pt && n.kind == manifest.KindFile {
+		// While a writer has the file open, in any mount, a page this
+		// open caches can miss its write: the kernel may read a page
+		// whose append it holds but has not sent yet, so the appended
+		// bytes read as the zeros past the old end, until an open drops
+		// the page. Such an open neither keeps pages nor lets the next
+		// one keep what it cached (TestJSONLAppend's reader).
+		busy := !f.sess().readOnly && f.sess().writing.has(n)
 		n.mu.Lock()
 		gen := n.contentGen()
-		if n.data.backing != nil {
+		if n.data.backing != nil || busy {
 			gen = 0
 		}
 		n.mu.Unlock()
@@ -239,6 +251,10 @@ func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, 
 	if n.kind == manifest.KindFile && !f.sess().readOnly {
 		h.n = n
 		f.sess().open.add(n)
+		if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+			h.writes = true
+			f.sess().writing.add(n)
+		}
 	}
 	if h.pt {
 		f.ptOpens++

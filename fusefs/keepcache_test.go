@@ -80,10 +80,27 @@ func storedFile(t *testing.T, e *Engine, m *Mount, rel string, v byte) string {
 func settled(t *testing.T, e *Engine, rel string) {
 	t.Helper()
 	require.Eventually(t, func() bool { return backedOpens(t, e, "s", rel) <= 0 }, 5*time.Second, time.Millisecond)
+	noWriters(t, e, rel)
 	for range 3 { // as far as a closed backing file's drop goes
 		require.NoError(t, e.Sync(context.Background(), "s"))
 	}
 	require.Equal(t, -1, backedOpens(t, e, "s", rel), "the flush dropped the backing file")
+}
+
+// noWriters waits until the daemon saw every writer of rel close: a
+// release reaches it after the close returned, and until then no open
+// keeps pages (fnode.open).
+func noWriters(t *testing.T, e *Engine, rel string) {
+	t.Helper()
+	n := fileNodeOf(t, e, "s", rel)
+	require.Eventually(t, func() bool {
+		for _, s := range e.liveSessions() {
+			if s.writing.has(n) {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond)
 }
 
 // TestKeepCacheUnchanged: a second open of an unchanged file keeps the
@@ -187,6 +204,7 @@ func TestKeepCacheRestore(t *testing.T) {
 		id string
 		v  byte
 	}{{id0, 0}, {id1, 1}, {id0, 0}} {
+		noWriters(t, e, "f")
 		require.Equal(t, cachedSize/os.Getpagesize(), func() int {
 			read(t, p)
 			return residentAfterOpen(t, p)

@@ -95,6 +95,9 @@ type Session struct {
 	// the content of an open file that no head names any more (unlinked,
 	// or replaced by a restore), which its handles still read.
 	open openFiles
+	// writing counts the handles open for writing, of each file (keep
+	// cache: fnode.open).
+	writing openFiles
 
 	// flushed is the root stored by the last flush; synced the root the
 	// session head durably holds, written with head generation gen.
