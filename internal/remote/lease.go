@@ -219,9 +219,20 @@ func (r *Remote) writeLease(ctx context.Context, l *Lease, ifMatch string, ifNon
 		return nil, err
 	}
 	now, rerr := r.Lease(ctx, l.Session)
+	// A put that lost its condition to a racing host's can come back
+	// before the winner's object is readable (seen on versitygw): read
+	// again for a little while rather than report a race with no holder.
+	for wait := 10 * time.Millisecond; err != nil && errors.Is(rerr, ErrNoLease) && wait < 2*time.Second; wait *= 2 {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		now, rerr = r.Lease(ctx, l.Session)
+	}
 	if rerr != nil {
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("remote %s: lease of %s: another host's write won the race, and reading who holds it failed: %v: %w", r.cfg.Name, l.Session, rerr, ErrLeased)
 		}
 		return nil, fmt.Errorf("remote %s: lease of %s: read back: %w", r.cfg.Name, l.Session, rerr)
 	}
