@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -151,4 +152,67 @@ func TestRemoteForgetPurge(t *testing.T) {
 	b.fails(exitNotFound, "no such snapshot", "session", "rm", "--purge", "--remote", "origin", "s")
 	require.Contains(t, a.ok("session", "list"), "s", "the local session stays")
 	a.ok("capture", "s") // and works
+}
+
+// TestRemoteGCRacesPush: host B pushes a snapshot whose tree is already
+// on the remote (left by a purged session of host A, so gc deletes it
+// unless the push holds it), while A runs gc --remote. Whatever the
+// interleaving, the pushed snapshot is complete afterwards: a third host
+// pulls it with every chunk, fscks and exports it.
+func TestRemoteGCRacesPush(t *testing.T) {
+	_, _, h := remoteHosts(t, 3)
+	a, b, c := h[0], h[1], h[2]
+	for round := range 3 {
+		files := map[string]string{
+			"workspace/big.txt":   randomText(2<<20, uint64(100+round)),
+			"workspace/small.txt": "round\n",
+		}
+		old := "old" + string(rune('a'+round))
+		a.captureFiles(old, files)
+		a.ok("session", "rm", "--purge", "--remote", "origin", old)
+		// Now every object of the tree is on the remote and unreached.
+
+		name := "new" + string(rune('a'+round))
+		b.mkdir("mnt-" + name)
+		b.ok("session", "create", name)
+		b.ok("mount", name, filepath.Join(b.dir, "mnt-"+name))
+		for p, content := range files {
+			writeFile(t, filepath.Join(b.dir, "mnt-"+name, p), content)
+		}
+		b.ok("capture", name)
+
+		var wg sync.WaitGroup
+		var push, gc result
+		wg.Go(func() { push = b.run("push", name, "origin", "--json") })
+		wg.Go(func() { gc = a.run("gc", "--remote", "origin", "--json") })
+		wg.Wait()
+		require.Equal(t, 0, push.code, "push: %s", push.stderr)
+		require.Equal(t, 0, gc.code, "gc: %s", gc.stderr)
+		var pr daemon.PushResult
+		require.NoError(t, json.Unmarshal([]byte(push.stdout), &pr))
+		t.Logf("round %d: push uploaded %d objects; gc: %s", round, pr.Uploaded, gc.stdout)
+
+		c.pullComplete(name, files)
+		// A later gc keeps it too.
+		a.ok("gc", "--remote", "origin")
+		require.Equal(t, pr.Snapshot, a.remoteSessions()[name].Head)
+	}
+	// Everything the heads reach survived every gc: a fresh host pulls
+	// each round's snapshot complete.
+	d := newEnv(t)
+	d.daemonEnv = c.daemonEnv
+	d.start()
+	cfg := a.origin(t)
+	d.ok("remote", "add", "origin", cfg.URL, "--endpoint", cfg.Endpoint)
+	for round := range 3 {
+		d.pullComplete("new"+string(rune('a'+round)), map[string]string{"workspace/small.txt": "round\n"})
+	}
+}
+
+func (e *env) origin(t *testing.T) remote.Config {
+	t.Helper()
+	var list []remote.Config
+	require.NoError(t, json.Unmarshal([]byte(e.ok("remote", "list", "--json")), &list))
+	require.Len(t, list, 1)
+	return list[0]
 }

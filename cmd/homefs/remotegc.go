@@ -22,7 +22,7 @@ func remoteSessionsCommand() *cli.Command {
 reach. SIZE is the stored size of what the session's records reach (shared
 objects count for every session), HEAD SIZE what its head alone reaches. A
 session without a head shows "-": its records are left from a purge cut
-short or from pushes that never moved it.
+short or from pushes that never moved it; gc --remote deletes them.
 
    homefs remote sessions origin --json`,
 		Flags: []cli.Flag{jsonFlag},
@@ -80,5 +80,20 @@ func runRemotePurge(ctx context.Context, cl *daemon.Client, out io.Writer, name,
 		return printJSON(out, res)
 	}
 	fmt.Fprintf(out, "removed session %s from the remote and forgot its %d snapshots there; run homefs gc --remote to delete their objects\n", session, len(res.Forgotten))
+	return nil
+}
+
+// runRemoteGC is gc --remote.
+func runRemoteGC(ctx context.Context, cl *daemon.Client, out io.Writer, name string, asJSON bool) error {
+	res, err := cl.RemoteGC(ctx, name)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(out, res)
+	}
+	fmt.Fprintf(out, "remote %s: marked from %d heads (waited for %d pushes); kept %d records, %d objects (%s); deleted %d records, %d objects (%s) in %s\n",
+		res.Remote, res.Heads, res.WaitedPushes, res.Records, res.Chunks, humanBytes(res.Kept),
+		res.DeletedRecords, res.DeletedChunks, humanBytes(res.DeletedBytes), res.Duration.Round(1e6))
 	return nil
 }

@@ -9,11 +9,12 @@ import (
 )
 
 // Endpoints of the remote's lifecycle: listing its sessions, forgetting
-// and purging there.
+// and purging there, and its gc.
 const (
 	pathRemoteSessions = "/v1/remote/sessions"
 	pathRemoteForget   = "/v1/remote/forget"
 	pathRemotePurge    = "/v1/remote/purge"
+	pathRemoteGC       = "/v1/remote/gc"
 )
 
 // RemoteRequest names a remote ("" for the only one).
@@ -104,6 +105,21 @@ func (s *Service) RemotePurge(ctx context.Context, req RemotePurgeRequest) (*Rem
 	return &RemoveSessionResult{Forgotten: ids}, nil
 }
 
+// RemoteGC deletes what no head on a remote reaches (remote.GC: safe while
+// other hosts push).
+func (s *Service) RemoteGC(ctx context.Context, req RemoteRequest) (*remote.GCResult, error) {
+	r, err := s.openRemote(ctx, req.Remote)
+	if err != nil {
+		return nil, err
+	}
+	res, err := remote.GC(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("remote gc", "remote", r.Name(), "deleted_records", res.DeletedRecords, "deleted_chunks", res.DeletedChunks, "deleted_bytes", res.DeletedBytes)
+	return res, nil
+}
+
 func (s *Service) openRemote(ctx context.Context, name string) (*remote.Remote, error) {
 	name, err := s.remoteName(name)
 	if err != nil {
@@ -138,6 +154,14 @@ func (s *Service) remoteRoutes(mux *http.ServeMux) {
 		v, err := s.RemotePurge(r.Context(), req)
 		reply(w, v, err)
 	})
+	mux.HandleFunc("POST "+pathRemoteGC, func(w http.ResponseWriter, r *http.Request) {
+		var req RemoteRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		v, err := s.RemoteGC(r.Context(), req)
+		reply(w, v, err)
+	})
 }
 
 // RemoteSessions lists a remote's sessions.
@@ -156,4 +180,10 @@ func (c *Client) RemoteForget(ctx context.Context, req RemoteForgetRequest) (*Fo
 func (c *Client) RemotePurge(ctx context.Context, req RemotePurgeRequest) (*RemoveSessionResult, error) {
 	var v RemoveSessionResult
 	return &v, c.call(ctx, http.MethodPost, pathRemotePurge, nil, req, &v)
+}
+
+// RemoteGC runs gc on a remote.
+func (c *Client) RemoteGC(ctx context.Context, name string) (*remote.GCResult, error) {
+	var v remote.GCResult
+	return &v, c.call(ctx, http.MethodPost, pathRemoteGC, nil, RemoteRequest{Remote: name}, &v)
 }

@@ -13,6 +13,7 @@
 //     snapshots/<id>    a snapshot record (canonical JSON), named by its id
 //     heads/<session>   the session's remote head (JSON: the last
 //     snapshot pushed), changed only by conditional puts
+//     locks/<kind>-<id> a push's or a gc's lock (lock.go)
 //
 //   - Push uploads what the remote lacks, children before parents: a tree
 //     or index node present on the remote implies its whole subtree is
@@ -27,6 +28,12 @@
 //     into the local store and registers them in the local catalog; file
 //     chunks come later, on first read, through ReadThrough (or at once,
 //     with PullOptions.All).
+//
+//   - Forget and Purge delete records (and a session's head); GC deletes
+//     every record and chunk no head reaches. A push holds a push lock and
+//     a gc a gc lock; each writes its own and then lists the others', so
+//     a gc never deletes what a push in progress found present and
+//     skipped (docs/ARCHITECTURE-remote.md).
 //
 //   - ReadThrough is a cas.Store that serves local chunks and fetches
 //     missing ones from remotes, checking each one's hash before storing
