@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -215,4 +218,69 @@ func (e *env) origin(t *testing.T) remote.Config {
 	require.NoError(t, json.Unmarshal([]byte(e.ok("remote", "list", "--json")), &list))
 	require.Len(t, list, 1)
 	return list[0]
+}
+
+// TestRemotePurgeMarker: a unique incompressible marker written into a
+// session is in the bucket's files after its push, and in none of them
+// after session rm --purge --remote and gc --remote; the other session
+// still pulls complete.
+func TestRemotePurgeMarker(t *testing.T) {
+	srv, bucket, h := remoteHosts(t, 2)
+	a, b := h[0], h[1]
+	marker := make([]byte, 256<<10)
+	r := rand.New(rand.NewPCG(42, 4242))
+	for i := range marker {
+		marker[i] = byte(r.Uint32())
+	}
+	keep := map[string]string{"workspace/keep.txt": randomText(300<<10, 9)}
+	a.captureFiles("secret", map[string]string{"workspace/notes.txt": "before\n", "codex-home/secret.bin": string(marker)})
+	a.captureFiles("secret", map[string]string{"workspace/notes.txt": "after\n"})
+	b.captureFiles("keep", keep)
+
+	probes := [][]byte{marker[:64], marker[len(marker)/2 : len(marker)/2+64], marker[len(marker)-64:]}
+	found := func() []string {
+		var hits []string
+		root := srv.ObjectPath(bucket, "")
+		require.NoError(t, filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			for _, pr := range probes {
+				if bytes.Contains(data, pr) {
+					hits = append(hits, p)
+					break
+				}
+			}
+			return nil
+		}))
+		return hits
+	}
+	require.NotEmpty(t, found(), "the marker is on the remote after the push")
+
+	b.ok("session", "rm", "--purge", "--remote", "origin", "secret")
+	require.NotEmpty(t, found(), "a purge deletes records and the head, not chunks")
+	var gc remote.GCResult
+	require.NoError(t, json.Unmarshal([]byte(b.ok("gc", "--remote", "origin", "--json")), &gc))
+	require.Equal(t, 1, gc.Heads)
+	require.Positive(t, gc.DeletedChunks)
+	require.GreaterOrEqual(t, gc.DeletedBytes, int64(len(marker)))
+	require.Empty(t, found(), "no object holds the marker after gc --remote")
+	require.NotContains(t, b.remoteSessions(), "secret")
+
+	// A second gc finds nothing to delete; the kept session is whole.
+	var again remote.GCResult
+	require.NoError(t, json.Unmarshal([]byte(a.ok("gc", "--remote", "origin", "--json")), &again))
+	require.Zero(t, again.DeletedChunks)
+	require.Zero(t, again.DeletedRecords)
+	require.Equal(t, gc.Chunks, again.Chunks)
+	c := newEnv(t)
+	c.daemonEnv = a.daemonEnv
+	c.start()
+	c.ok("remote", "add", "origin", a.origin(t).URL, "--endpoint", srv.Endpoint)
+	c.pullComplete("keep", keep)
+	require.Contains(t, a.ok("fsck"), "0 problems", "the local store is untouched")
 }
