@@ -37,8 +37,9 @@ const (
 	lockRefreshN = 6
 )
 
-// ErrLockLapsed: a push or gc could not rewrite its lock for half the
-// stale time, so the other side may already ignore it. Rerun.
+// ErrLockLapsed is the error of a push or gc that could not rewrite its
+// lock for half the stale time, so the other side may already ignore it.
+// Rerun.
 var ErrLockLapsed = errors.New("remote: lock lapsed (the remote did not take its rewrite in time)")
 
 type lockBody struct {
@@ -240,6 +241,9 @@ func (r *Remote) lockGCFor(ctx context.Context) (*lock, int, error) {
 			return l, len(waited), nil
 		}
 		for _, p := range pushes {
+			if !waited[p] {
+				r.log.Info("remote gc waits for a push", "remote", r.cfg.Name, "push", p)
+			}
 			waited[p] = true
 		}
 		t := time.NewTimer(delay)

@@ -100,8 +100,8 @@ func (r *Remote) Sessions(ctx context.Context) ([]SessionInfo, error) {
 	return out, nil
 }
 
-// ErrHeadSnapshot: a forget named a snapshot that a session's remote head
-// holds. It wraps cas.ErrConflict.
+// ErrHeadSnapshot is the error of a forget that named a snapshot a
+// session's remote head holds. It wraps cas.ErrConflict.
 var ErrHeadSnapshot = fmt.Errorf("remote: snapshot is a session's head: %w", cas.ErrConflict)
 
 // Forget deletes the records of the snapshots named by specs (full ids
