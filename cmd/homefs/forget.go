@@ -39,6 +39,10 @@ Never forgotten: a session's head snapshot, and a snapshot a mount shows
 (asked by name, forget refuses with exit 4). --dry-run lists what would go
 and why each kept snapshot stays.
 
+With --remote REMOTE the same rules apply to the session's snapshot
+records on the remote; the session's remote head is never forgotten, and
+gc --remote then deletes what nothing kept reaches.
+
    homefs forget agent-1@3f2a9c1e
    homefs forget --session agent-1 --keep-last 10 --keep-daily 7 --dry-run`,
 		Flags: []cli.Flag{
@@ -51,6 +55,7 @@ and why each kept snapshot stays.
 			&cli.IntFlag{Name: "keep-monthly", Usage: "keep the newest snapshot of each of the last `N` months"},
 			&cli.IntFlag{Name: "keep-yearly", Usage: "keep the newest snapshot of each of the last `N` years"},
 			&cli.BoolFlag{Name: "dry-run", Aliases: []string{"n"}, Usage: "only list what would be forgotten"},
+			&cli.StringFlag{Name: "remote", Usage: "forget snapshot records on `REMOTE` instead (its heads are never forgotten)"},
 			jsonFlag,
 		},
 		Action: func(c *cli.Context) error {
@@ -67,6 +72,9 @@ and why each kept snapshot stays.
 			}
 			if err := opts.check(); err != nil {
 				return usageError{err}
+			}
+			if c.IsSet("remote") {
+				return runRemoteForget(c.Context, client(c), os.Stdout, c.String("remote"), opts)
 			}
 			return runForget(c.Context, client(c), os.Stdout, opts)
 		},
@@ -99,6 +107,11 @@ func runForget(ctx context.Context, cl *daemon.Client, out io.Writer, o forgetOp
 	if err != nil {
 		return err
 	}
+	return printForget(out, res, o, "homefs gc")
+}
+
+// printForget reports a forget; gc is the command that frees the space.
+func printForget(out io.Writer, res *daemon.ForgetResult, o forgetOptions, gc string) error {
 	if o.json {
 		return printJSON(out, res)
 	}
@@ -125,7 +138,7 @@ func runForget(ctx context.Context, cl *daemon.Client, out io.Writer, o forgetOp
 	}
 	fmt.Fprintf(out, "%s %d snapshots", verb, len(res.Forgotten))
 	if !o.dryRun && len(res.Forgotten) > 0 {
-		fmt.Fprint(out, "; run homefs gc to free their space")
+		fmt.Fprintf(out, "; run %s to free their space", gc)
 	}
 	fmt.Fprintln(out)
 	return nil

@@ -21,11 +21,24 @@ in progress finish before gc marks. When it freed anything, the store's
 files are compacted so that the freed bytes leave the disk (calls to the
 store wait for a moment while it reopens its database).
 
-   homefs gc`,
-		Flags: []cli.Flag{jsonFlag},
+With --remote REMOTE, gc runs on the remote instead: it deletes every
+snapshot record and object that no session head there reaches (through
+Parent and Origin records, as far as forget left them). Safe while other
+hosts push: it waits for pushes in progress, and pushes that start while
+it runs wait for it (docs/ARCHITECTURE-remote.md).
+
+   homefs gc
+   homefs gc --remote origin`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "remote", Usage: "delete what no head on `REMOTE` reaches, instead of local chunks"},
+			jsonFlag,
+		},
 		Action: func(c *cli.Context) error {
 			if err := args(c, 0, 0); err != nil {
 				return err
+			}
+			if c.IsSet("remote") {
+				return runRemoteGC(c.Context, client(c), os.Stdout, c.String("remote"), c.Bool("json"))
 			}
 			return runGC(c.Context, client(c), os.Stdout, c.Bool("json"))
 		},

@@ -17,6 +17,7 @@ func remoteCommand() *cli.Command {
 		Name:  "remote",
 		Usage: "configure the S3-compatible remotes sessions are pushed to and pulled from",
 		Subcommands: []*cli.Command{
+			remoteSessionsCommand(),
 			{
 				Name:      "add",
 				Usage:     "configure a remote",

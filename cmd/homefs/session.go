@@ -101,14 +101,26 @@ log shows the origin as forgotten. Run gc afterwards to free the space and
 erase the bytes from the store's files.
 
    homefs session rm agent-1
-   homefs session rm --purge agent-1 && homefs gc`,
+With --purge --remote REMOTE the session is purged on the remote instead:
+its head there and every snapshot record of it are deleted (the local
+session is untouched); gc --remote then deletes the objects.
+
+   homefs session rm --purge agent-1 && homefs gc
+   homefs session rm --purge --remote origin agent-1 && homefs gc --remote origin`,
 				Flags: []cli.Flag{
 					&cli.BoolFlag{Name: "purge", Usage: "forget every snapshot of the session too"},
+					&cli.StringFlag{Name: "remote", Usage: "with --purge: purge the session on `REMOTE` instead"},
 					jsonFlag,
 				},
 				Action: func(c *cli.Context) error {
 					if err := args(c, 1, 1); err != nil {
 						return err
+					}
+					if c.IsSet("remote") {
+						if !c.Bool("purge") {
+							return usageError{fmt.Errorf("session rm --remote needs --purge (a remote session is its snapshots)")}
+						}
+						return runRemotePurge(c.Context, client(c), os.Stdout, c.String("remote"), c.Args().First(), c.Bool("json"))
 					}
 					return runSessionRm(c.Context, client(c), os.Stdout, c.Args().First(), c.Bool("purge"), c.Bool("json"))
 				},

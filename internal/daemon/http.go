@@ -39,6 +39,7 @@ const (
 // handler routes requests to the service.
 func (s *Service) handler() http.Handler {
 	mux := http.NewServeMux()
+	s.remoteRoutes(mux)
 	mux.HandleFunc("GET "+pathStatus, func(w http.ResponseWriter, r *http.Request) {
 		opts := StatusOptions{CheckRemotes: r.URL.Query().Get("remotes") == "check"}
 		reply(w, s.Status(r.Context(), opts), nil)

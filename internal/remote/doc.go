@@ -15,6 +15,7 @@
 //     snapshot pushed), changed only by conditional puts
 //     leases/<session>  the session's lease (JSON: holder, token,
 //     expiry), changed only by conditional puts
+//     locks/<kind>-<id> a push's or a gc's lock (lock.go)
 //
 //   - Push uploads what the remote lacks, children before parents: a tree
 //     or index node present on the remote implies its whole subtree is
@@ -34,6 +35,11 @@
 //     expiry; Acquire refuses a live lease of another holder (ErrLeased),
 //     Renew extends one while its token is unchanged, Release marks it
 //     released. Expiry is judged by the reader's clock.
+//   - Forget and Purge delete records (and a session's head); GC deletes
+//     every record and chunk no head reaches. A push holds a push lock and
+//     a gc a gc lock; each writes its own and then lists the others', so
+//     a gc never deletes what a push in progress found present and
+//     skipped (docs/ARCHITECTURE-remote.md).
 //
 //   - ReadThrough is a cas.Store that serves local chunks and fetches
 //     missing ones from remotes, checking each one's hash before storing

@@ -77,7 +77,14 @@ func Push(ctx context.Context, local PushSource, cat *catalog.Catalog, r *Remote
 	if err != nil {
 		return nil, fmt.Errorf("push %s: %w", spec, err)
 	}
-	p := &pusher{local: local, cat: cat, r: r, opts: opts, known: make(map[cas.Ref]struct{})}
+	// The push lock keeps a remote gc from deleting what this push finds
+	// present and skips (see lock.go).
+	l, err := r.lockPush(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("push %s to %s: %w", spec, r.Name(), err)
+	}
+	defer l.release()
+	p := &pusher{local: local, cat: cat, r: r, opts: opts, lock: l, known: make(map[cas.Ref]struct{})}
 	res, err := p.push(ctx, id)
 	if err != nil {
 		return res, fmt.Errorf("push %s to %s: %w", spec, r.Name(), err)
@@ -90,6 +97,7 @@ type pusher struct {
 	cat   *catalog.Catalog
 	r     *Remote
 	opts  PushOptions
+	lock  *lock
 	res   PushResult
 	// known holds refs the remote is known to hold (checked or uploaded).
 	known map[cas.Ref]struct{}
@@ -116,6 +124,9 @@ func (p *pusher) push(ctx context.Context, id string) (*PushResult, error) {
 		// The durability barrier: the record goes after its tree and its
 		// lineage, so a record on the remote implies both are complete.
 		p.report(Progress{Phase: PhaseRecord, Snapshot: sid})
+		if err := p.lock.check(); err != nil {
+			return &p.res, err
+		}
 		if err := p.r.putSnapshot(ctx, sid, rec.raw); err != nil {
 			return &p.res, fmt.Errorf("snapshot %s: record: %w", sid, err)
 		}
@@ -132,6 +143,9 @@ func (p *pusher) push(ctx context.Context, id string) (*PushResult, error) {
 		return &p.res, nil
 	}
 	p.report(Progress{Phase: PhaseHead, Snapshot: id})
+	if err := p.lock.check(); err != nil {
+		return &p.res, err
+	}
 	h, moved, err := advanceHead(ctx, p.r, p.cat, snap.Session, id)
 	p.res.Head, p.res.HeadMoved = h, moved
 	return &p.res, err

@@ -1,0 +1,150 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"homefs/cas"
+)
+
+// GCResult says what a remote gc kept and deleted.
+type GCResult struct {
+	Remote string `json:"remote"`
+	// Heads is how many heads it marked from; WaitedPushes how many
+	// pushes in progress it waited for before marking.
+	Heads        int `json:"heads"`
+	WaitedPushes int `json:"waited_pushes"`
+	// Records and Chunks count what was kept (chunks include tree and
+	// index nodes); Kept is their stored size.
+	Records int   `json:"records"`
+	Chunks  int   `json:"chunks"`
+	Kept    int64 `json:"kept_bytes"`
+	// DeletedRecords, DeletedChunks and DeletedBytes (stored size) count
+	// what it deleted.
+	DeletedRecords int           `json:"deleted_records"`
+	DeletedChunks  int           `json:"deleted_chunks"`
+	DeletedBytes   int64         `json:"deleted_bytes"`
+	Duration       time.Duration `json:"duration_ns"`
+}
+
+// GC deletes every record and chunk that no head on the remote reaches:
+// a head reaches its snapshot, that record's Parent and Origin records
+// (as far as they are on the remote: forget cuts lineage), and every node
+// and chunk under their trees. It is safe while other hosts push: it
+// takes a gc lock and waits for pushes in progress to finish, and pushes
+// starting later wait for it (lock.go; the argument is in
+// docs/ARCHITECTURE-remote.md). A record pushed without moving a head
+// (PushOptions.NoHead) is not reached and is deleted.
+func GC(ctx context.Context, r *Remote) (*GCResult, error) {
+	start := time.Now()
+	l, waited, err := r.lockGCFor(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("gc %s: %w", r.cfg.Name, err)
+	}
+	defer l.release()
+	res := &GCResult{Remote: r.cfg.Name, WaitedPushes: waited}
+	if err := r.gc(ctx, l, res); err != nil {
+		return res, fmt.Errorf("gc %s: %w", r.cfg.Name, err)
+	}
+	res.Duration = time.Since(start)
+	return res, nil
+}
+
+func (r *Remote) gc(ctx context.Context, l *lock, res *GCResult) error {
+	// Mark. Under the lock no push runs, so heads, records and chunks
+	// hold still but for forgets and purges, which only delete.
+	heads, err := r.headSnapshots(ctx)
+	if err != nil {
+		return err
+	}
+	res.Heads = len(heads)
+	keep := make(map[string]bool)
+	var roots []cas.Ref
+	var visit func(id string, fromHead bool) error
+	visit = func(id string, fromHead bool) error {
+		if id == "" || keep[id] {
+			return nil
+		}
+		_, snap, err := r.Snapshot(ctx, id)
+		if errors.Is(err, ErrNoSnapshot) && !fromHead {
+			return nil // forgotten: the lineage ends here
+		}
+		if err != nil {
+			return err
+		}
+		keep[id] = true
+		roots = append(roots, snap.Root)
+		if err := visit(snap.Parent, false); err != nil {
+			return err
+		}
+		if snap.Origin != nil {
+			return visit(snap.Origin.Snapshot, false)
+		}
+		return nil
+	}
+	for id, session := range heads {
+		if err := visit(id, true); err != nil {
+			return fmt.Errorf("head of %s: %w", session, err)
+		}
+	}
+	reached := make(map[cas.Ref]struct{})
+	if err := r.reach(ctx, roots, reached); err != nil {
+		return err
+	}
+
+	// Sweep records first: a record left while its tree goes would break
+	// "a record implies its tree".
+	ids, err := r.Snapshots(ctx, "")
+	if err != nil {
+		return err
+	}
+	var dropRecords []string
+	for _, id := range ids {
+		if keep[id] {
+			res.Records++
+		} else {
+			dropRecords = append(dropRecords, id)
+		}
+	}
+	if err := l.check(); err != nil {
+		return err
+	}
+	if err := r.deleteRecords(ctx, dropRecords); err != nil {
+		return err
+	}
+	res.DeletedRecords = len(dropRecords)
+
+	sizes, err := r.chunkSizes(ctx)
+	if err != nil {
+		return err
+	}
+	var drop []cas.Ref
+	for ref, n := range sizes {
+		if _, ok := reached[ref]; ok {
+			res.Chunks++
+			res.Kept += n
+		} else {
+			drop = append(drop, ref)
+			res.DeletedBytes += n
+		}
+	}
+	// Delete in batches, re-checking the lock between them.
+	const batch = 1000
+	for len(drop) > 0 {
+		if err := l.check(); err != nil {
+			return err
+		}
+		n := min(batch, len(drop))
+		part := drop[:n]
+		if err := parallel(ctx, r.parallel, n, func(ctx context.Context, i int) error {
+			return r.deleteObject(ctx, r.chunkKey(part[i]))
+		}); err != nil {
+			return err
+		}
+		res.DeletedChunks += n
+		drop = drop[n:]
+	}
+	return nil
+}

@@ -1,0 +1,189 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"homefs/cas"
+	"homefs/manifest"
+)
+
+// object is one listed object: its name under its dir, stored size and
+// the server's last-modified time.
+type object struct {
+	name     string
+	size     int64
+	modified time.Time
+}
+
+// listObjects calls fn, in key order, with every object under dir.
+func (r *Remote) listObjects(ctx context.Context, dir string, fn func(object) error) error {
+	p := r.prefix + dir
+	var token *string
+	for {
+		var page *s3.ListObjectsV2Output
+		err := r.do(ctx, "list "+p, func(ctx context.Context) error {
+			r.lists.Add(1)
+			var err error
+			page, err = r.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &r.bucket, Prefix: &p, ContinuationToken: token})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("remote %s: list %s: %w", r.cfg.Name, p, err)
+		}
+		for _, o := range page.Contents {
+			obj := object{name: strings.TrimPrefix(aws.ToString(o.Key), p), size: aws.ToInt64(o.Size), modified: aws.ToTime(o.LastModified)}
+			if err := fn(obj); err != nil {
+				return err
+			}
+		}
+		if !aws.ToBool(page.IsTruncated) || aws.ToString(page.NextContinuationToken) == "" {
+			return nil
+		}
+		token = page.NextContinuationToken
+	}
+}
+
+// deleteObject removes key; a missing key is success (S3 answers 204
+// either way).
+func (r *Remote) deleteObject(ctx context.Context, key string) error {
+	err := r.do(ctx, "delete "+key, func(ctx context.Context) error {
+		_, err := r.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &r.bucket, Key: &key})
+		return err
+	})
+	if err != nil && !isNotFound(err) {
+		return fmt.Errorf("remote %s: delete %s: %w", r.cfg.Name, key, err)
+	}
+	return nil
+}
+
+// chunkSizes lists the chunks directory: every chunk's stored size.
+func (r *Remote) chunkSizes(ctx context.Context) (map[cas.Ref]int64, error) {
+	sizes := make(map[cas.Ref]int64)
+	err := r.listObjects(ctx, chunksDir, func(o object) error {
+		if ref, err := cas.ParseRef("sha256:" + o.name); err == nil {
+			sizes[ref] = o.size
+		}
+		return nil
+	})
+	return sizes, err
+}
+
+// records reads every snapshot record on the remote, by id. A record that
+// vanishes between the listing and its read (a forget on another host) is
+// left out.
+func (r *Remote) records(ctx context.Context) (map[string]*manifest.Snapshot, error) {
+	ids, err := r.Snapshots(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	snaps := make([]*manifest.Snapshot, len(ids))
+	err = parallel(ctx, r.parallel, len(ids), func(ctx context.Context, i int) error {
+		_, s, err := r.Snapshot(ctx, ids[i])
+		if err == nil || errors.Is(err, ErrNoSnapshot) {
+			snaps[i] = s
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]*manifest.Snapshot, len(ids))
+	for i, s := range snaps {
+		if s != nil {
+			out[ids[i]] = s
+		}
+	}
+	return out, nil
+}
+
+// reach adds to seen every node and chunk the trees under roots reach,
+// reading the nodes from the remote (each verified by hash), level by
+// level, Parallel at a time. A node it cannot read fails the walk: a
+// caller deciding what to delete must not decide on a partial answer.
+func (r *Remote) reach(ctx context.Context, roots []cas.Ref, seen map[cas.Ref]struct{}) error {
+	kinds := make(map[cas.Ref]manifest.RefKind)
+	var frontier []cas.Ref
+	for _, root := range roots {
+		if _, ok := seen[root]; !ok {
+			seen[root] = struct{}{}
+			kinds[root] = manifest.TreeNode
+			frontier = append(frontier, root)
+		}
+	}
+	var mu sync.Mutex
+	for len(frontier) > 0 {
+		var next []cas.Ref
+		add := func(ref cas.Ref, kind manifest.RefKind) {
+			if ref.IsZero() {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if _, ok := seen[ref]; ok {
+				return
+			}
+			seen[ref] = struct{}{}
+			if kind != 0 {
+				kinds[ref] = kind
+				next = append(next, ref)
+			}
+		}
+		level := frontier
+		err := parallel(ctx, r.parallel, len(level), func(ctx context.Context, i int) error {
+			ref := level[i]
+			mu.Lock()
+			kind := kinds[ref]
+			mu.Unlock()
+			data, err := r.GetChunk(ctx, ref)
+			if err != nil {
+				return fmt.Errorf("%s node %s: %w", kind, ref.Short(), err)
+			}
+			if kind == manifest.TreeNode {
+				t, err := manifest.DecodeTree(data)
+				if err != nil {
+					return fmt.Errorf("tree node %s: %w: %w", ref.Short(), cas.ErrCorrupt, err)
+				}
+				for j := range t.Entries {
+					e := &t.Entries[j]
+					switch {
+					case e.Kind == manifest.KindDir:
+						add(e.Tree, manifest.TreeNode)
+					case e.Kind == manifest.KindFile && e.Depth == 0:
+						for _, c := range e.Chunks {
+							add(c, 0)
+						}
+					case e.Kind == manifest.KindFile:
+						add(e.Index, manifest.IndexNode)
+					}
+				}
+				return nil
+			}
+			depth, refs, err := manifest.DecodeIndex(data)
+			if err != nil {
+				return fmt.Errorf("index node %s: %w: %w", ref.Short(), cas.ErrCorrupt, err)
+			}
+			for _, c := range refs {
+				if depth == 1 {
+					add(c, 0)
+				} else {
+					add(c, manifest.IndexNode)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		frontier = next
+	}
+	return nil
+}
