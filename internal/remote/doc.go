@@ -35,6 +35,7 @@
 //     expiry; Acquire refuses a live lease of another holder (ErrLeased),
 //     Renew extends one while its token is unchanged, Release marks it
 //     released. Expiry is judged by the reader's clock.
+//
 //   - Forget and Purge delete records (and a session's head); GC deletes
 //     every record and chunk no head reaches. A push holds a push lock and
 //     a gc a gc lock; each writes its own and then lists the others', so
