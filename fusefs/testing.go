@@ -5,7 +5,9 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"syscall"
 	"testing"
+	"time"
 
 	"homefs/cas"
 	"homefs/internal/catalog"
@@ -51,7 +53,15 @@ func MountForTest(t testing.TB, e *Engine, session, subtree string, opts MountOp
 		t.Fatalf("mount %s: %v", session, err)
 	}
 	t.Cleanup(func() {
-		if err := m.Unmount(); err != nil && !errors.Is(err, ErrNotMounted) {
+		// A file the test closed a moment ago can hold the mount until
+		// the kernel's deferred release of it has run: a busy unmount
+		// is tried again for a while.
+		err := m.Unmount()
+		for deadline := time.Now().Add(5 * time.Second); errors.Is(err, syscall.EBUSY) && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Millisecond)
+			err = m.Unmount()
+		}
+		if err != nil && !errors.Is(err, ErrNotMounted) {
 			t.Errorf("unmount: %v", err)
 		}
 	})
