@@ -343,6 +343,50 @@ func BenchmarkSeqReadCached(b *testing.B) {
 	})
 }
 
+// BenchmarkSeqReadJustWritten: one op writes a new file in blocks, fsyncs
+// and closes it (untimed), then reads it whole in blocks at once, as `dd
+// … conv=fsync; cat` does: on homefs the file was staged, and its last
+// writer's release queued it for the absorber (staged.go), which holds the
+// node's lock while it takes the content into write buffers. The page
+// cache is kept: the read measures what a reader right after the writer
+// waits for, not the disk.
+func BenchmarkSeqReadJustWritten(b *testing.B) {
+	r := newBenchRig(b)
+	size := r.sizes.seqBytes
+	buf := make([]byte, r.sizes.seqBlock)
+	r.targets(b, func(b *testing.B, dir string) {
+		b.SetBytes(size)
+		for i := 0; b.Loop(); i++ {
+			b.StopTimer()
+			path := filepath.Join(dir, fmt.Sprintf("fresh-%d", i))
+			r.writeFile(b, path, size)
+			b.StartTimer()
+			f, err := os.Open(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var got int64
+			for {
+				n, err := f.Read(buf)
+				got += int64(n)
+				if err != nil {
+					break
+				}
+			}
+			f.Close()
+			if got != size {
+				b.Fatalf("read %d bytes, want %d", got, size)
+			}
+			b.StopTimer()
+			if err := os.Remove(path); err != nil {
+				b.Fatal(err)
+			}
+			r.settle(b)
+			b.StartTimer()
+		}
+	})
+}
+
 // randBatch is how many 4 KiB writes (each followed by fsync) one op of
 // BenchmarkRandWrite4K makes, so that even -benchtime=1x measures many.
 const randBatch = 128

@@ -34,6 +34,7 @@ var ops = []op{
 	{"SeqWrite", "the same, then close and capture (the bytes stored)", true, 0, "—", "homefs+capture"},
 	{"SeqRead", "sequential read, 1 MiB blocks, cold cache", true, 0, "—", ""},
 	{"SeqReadCached", "the same file read again (page cache kept)", true, 0.8, "—", ""},
+	{"SeqReadJustWritten", "a 1 GiB file read right after it was written and closed", true, 0.8, "—", ""},
 	{"RandWrite4K", "4 KiB random write + fsync", true, 0.5, "0.55×", ""},
 	{"JSONLAppend", "JSONL append, fsync every 32 lines (O_WRONLY descriptor)", true, 0.5, "0.15×", ""},
 	{"JSONLAppendRW", "the same through O_RDWR (Codex's rollout descriptor)", true, 0.5, "0.15×", ""},
