@@ -2,10 +2,10 @@ package fusefs
 
 // Directory listings, and the kernel's no-opendir mode.
 //
-// A listing is a sorted snapshot of a directory's names, taken on the
-// first read of a directory stream and on every rewind (offset 0). Each
-// snapshot gets an id, and the offset the kernel is given after an entry
-// (its cookie) is the id and the number of entries read so far. Snapshots
+// A listing is "." and "..", then a sorted snapshot of a directory's
+// names, taken on the first read of a directory stream and on every rewind
+// (offset 0). Each snapshot gets an id, and the offset the kernel is
+// given after an entry (its cookie) is the id and the number of entries read so far. Snapshots
 // are also kept, a bounded number of them, in the mount's dirStreams, so a
 // read at a cookie continues the same snapshot even when it arrives on a
 // different handle: between rewinds a stream never skips or repeats a name
@@ -73,9 +73,19 @@ func (d *dirHandle) list(ctx context.Context) syscall.Errno {
 	if err != nil {
 		return d.f.m.toErrno("readdir", d.f, err)
 	}
-	d.entries = make([]fuse.DirEntry, len(names))
-	for i, e := range names {
-		d.entries[i] = fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: typeBits(e.Kind)}
+	// "." and ".." come first, as ext4 lists them (ls -a, getdents64).
+	// A mount's root is its own parent: what is above it is not ours
+	// to name, and the kernel takes no inode from a dirent anyway.
+	self := d.f.StableAttr().Ino
+	parent := self
+	if _, p := d.f.Parent(); p != nil {
+		parent = p.StableAttr().Ino
+	}
+	d.entries = make([]fuse.DirEntry, 2, len(names)+2)
+	d.entries[0] = fuse.DirEntry{Name: ".", Ino: self, Mode: syscall.S_IFDIR}
+	d.entries[1] = fuse.DirEntry{Name: "..", Ino: parent, Mode: syscall.S_IFDIR}
+	for _, e := range names {
+		d.entries = append(d.entries, fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: typeBits(e.Kind)})
 	}
 	d.id = d.f.m.streams.add(n.ino, d.entries)
 	d.next = 0

@@ -831,16 +831,29 @@ const (
 	xattrReplace = 0x2
 )
 
+// xattrNamespaces are the namespaces ext4 stores (system.* aside): the
+// kernel checks trusted.* (CAP_SYS_ADMIN) and user.* (regular files and
+// directories only) before it sends a request.
+var xattrNamespaces = []string{"user.", "trusted.", "security."}
+
+// checkXattrName answers for name as ext4 does: ERANGE for an empty or too
+// long name, EINVAL for a namespace with nothing after it, EOPNOTSUPP for
+// a namespace ext4 does not have, on get and remove as on set.
 func checkXattrName(name string) error {
 	if name == "" || len(name) > 255 {
 		return syscall.ERANGE
 	}
-	// POSIX ACLs would need the kernel to enforce them; refuse rather than
-	// store them unenforced.
-	if strings.HasPrefix(name, "system.") {
-		return syscall.EOPNOTSUPP
+	for _, ns := range xattrNamespaces {
+		if strings.HasPrefix(name, ns) {
+			if len(name) == len(ns) {
+				return syscall.EINVAL
+			}
+			return nil
+		}
 	}
-	return nil
+	// system.* included: POSIX ACLs would need the kernel to enforce
+	// them; refuse rather than store them unenforced.
+	return syscall.EOPNOTSUPP
 }
 
 // GetXattr returns the value of name.
@@ -909,12 +922,16 @@ func (s *Session) RemoveXattr(n *node, name string) error {
 	return nil
 }
 
-// ListXattr returns the attribute names, sorted.
-func (s *Session) ListXattr(n *node) []string {
+// ListXattr returns the attribute names, sorted; trusted.* only to a
+// privileged caller, as ext4 lists them.
+func (s *Session) ListXattr(n *node, privileged bool) []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	names := make([]string, 0, len(n.xattrs))
 	for k := range n.xattrs {
+		if !privileged && strings.HasPrefix(k, "trusted.") {
+			continue
+		}
 		names = append(names, k)
 	}
 	sort.Strings(names)
