@@ -82,27 +82,12 @@ func (r *Remote) Lease(ctx context.Context, session string) (*Lease, error) {
 	if err := manifest.ValidateSessionName(session); err != nil {
 		return nil, fmt.Errorf("remote %s: lease %q: %w", r.cfg.Name, session, err)
 	}
-	var b []byte
-	var etag string
-	var err error
-	// As for heads: an ETag read apart from the body would let a
-	// conditional put pass over a write it never saw.
-	for attempt := 0; ; attempt++ {
-		b, etag, err = r.getObject(ctx, r.leaseKey(session), 64<<10)
-		if errors.Is(err, cas.ErrNotFound) {
-			return nil, fmt.Errorf("remote %s: session %s: %w", r.cfg.Name, session, ErrNoLease)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if etagMatches(etag, b) || attempt == 4 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(time.Duration(attempt+1) * 10 * time.Millisecond):
-		}
+	b, etag, err := r.getVersioned(ctx, r.leaseKey(session))
+	if errors.Is(err, cas.ErrNotFound) {
+		return nil, fmt.Errorf("remote %s: session %s: %w", r.cfg.Name, session, ErrNoLease)
+	}
+	if err != nil {
+		return nil, err
 	}
 	var l Lease
 	dec := json.NewDecoder(bytes.NewReader(b))

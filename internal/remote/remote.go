@@ -462,37 +462,40 @@ type Head struct {
 	ETag string `json:"-"`
 }
 
+// getVersioned reads a small object that moves by conditional puts (a
+// head, a lease) with the ETag that goes with its body. Such an object put
+// with PutObject has the MD5 of its content as ETag (on S3 and the
+// gateways we test with). A server that reads content and ETag in two
+// steps can pair an old body with a new ETag; a conditional put with that
+// ETag would overwrite a racing host's write unseen. So it reads again
+// while they disagree; an ETag that is not an MD5 (SSE-KMS) is taken as it
+// is.
+func (r *Remote) getVersioned(ctx context.Context, key string) ([]byte, string, error) {
+	for attempt := 0; ; attempt++ {
+		b, etag, err := r.getObject(ctx, key, 64<<10)
+		if err != nil || etagMatches(etag, b) || attempt == 4 {
+			return b, etag, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, "", ctx.Err()
+		case <-time.After(time.Duration(attempt+1) * 10 * time.Millisecond):
+		}
+	}
+}
+
 // Head returns the remote head of session; an absent head wraps
 // ErrNoSnapshot.
 func (r *Remote) Head(ctx context.Context, session string) (*Head, error) {
 	if err := manifest.ValidateSessionName(session); err != nil {
 		return nil, fmt.Errorf("remote %s: head %q: %w", r.cfg.Name, session, err)
 	}
-	var b []byte
-	var etag string
-	var err error
-	// A head put with PutObject has the MD5 of its content as ETag (on S3
-	// and the gateways we test with). A server that reads content and
-	// ETag in two steps can pair an old body with a new ETag; moving the
-	// head with that ETag would overwrite a racing host's head unseen. Read
-	// again while they disagree; an ETag that is not an MD5 (SSE-KMS) is
-	// taken as it is.
-	for attempt := 0; ; attempt++ {
-		b, etag, err = r.getObject(ctx, r.headKey(session), 64<<10)
-		if errors.Is(err, cas.ErrNotFound) {
-			return nil, fmt.Errorf("remote %s: session %s has no head: %w", r.cfg.Name, session, ErrNoSnapshot)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if etagMatches(etag, b) || attempt == 4 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(time.Duration(attempt+1) * 10 * time.Millisecond):
-		}
+	b, etag, err := r.getVersioned(ctx, r.headKey(session))
+	if errors.Is(err, cas.ErrNotFound) {
+		return nil, fmt.Errorf("remote %s: session %s has no head: %w", r.cfg.Name, session, ErrNoSnapshot)
+	}
+	if err != nil {
+		return nil, err
 	}
 	var h Head
 	dec := json.NewDecoder(bytes.NewReader(b))
