@@ -892,6 +892,8 @@ func (e *Engine) Restore(ctx context.Context, session, spec string) error {
 		n.sess = s
 	}
 	s.treeMu.Unlock()
+	// The old tree's read copies (staged.go) no name leads to any more.
+	s.dropKept()
 	s.dirtyMu.Lock()
 	s.dirty = make(map[*node]struct{})
 	s.dirtyMu.Unlock()

@@ -143,9 +143,10 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		n.mu.Lock()
 		if b := n.data.backing; b != nil {
 			b.opens--
-			if b.opens == 0 && b.staged {
+			if b.opens == 0 && b.staged && !b.kept {
 				// Absorbed and dropped in the background, so that a flush
-				// (which holds writers back) seldom has to.
+				// (which holds writers back) seldom has to. A read copy
+				// only readers opened since it was kept is as it was.
 				n.sess.markContent(n)
 				n.sess.absorbLater(n)
 			}
@@ -198,6 +199,9 @@ func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, 
 				b.opens++
 				if flags&syscall.O_ACCMODE != syscall.O_WRONLY {
 					b.readable = true
+				}
+				if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+					b.kept = false // it may change: absorbed again on release
 				}
 				if flags&syscall.O_ACCMODE == syscall.O_RDWR {
 					b.rdwr, b.unsure = true, true // it may map the file (mappable)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -85,6 +86,10 @@ type backing struct {
 	absorbed fingerprint // staged: f as of the last absorb
 	size     int64       // staged: f's size when last observed
 	idle     idleState   // staged: the periodic flush's watch on an open file
+	// kept is set on a closed staged file the absorber absorbed and kept
+	// as its node's read copy (Read copies, staged.go), keptAt when.
+	kept   bool
+	keptAt time.Time
 }
 
 // mappable reports whether a shared writable mapping may still write
@@ -569,8 +574,8 @@ type backedSet struct {
 	seq     uint64  // numbers staging file names; GUARDED_BY(mu)
 	// queue holds closed staged files for the absorber goroutine, which
 	// runs while absorbing is set (staged.go).
-	queue     []*node // GUARDED_BY(mu)
-	absorbing bool    // GUARDED_BY(mu)
+	queue     []queuedAbsorb // GUARDED_BY(mu)
+	absorbing bool           // GUARDED_BY(mu)
 	// spilling is set while a goroutine spills the session's write
 	// buffers (spillLater).
 	spilling bool // GUARDED_BY(mu)
@@ -675,7 +680,9 @@ func (s *Session) ingestAll(ctx context.Context, all bool) error {
 	// pass looked. Such a file keeps its backing file, whose bytes the
 	// next ingest takes (the absorber, for a staged file: its release
 	// queued it), and this flush what the passes found. Only a file no
-	// one can reach any more (no name, no handle) is dropped unread.
+	// one can reach any more (no name, no handle) is dropped unread. Read
+	// copies stay while the disk has room for them (Read copies, staged.go).
+	keepRoom := s.keepRoom()
 	for _, n := range nodes {
 		gone := !named[n] && !s.open.has(n)
 		n.mu.Lock()
@@ -684,7 +691,7 @@ func (s *Session) ingestAll(ctx context.Context, all bool) error {
 			case gone:
 				n.dropBacking()
 			case b.staged:
-				if absorbed[n] && n.ingestedAsIs() {
+				if absorbed[n] && n.ingestedAsIs() && !(b.kept && keepRoom) {
 					n.dropBacking()
 				}
 			case b.fresh:

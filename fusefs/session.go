@@ -80,6 +80,9 @@ type Session struct {
 	// afterChecks, for tests, runs in ingestAll once its passes found an
 	// instant, before it drops backing files.
 	afterChecks atomic.Pointer[func()]
+	// holdFor, for tests, replaces absorbHold (staged.go) when set, in
+	// nanoseconds.
+	holdFor atomic.Int64
 
 	// dirtyBytes counts buffered file bytes across the session, and
 	// buffers across the engine.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -26,10 +27,10 @@ import (
 //
 //   - by a capture, a graft, Sync and Close: every staged file, so that a
 //     snapshot holds everything written before it;
-//   - by the session's absorber once the last passthrough handle closed,
-//     or by any flush that finds it closed first (the file is then
-//     dropped), and by any flush when an fsync made content durable that
-//     no durable head holds (see below);
+//   - by the session's absorber once the last passthrough handle closed
+//     (a big file a second later: absorbHold), or by any flush that finds
+//     it closed first (the file is then dropped), and by any flush when an
+//     fsync made content durable that no durable head holds (see below);
 //   - by the periodic flush when it stays open but went idle (idleState);
 //   - when the daemon needs the content itself (a read, write, truncate,
 //     fallocate or copy_file_range it serves): the file is then unstaged,
@@ -224,7 +225,7 @@ func (n *node) unstage(ctx context.Context) error {
 	if _, err := n.absorb(ctx); err != nil {
 		return err
 	}
-	b.staged, b.wild = false, true
+	b.staged, b.wild, b.kept = false, true, false
 	if b.name != "" {
 		// A journal record may point at the file until the next reset.
 		n.sess.staleBacking(b.name)
@@ -302,7 +303,7 @@ func (s *Session) absorbLater(n *node) {
 	if s.backed.closed {
 		return
 	}
-	s.backed.queue = append(s.backed.queue, n)
+	s.backed.queue = append(s.backed.queue, queuedAbsorb{n: n, closed: time.Now()})
 	if !s.backed.absorbing {
 		s.backed.absorbing = true
 		s.backed.work.Add(1)
@@ -310,14 +311,36 @@ func (s *Session) absorbLater(n *node) {
 	}
 }
 
+// queuedAbsorb is a closed staged file waiting for the absorber: when its
+// last handle closed, and, once the absorber held it back, until when.
+type queuedAbsorb struct {
+	n      *node
+	closed time.Time
+	until  time.Time
+}
+
 // The absorber polls its queue every absorbPoll for absorbLinger after it
 // emptied it, rather than ending and being started again by the next
 // release: starting a goroutine (or waking one) from a ring thread wakes a
 // thread on another CPU, which cost a release as much as the rest of it
 // (untar); a sleeping absorber wakes on its own timer instead.
+//
+// A file of absorbHoldMin bytes or more stays staged for absorbHold after
+// its last close: a read that follows at once (cat after dd, the build
+// step after a download, a test reading what the agent wrote) opens it
+// while it is staged and reads the staging file through passthrough, at
+// the speed of the page cache that still holds it, where once absorbed its
+// reads are the daemon's, from the store (BenchmarkSeqReadJustWritten).
+// Such a reader holds the absorb off until it closes. Small files are
+// taken at once, so that their staging files go back to the next new file
+// (untar); a flush absorbs a held file as any closed one.
 const (
-	absorbPoll   = 500 * time.Microsecond
-	absorbLinger = 20 * time.Millisecond
+	absorbPoll    = 500 * time.Microsecond
+	absorbLinger  = 20 * time.Millisecond
+	absorbHold    = time.Second
+	absorbHoldMin = 1 << 20
+	// absorbHeldPoll is the poll while only held files wait.
+	absorbHeldPoll = 5 * time.Millisecond
 )
 
 // absorber takes over the queued nodes; it ends once the queue stayed
@@ -342,19 +365,40 @@ func (s *Session) absorber() {
 			continue
 		}
 		idle = 0
-		for _, n := range queue {
-			s.absorbQueued(ctx, n)
+		var held []queuedAbsorb
+		took := false
+		for _, q := range queue {
+			if now := time.Now(); now.Before(q.until) {
+				held = append(held, q)
+				continue
+			}
+			if s.absorbQueued(ctx, &q) {
+				took = true
+			} else {
+				held = append(held, q)
+			}
+		}
+		if len(held) == 0 {
+			continue
+		}
+		s.backed.mu.Lock()
+		s.backed.queue = append(held, s.backed.queue...)
+		s.backed.mu.Unlock()
+		if !took {
+			time.Sleep(absorbHeldPoll)
 		}
 	}
 }
 
-// absorbQueued takes over n, a queued staged file, into write buffers,
-// which frees its staging file for the next new file at once; the
-// buffers go to the store as any write's do (spillAll: with the next
+// absorbQueued takes over q's node, a queued staged file, into write
+// buffers, which frees its staging file for the next new file at once;
+// the buffers go to the store as any write's do (spillAll: with the next
 // flush, or in a goroutine past the engine's budget), so that neither
 // this nor a request served on a ring thread waits for the hashing and
-// compressing.
-func (s *Session) absorbQueued(ctx context.Context, n *node) {
+// compressing. It reports false, with q.until set, for a file it holds
+// back (absorbHold).
+func (s *Session) absorbQueued(ctx context.Context, q *queuedAbsorb) bool {
+	n := q.n
 	s.freeze.RLock()
 	// Before n.mu (lock order). A file with no name that a handle still
 	// reads (another mount's, served by the daemon) is absorbed too.
@@ -362,14 +406,33 @@ func (s *Session) absorbQueued(ctx context.Context, n *node) {
 	n.mu.Lock()
 	var err error
 	var dispose func()
+	evict := false
 	if b := n.data.backing; b != nil && b.staged && b.opens == 0 {
-		if reachable {
-			dispose, err = n.detachIngested(ctx)
-		} else {
+		switch {
+		case !reachable:
 			dispose = n.detachBacking() // unlinked and closed: nothing to keep
+		case q.until.IsZero() && holdStaged(b):
+			hold := absorbHold
+			if h := s.holdFor.Load(); h != 0 {
+				hold = time.Duration(h)
+			}
+			q.until = q.closed.Add(hold)
+			n.mu.Unlock()
+			s.freeze.RUnlock()
+			return false
+		case holdStaged(b) && s.keepRoom():
+			if _, err = n.absorb(ctx); err == nil {
+				b.kept, b.keptAt = true, time.Now()
+				evict = true
+			}
+		default:
+			dispose, err = n.detachIngested(ctx)
 		}
 	}
 	n.mu.Unlock()
+	if evict {
+		s.evictKept()
+	}
 	if err == nil {
 		err = s.spillAll(ctx)
 	}
@@ -382,6 +445,91 @@ func (s *Session) absorbQueued(ctx context.Context, n *node) {
 	if err != nil {
 		// The next flush tries again, and reports it.
 		s.log.Warn("absorb a staged file", "session", s.name, "err", err)
+	}
+	return true
+}
+
+// holdStaged reports whether the absorber holds b, a closed staged file,
+// back for absorbHold: it has absorbHoldMin bytes or more. Called with the
+// node's mu held.
+func holdStaged(b *backing) bool {
+	fp, err := fingerprintOf(b.f)
+	return err == nil && fp.size >= absorbHoldMin
+}
+
+// Read copies. A big staged file (absorbHoldMin) that the absorber takes
+// stays its node's backing file once absorbed, flagged kept: the node
+// holds its content (into the store with the next flush) and the staging
+// file the same bytes, so a reader's open, at any later time, reads it
+// through passthrough at the page cache's speed rather than the daemon's
+// from the store, which verifies and copies every chunk (cold reads,
+// SeqReadJustWritten). It is the same file, with the same trust, as the
+// staging file a reader reads before the absorb: bytes the daemon hashed
+// as it took them, with no name but for an fsync's journal record, in the
+// store's own directory. Any change of the file makes it an ordinary
+// staged file again (a writer's open, which the daemon then takes over, a
+// truncate, which unstages it), and the next absorb makes it kept again.
+//
+// Kept copies of a session take at most keptMax bytes, the oldest going
+// first, and only while the backing directory's filesystem has
+// keptFreeMin of itself free: a flush that finds less drops them all, so
+// that they never take from the store the space a write needs.
+const (
+	keptMax     = 2 << 30
+	keptFreeMin = 0.10
+)
+
+// keepRoom reports whether the backing directory's filesystem has room
+// for read copies.
+func (s *Session) keepRoom() bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(s.backingDir, &st); err != nil || st.Blocks == 0 {
+		return false
+	}
+	return float64(st.Bavail) >= keptFreeMin*float64(st.Blocks)
+}
+
+// evictKept drops the oldest read copies of s while they take more than
+// keptMax bytes. Called with no node's mu held.
+func (s *Session) evictKept() {
+	type keptCopy struct {
+		n    *node
+		at   time.Time
+		size int64
+	}
+	var kept []keptCopy
+	var total int64
+	for _, n := range s.backedNodes() {
+		n.mu.Lock()
+		if b := n.data.backing; b != nil && b.kept {
+			kept = append(kept, keptCopy{n, b.keptAt, b.size})
+			total += b.size
+		}
+		n.mu.Unlock()
+	}
+	slices.SortFunc(kept, func(a, b keptCopy) int { return a.at.Compare(b.at) })
+	for _, c := range kept {
+		if total <= keptMax {
+			return
+		}
+		c.n.mu.Lock()
+		if b := c.n.data.backing; b != nil && b.kept && b.keptAt.Equal(c.at) && b.opens == 0 && c.n.ingestedAsIs() {
+			c.n.dropBacking()
+			total -= c.size
+		}
+		c.n.mu.Unlock()
+	}
+}
+
+// dropKept drops every read copy of s that no handle uses. Called with
+// freeze held exclusively.
+func (s *Session) dropKept() {
+	for _, n := range s.backedNodes() {
+		n.mu.Lock()
+		if b := n.data.backing; b != nil && b.kept && b.opens == 0 && n.ingestedAsIs() {
+			n.dropBacking()
+		}
+		n.mu.Unlock()
 	}
 }
 

@@ -34,6 +34,29 @@ func stagedState(t *testing.T, e *Engine, session, path string) (bool, int) {
 	return n.data.backing.staged, n.data.backing.opens
 }
 
+// readThroughBacking reads the file at p, name in session "s", whole and
+// checks that it held want and that its open read the backing file.
+func readThroughBacking(t *testing.T, e *Engine, p, name string, want []byte) {
+	t.Helper()
+	r, err := openT(t, p, os.O_RDONLY, 0)
+	require.NoError(t, err)
+	defer r.Close()
+	_, opens := keptState(t, e, "s", name)
+	require.Equal(t, 1, opens, "the reader reads the backing file")
+	got, err := io.ReadAll(r)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.NoError(t, r.Close())
+}
+
+// absorbedState reports whether the absorber took the file at path of
+// session s: it has no backing file, or only a read copy no handle uses.
+func absorbedState(t *testing.T, e *Engine, session, path string) bool {
+	t.Helper()
+	kept, opens := keptState(t, e, session, path)
+	return opens == -1 || kept && opens == 0
+}
+
 // needStaging skips a test of staged files where the filesystem under the
 // test's temporary directory cannot stage them (no multigrain timestamps).
 func needStaging(t *testing.T) {
@@ -100,12 +123,10 @@ func TestStagedFile(t *testing.T) {
 
 	require.NoError(t, w.Close())
 	require.NoError(t, r.Close())
-	// Once no one has it open, the session's absorber stores it and drops
-	// the staging file, with no flush.
-	require.Eventually(t, func() bool {
-		_, opens := stagedState(t, e, "s", "out.bin")
-		return opens == -1
-	}, 5*time.Second, 10*time.Millisecond, "the absorber drops the closed staging file")
+	// Once no one has it open, the session's absorber takes it, with no
+	// flush (and keeps the staging file as its read copy).
+	require.Eventually(t, func() bool { return absorbedState(t, e, "s", "out.bin") },
+		5*time.Second, 10*time.Millisecond, "the absorber takes the closed staging file")
 	require.Equal(t, want, []byte(read(t, p)))
 	require.NoError(t, e.Sync(ctx, "s"))
 	s, err := e.live(ctx, "s")
@@ -374,10 +395,8 @@ func TestStagedModel(t *testing.T) {
 	}
 	require.NoError(t, w.Close())
 	require.NoError(t, r.Close())
-	require.Eventually(t, func() bool {
-		_, opens := stagedState(t, e, "s", "model")
-		return opens == -1
-	}, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return absorbedState(t, e, "s", "model") },
+		5*time.Second, 10*time.Millisecond)
 	require.Equal(t, model, []byte(read(t, p)))
 	for i, sn := range snaps {
 		require.Equal(t, sn.want, []byte(read(t, filepath.Join(sn.dir, "model"))), "snapshot %d changed", i)
@@ -662,4 +681,116 @@ func TestUnlinkedStagedStillOpen(t *testing.T) {
 	got, err := io.ReadAll(r)
 	require.NoError(t, err)
 	require.Equal(t, "still read", string(got))
+}
+
+// TestStagedHold: a closed staged file of absorbHoldMin bytes or more
+// stays staged for a while, so that a reader that opens it next reads the
+// staging file through passthrough; a capture, and Sync, still take it,
+// and a smaller file is absorbed at once.
+func TestStagedHold(t *testing.T) {
+	t.Parallel()
+	needStaging(t)
+	e, m, p := mountedFile(t, "big")
+	ctx := context.Background()
+	s, err := e.live(ctx, "s")
+	require.NoError(t, err)
+	s.holdFor.Store(int64(time.Hour)) // no absorb but a flush's
+	want := randBytes(7, absorbHoldMin+4321)
+	require.NoError(t, os.WriteFile(p, want, 0o644))
+	small := filepath.Join(m.Dir(), "small")
+	require.NoError(t, os.WriteFile(small, want[:absorbHoldMin-1], 0o644))
+
+	require.Eventually(t, func() bool {
+		_, opens := stagedState(t, e, "s", "small")
+		return opens == -1
+	}, 10*time.Second, time.Millisecond, "a small staged file is absorbed at once")
+	staged, opens := stagedState(t, e, "s", "big")
+	require.True(t, staged, "a big closed file stays staged")
+	require.Equal(t, 0, opens)
+
+	readThroughBacking(t, e, p, "big", want)
+
+	_, snap := captureMount(t, e, "s")
+	require.Equal(t, want, []byte(read(t, filepath.Join(snap, "big"))))
+	require.NoError(t, e.Sync(ctx, "s"))
+	_, opens = stagedState(t, e, "s", "big")
+	require.Equal(t, -1, opens, "a flush takes a held file as any closed one")
+	require.Equal(t, want, []byte(read(t, p)))
+}
+
+// keptState reports whether the file at path of session s has a read copy
+// (a kept staged file), and how many passthrough handles it has.
+func keptState(t *testing.T, e *Engine, session, path string) (bool, int) {
+	t.Helper()
+	n := fileNodeOf(t, e, session, path)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if b := n.data.backing; b != nil {
+		return b.kept, b.opens
+	}
+	return false, -1
+}
+
+// TestStagedReadCopy: once the absorber took a big closed staged file,
+// the staging file stays as the node's read copy: later readers read it
+// through passthrough, flushes and captures keep it, a writer's open
+// ends it, and a restore drops it.
+func TestStagedReadCopy(t *testing.T) {
+	t.Parallel()
+	needStaging(t)
+	e, m, p := mountedFile(t, "big")
+	ctx := context.Background()
+	s, err := e.live(ctx, "s")
+	require.NoError(t, err)
+	if !s.keepRoom() {
+		t.Skip("the test directory's filesystem has no room for read copies")
+	}
+	s.holdFor.Store(1) // absorbed at once
+	want := randBytes(8, absorbHoldMin+777)
+	require.NoError(t, os.WriteFile(p, want, 0o644))
+	require.Eventually(t, func() bool {
+		kept, _ := keptState(t, e, "s", "big")
+		return kept
+	}, 10*time.Second, time.Millisecond, "the absorber keeps a read copy")
+	firstID, first := captureMount(t, e, "s")
+	orig := append([]byte(nil), want...)
+	require.NoError(t, e.Sync(ctx, "s"))
+	kept, opens := keptState(t, e, "s", "big")
+	require.True(t, kept, "a flush keeps a read copy")
+	require.Equal(t, 0, opens)
+
+	readThroughBacking(t, e, p, "big", want)
+	kept, _ = keptState(t, e, "s", "big")
+	require.True(t, kept, "a reader's close leaves the copy as it is")
+	require.Equal(t, want, []byte(read(t, filepath.Join(first, "big"))))
+
+	// A writer the daemon serves takes the content over.
+	w, err := openT(t, p, os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = w.WriteAt([]byte("changed"), 100)
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	kept, opens = keptState(t, e, "s", "big")
+	require.False(t, kept)
+	require.Equal(t, -1, opens, "the daemon took the file over")
+	copy(want[100:], "changed")
+	require.Equal(t, want, []byte(read(t, p)))
+
+	// A new copy, then a restore to the first capture: the old tree's
+	// copy goes, and the file reads as captured.
+	other := filepath.Join(m.Dir(), "other")
+	require.NoError(t, os.WriteFile(other, want, 0o644))
+	require.Eventually(t, func() bool {
+		kept, _ := keptState(t, e, "s", "other")
+		return kept
+	}, 10*time.Second, time.Millisecond, "the absorber keeps a read copy")
+	n := fileNodeOf(t, e, "s", "other")
+	require.NoError(t, e.Restore(ctx, "s", firstID))
+	n.mu.Lock()
+	dropped := n.data.backing == nil
+	n.mu.Unlock()
+	require.True(t, dropped, "a restore drops the old tree's read copies")
+	_, err = os.Stat(other)
+	require.True(t, os.IsNotExist(err), "other was written after the capture")
+	require.Equal(t, orig, []byte(read(t, p)))
 }
