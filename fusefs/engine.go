@@ -169,6 +169,7 @@ func (e *Engine) flushEvery(interval time.Duration) {
 		}
 		for _, s := range e.liveSessions() {
 			s.trimBackingPool()
+			s.dropKeptIfFull()
 			s.dirtyMu.Lock()
 			dirty := len(s.dirty) > 0
 			s.dirtyMu.Unlock()
@@ -893,7 +894,7 @@ func (e *Engine) Restore(ctx context.Context, session, spec string) error {
 	}
 	s.treeMu.Unlock()
 	// The old tree's read copies (staged.go) no name leads to any more.
-	s.dropKept()
+	s.forgetKept()
 	s.dirtyMu.Lock()
 	s.dirty = make(map[*node]struct{})
 	s.dirtyMu.Unlock()

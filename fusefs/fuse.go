@@ -143,11 +143,14 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		n.mu.Lock()
 		if b := n.data.backing; b != nil {
 			b.opens--
-			if b.opens == 0 && b.staged && !b.kept {
+			if b.opens == 0 && b.staged {
 				// Absorbed and dropped in the background, so that a flush
 				// (which holds writers back) seldom has to. A read copy
-				// only readers opened since it was kept is as it was.
-				n.sess.markContent(n)
+				// only readers opened since it was kept is as it was: the
+				// absorber drops it only if the file lost its names.
+				if !b.kept {
+					n.sess.markContent(n)
+				}
 				n.sess.absorbLater(n)
 			}
 		}

@@ -58,6 +58,9 @@ func (e *Engine) Graft(ctx context.Context, session, path string, entry *manifes
 		}
 		if cur != nil {
 			s.detach(dir, name)
+			if cur.Kind == manifest.KindDir {
+				s.forgetKept() // the files below keep their nlink
+			}
 		}
 		n := s.nodeFromEntry(&ent)
 		s.attach(dir, name, n, true)
@@ -72,6 +75,9 @@ func (e *Engine) Remove(ctx context.Context, session, path string) error {
 	return e.edit(ctx, session, path, false, func(s *Session, dir *node, name string, cur *manifest.Entry) error {
 		if cur != nil {
 			s.detach(dir, name)
+			if cur.Kind == manifest.KindDir {
+				s.forgetKept() // the files below keep their nlink
+			}
 		}
 		return nil
 	})

@@ -88,8 +88,9 @@ type backing struct {
 	idle     idleState   // staged: the periodic flush's watch on an open file
 	// kept is set on a closed staged file the absorber absorbed and kept
 	// as its node's read copy (Read copies, staged.go), keptAt when.
-	kept   bool
-	keptAt time.Time
+	kept      bool
+	keptAt    time.Time
+	keptEpoch uint64 // Session.keepEpoch when kept
 }
 
 // mappable reports whether a shared writable mapping may still write
@@ -350,6 +351,12 @@ func (n *node) eligible(flags uint32) passthroughKind {
 	if n.kind != manifest.KindFile || n.sess.readOnly || n.sess.backingDir == "" {
 		return noPassthrough
 	}
+	if n.mode&(syscall.S_ISUID|syscall.S_ISGID) != 0 {
+		return noPassthrough
+	}
+	if _, ok := n.xattrs[capabilityXattr]; ok {
+		return noPassthrough
+	}
 	if b := n.data.backing; b != nil && b.staged && flags&syscall.O_ACCMODE == syscall.O_RDONLY {
 		// A reader of a staged file reads the staging file, rather than
 		// making the daemon take the content over.
@@ -364,12 +371,6 @@ func (n *node) eligible(flags uint32) passthroughKind {
 		// durable in the backing file only, which a crash discards, and
 		// the daemon would not even hear of it; served by the daemon,
 		// each write is followed by the kernel's FSYNC.
-		return noPassthrough
-	}
-	if n.mode&(syscall.S_ISUID|syscall.S_ISGID) != 0 {
-		return noPassthrough
-	}
-	if _, ok := n.xattrs[capabilityXattr]; ok {
 		return noPassthrough
 	}
 	if flags&syscall.O_APPEND == 0 {
@@ -691,7 +692,7 @@ func (s *Session) ingestAll(ctx context.Context, all bool) error {
 			case gone:
 				n.dropBacking()
 			case b.staged:
-				if absorbed[n] && n.ingestedAsIs() && !(b.kept && keepRoom) {
+				if absorbed[n] && n.ingestedAsIs() && !(b.kept && keepRoom && b.keptEpoch == s.keepEpoch.Load()) {
 					n.dropBacking()
 				}
 			case b.fresh:

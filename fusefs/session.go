@@ -83,6 +83,10 @@ type Session struct {
 	// holdFor, for tests, replaces absorbHold (staged.go) when set, in
 	// nanoseconds.
 	holdFor atomic.Int64
+	// keepEpoch counts the edits that took files out of the tree while
+	// their nlink stayed (a restore, a directory grafted over or removed):
+	// a read copy is kept only within the epoch its node was queued in.
+	keepEpoch atomic.Uint64
 
 	// dirtyBytes counts buffered file bytes across the session, and
 	// buffers across the engine.

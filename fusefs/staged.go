@@ -303,7 +303,7 @@ func (s *Session) absorbLater(n *node) {
 	if s.backed.closed {
 		return
 	}
-	s.backed.queue = append(s.backed.queue, queuedAbsorb{n: n, closed: time.Now()})
+	s.backed.queue = append(s.backed.queue, queuedAbsorb{n: n, closed: time.Now(), epoch: s.keepEpoch.Load()})
 	if !s.backed.absorbing {
 		s.backed.absorbing = true
 		s.backed.work.Add(1)
@@ -317,6 +317,7 @@ type queuedAbsorb struct {
 	n      *node
 	closed time.Time
 	until  time.Time
+	epoch  uint64 // Session.keepEpoch when queued
 }
 
 // The absorber polls its queue every absorbPoll for absorbLinger after it
@@ -411,6 +412,8 @@ func (s *Session) absorbQueued(ctx context.Context, q *queuedAbsorb) bool {
 		switch {
 		case !reachable:
 			dispose = n.detachBacking() // unlinked and closed: nothing to keep
+		case b.kept:
+			// A read copy whose last reader closed: as it was.
 		case q.until.IsZero() && holdStaged(b):
 			hold := absorbHold
 			if h := s.holdFor.Load(); h != 0 {
@@ -420,9 +423,9 @@ func (s *Session) absorbQueued(ctx context.Context, q *queuedAbsorb) bool {
 			n.mu.Unlock()
 			s.freeze.RUnlock()
 			return false
-		case holdStaged(b) && s.keepRoom():
+		case q.epoch == s.keepEpoch.Load() && holdStaged(b) && s.keepRoom():
 			if _, err = n.absorb(ctx); err == nil {
-				b.kept, b.keptAt = true, time.Now()
+				b.kept, b.keptAt, b.keptEpoch = true, time.Now(), q.epoch
 				evict = true
 			}
 		default:
@@ -470,10 +473,15 @@ func holdStaged(b *backing) bool {
 // staged file again (a writer's open, which the daemon then takes over, a
 // truncate, which unstages it), and the next absorb makes it kept again.
 //
-// Kept copies of a session take at most keptMax bytes, the oldest going
-// first, and only while the backing directory's filesystem has
-// keptFreeMin of itself free: a flush that finds less drops them all, so
-// that they never take from the store the space a write needs.
+// A file that lost its names loses its copy at its last close; an edit
+// that takes files out of the tree with their nlink (a restore, a
+// directory grafted over or removed) ends the keep epoch (forgetKept).
+// Files with setuid, setgid or capabilities get no passthrough, so no
+// reader of a copy. Kept copies of a session take at most keptMax bytes,
+// the oldest going first, and only while the backing directory's
+// filesystem has keptFreeMin of itself free: a flush, or a tick of the
+// periodic flush, that finds less drops them all, so that they never take
+// from the store the space a write needs.
 const (
 	keptMax     = 2 << 30
 	keptFreeMin = 0.10
@@ -521,8 +529,35 @@ func (s *Session) evictKept() {
 	}
 }
 
+// dropKeptIfFull drops s's read copies when the disk has no room for
+// them (keepRoom): the periodic flush's check, which runs whether or not
+// the session changed, since a staged writer filling the disk changes
+// nothing the daemon sees until its close.
+func (s *Session) dropKeptIfFull() {
+	has := false
+	for _, n := range s.backedNodes() {
+		n.mu.Lock()
+		has = has || n.data.backing != nil && n.data.backing.kept
+		n.mu.Unlock()
+	}
+	if !has || s.keepRoom() {
+		return
+	}
+	s.freeze.RLock()
+	s.dropKept()
+	s.freeze.RUnlock()
+}
+
+// forgetKept ends the keep epoch, so that no node queued before is kept
+// and every flush drops the copies kept before, and drops those no handle
+// uses now. Called with freeze held exclusively.
+func (s *Session) forgetKept() {
+	s.keepEpoch.Add(1)
+	s.dropKept()
+}
+
 // dropKept drops every read copy of s that no handle uses. Called with
-// freeze held exclusively.
+// freeze held (shared or exclusively).
 func (s *Session) dropKept() {
 	for _, n := range s.backedNodes() {
 		n.mu.Lock()

@@ -776,6 +776,29 @@ func TestStagedReadCopy(t *testing.T) {
 	copy(want[100:], "changed")
 	require.Equal(t, want, []byte(read(t, p)))
 
+	keptFile := func(name string) (string, *node) {
+		t.Helper()
+		path := filepath.Join(m.Dir(), name)
+		require.NoError(t, os.WriteFile(path, want, 0o644))
+		require.Eventually(t, func() bool {
+			kept, _ := keptState(t, e, "s", name)
+			return kept
+		}, 10*time.Second, time.Millisecond, "the absorber keeps a read copy of %s", name)
+		return path, fileNodeOf(t, e, "s", name)
+	}
+	backingGone := func(n *node) bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.data.backing == nil
+	}
+	// Unlinked while a reader has it open: dropped at the reader's close.
+	gone, gn := keptFile("gone")
+	r, err := openT(t, gone, os.O_RDONLY, 0)
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(gone))
+	require.NoError(t, r.Close())
+	require.Eventually(t, func() bool { return backingGone(gn) }, 10*time.Second, time.Millisecond,
+		"an unlinked read copy goes once its last reader closed")
 	// A new copy, then a restore to the first capture: the old tree's
 	// copy goes, and the file reads as captured.
 	other := filepath.Join(m.Dir(), "other")
