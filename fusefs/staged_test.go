@@ -799,6 +799,16 @@ func TestStagedReadCopy(t *testing.T) {
 	require.NoError(t, r.Close())
 	require.Eventually(t, func() bool { return backingGone(gn) }, 10*time.Second, time.Millisecond,
 		"an unlinked read copy goes once its last reader closed")
+	// A setuid file gets no passthrough: the daemon serves its reader and
+	// takes the copy over.
+	suid, _ := keptFile("suid")
+	require.NoError(t, unix.Chmod(suid, 0o4755))
+	r, err = openT(t, suid, os.O_RDONLY, 0)
+	require.NoError(t, err)
+	_, opens = keptState(t, e, "s", "suid")
+	require.NoError(t, r.Close())
+	require.Equal(t, -1, opens, "the daemon took the setuid file over")
+
 	// A new copy, then a restore to the first capture: the old tree's
 	// copy goes, and the file reads as captured.
 	other := filepath.Join(m.Dir(), "other")
