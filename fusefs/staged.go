@@ -409,12 +409,13 @@ func (s *Session) absorbQueued(ctx context.Context, q *queuedAbsorb) bool {
 	var dispose func()
 	evict := false
 	if b := n.data.backing; b != nil && b.staged && b.opens == 0 {
+		big := reachable && !b.kept && holdStaged(b) // one fstat
 		switch {
 		case !reachable:
 			dispose = n.detachBacking() // unlinked and closed: nothing to keep
 		case b.kept:
 			// A read copy whose last reader closed: as it was.
-		case q.until.IsZero() && holdStaged(b):
+		case big && q.until.IsZero():
 			hold := absorbHold
 			if h := s.holdFor.Load(); h != 0 {
 				hold = time.Duration(h)
@@ -423,7 +424,7 @@ func (s *Session) absorbQueued(ctx context.Context, q *queuedAbsorb) bool {
 			n.mu.Unlock()
 			s.freeze.RUnlock()
 			return false
-		case q.epoch == s.keepEpoch.Load() && holdStaged(b) && s.keepRoom():
+		case big && q.epoch == s.keepEpoch.Load() && s.keepRoom():
 			if _, err = n.absorb(ctx); err == nil {
 				b.kept, b.keptAt, b.keptEpoch = true, time.Now(), q.epoch
 				evict = true
