@@ -187,68 +187,15 @@ func DecodeTree(b []byte) (*Tree, error) {
 	// blocks.
 	var refs []cas.Ref
 	for i := range t.Entries {
-		e := &t.Entries[i]
-		e.Name = d.str(MaxNameLen)
-		e.Kind = Kind(d.byte())
-		e.Mode = uint32(d.uvarint(math.MaxUint32))
-		e.UID = uint32(d.uvarint(math.MaxUint32))
-		e.GID = uint32(d.uvarint(math.MaxUint32))
-		e.MtimeNs = d.varint()
-		e.CtimeNs = d.varint()
-		switch e.Kind {
-		case KindFile:
-			e.Size = int64(d.uvarint(math.MaxInt64))
-			e.Depth = d.byte()
-			if e.Depth != 0 {
-				e.Index = d.ref()
-				break
-			}
-			n := ChunkCount(e.Size)
-			if n == 0 || n > MaxInlineChunks {
-				break // validation reports n > MaxInlineChunks
-			}
-			if len(refs)+n > cap(refs) {
-				refs = make([]cas.Ref, 0, max(256, n))
-			}
-			start := len(refs)
-			for range n {
-				refs = append(refs, d.ref())
-			}
-			e.Chunks = refs[start:len(refs):len(refs)]
-		case KindDir:
-			e.Tree = d.ref()
-		case KindSymlink:
-			e.Target = d.str(MaxPathLen)
-			e.Size = int64(len(e.Target))
-		case KindFifo, KindSocket:
-		case KindCharDev, KindBlockDev:
-			e.Rdev = uint32(d.uvarint(math.MaxUint32))
-		default:
-			if d.err == nil {
-				return nil, errf(ErrInvalid, "tree: entry %d %q: unknown kind %d", i, e.Name, e.Kind)
-			}
-		}
-		e.Xattrs = d.xattrs()
-		if e.LinkID = d.uvarint(math.MaxUint64); e.LinkID != 0 {
-			e.Nlink = uint32(d.uvarint(math.MaxUint32))
-		}
-		if d.err != nil {
-			return nil, d.fail("tree: entry %d", i)
+		if err := d.entry(&t.Entries[i], i, &refs); err != nil {
+			return nil, err
 		}
 	}
 	if len(d.s) != 0 && d.s[0] == selfMarker {
 		d.s = d.s[1:]
-		a := &DirAttr{}
-		a.Mode = uint32(d.uvarint(math.MaxUint32))
-		a.UID = uint32(d.uvarint(math.MaxUint32))
-		a.GID = uint32(d.uvarint(math.MaxUint32))
-		a.MtimeNs = d.varint()
-		a.CtimeNs = d.varint()
-		a.Xattrs = d.xattrs()
-		if d.err != nil {
+		if t.Self = d.dirAttr(); d.err != nil {
 			return nil, d.fail("tree: own attributes")
 		}
-		t.Self = a
 	}
 	if len(d.s) != 0 {
 		return nil, errf(ErrMalformed, "tree: %d trailing bytes", len(d.s))
@@ -260,6 +207,78 @@ func DecodeTree(b []byte) (*Tree, error) {
 		return nil, errf(ErrMalformed, "tree: format version %d, want %d for these entries", version, want)
 	}
 	return t, nil
+}
+
+// entry decodes entry i of a tree into e. Inline chunk refs are appended
+// to *refs, whose backing array the entries share.
+func (d *decoder) entry(e *Entry, i int, refs *[]cas.Ref) error {
+	e.Name = d.str(MaxNameLen)
+	e.Kind = Kind(d.byte())
+	e.Mode = uint32(d.uvarint(math.MaxUint32))
+	e.UID = uint32(d.uvarint(math.MaxUint32))
+	e.GID = uint32(d.uvarint(math.MaxUint32))
+	e.MtimeNs = d.varint()
+	e.CtimeNs = d.varint()
+	switch e.Kind {
+	case KindFile:
+		d.content(e, refs)
+	case KindDir:
+		e.Tree = d.ref()
+	case KindSymlink:
+		e.Target = d.str(MaxPathLen)
+		e.Size = int64(len(e.Target))
+	case KindFifo, KindSocket:
+	case KindCharDev, KindBlockDev:
+		e.Rdev = uint32(d.uvarint(math.MaxUint32))
+	default:
+		if d.err == nil {
+			return errf(ErrInvalid, "tree: entry %d %q: unknown kind %d", i, e.Name, e.Kind)
+		}
+	}
+	e.Xattrs = d.xattrs()
+	if e.LinkID = d.uvarint(math.MaxUint64); e.LinkID != 0 {
+		e.Nlink = uint32(d.uvarint(math.MaxUint32))
+	}
+	if d.err != nil {
+		return d.fail("tree: entry %d", i)
+	}
+	return nil
+}
+
+// content decodes a file entry's size and its index ref or inline chunk
+// refs. The refs are appended to *refs, allocated in blocks of at least
+// 256 so that small files do not each allocate.
+func (d *decoder) content(e *Entry, refs *[]cas.Ref) {
+	e.Size = int64(d.uvarint(math.MaxInt64))
+	e.Depth = d.byte()
+	if e.Depth != 0 {
+		e.Index = d.ref()
+		return
+	}
+	n := ChunkCount(e.Size)
+	if n == 0 || n > MaxInlineChunks {
+		return // validation reports n > MaxInlineChunks
+	}
+	if len(*refs)+n > cap(*refs) {
+		*refs = make([]cas.Ref, 0, max(256, n))
+	}
+	start := len(*refs)
+	for range n {
+		*refs = append(*refs, d.ref())
+	}
+	e.Chunks = (*refs)[start:len(*refs):len(*refs)]
+}
+
+// dirAttr decodes a directory's own attributes.
+func (d *decoder) dirAttr() *DirAttr {
+	a := &DirAttr{}
+	a.Mode = uint32(d.uvarint(math.MaxUint32))
+	a.UID = uint32(d.uvarint(math.MaxUint32))
+	a.GID = uint32(d.uvarint(math.MaxUint32))
+	a.MtimeNs = d.varint()
+	a.CtimeNs = d.varint()
+	a.Xattrs = d.xattrs()
+	return a
 }
 
 // treeVersion is the format version of t's encoding: the lowest that

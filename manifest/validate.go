@@ -111,60 +111,80 @@ func (e *Entry) Validate() error {
 	bad := func(format string, args ...any) error {
 		return errf(ErrInvalid, "entry %q: "+format, append([]any{e.Name}, args...)...)
 	}
-	if e.Mode&^0o7777 != 0 {
+	if err := e.validateFields(bad); err != nil {
+		return err
+	}
+	if err := e.validateKind(bad); err != nil {
+		return err
+	}
+	return validateXattrs(e.Xattrs, bad)
+}
+
+// validateFields checks that the entry sets only the fields its kind has.
+func (e *Entry) validateFields(bad func(format string, args ...any) error) error {
+	switch {
+	case e.Mode&^0o7777 != 0:
 		return bad("mode %#o has bits outside 07777", e.Mode)
-	}
-	if (e.LinkID != 0) != (e.Nlink >= 1) {
+	case (e.LinkID != 0) != (e.Nlink >= 1):
 		return bad("link id %d with nlink %d: want both set or both zero", e.LinkID, e.Nlink)
-	}
-	if e.Kind != KindDir && !e.Tree.IsZero() {
+	case e.Kind != KindDir && !e.Tree.IsZero():
 		return bad("%v with a tree ref", e.Kind)
-	}
-	if e.Kind != KindSymlink && e.Target != "" {
+	case e.Kind != KindSymlink && e.Target != "":
 		return bad("%v with a symlink target", e.Kind)
-	}
-	if e.Kind != KindFile && (len(e.Chunks) != 0 || !e.Index.IsZero() || e.Depth != 0) {
+	case e.Kind != KindFile && (len(e.Chunks) != 0 || !e.Index.IsZero() || e.Depth != 0):
 		return bad("%v with file content", e.Kind)
-	}
-	if !e.Kind.IsDevice() && e.Rdev != 0 {
+	case !e.Kind.IsDevice() && e.Rdev != 0:
 		return bad("%v with a device number", e.Kind)
 	}
+	return nil
+}
+
+// validateKind checks the rules of the entry's own kind.
+func (e *Entry) validateKind(bad func(format string, args ...any) error) error {
 	switch e.Kind {
 	case KindFile:
 		if err := validateContent(e.Size, e.Chunks, e.Index, e.Depth); err != nil {
 			return wrapf(err, "entry %q", e.Name)
 		}
+		return nil
 	case KindDir:
-		if e.Tree.IsZero() {
-			return bad("directory without a tree ref")
-		}
-		if e.Size != 0 {
-			return bad("directory with size %d", e.Size)
-		}
-		if e.LinkID != 0 {
-			return bad("directory with a link id")
-		}
+		return e.validateDir(bad)
 	case KindSymlink:
-		if e.Target == "" {
-			return bad("symlink with an empty target")
-		}
-		if len(e.Target) > MaxPathLen {
-			return bad("symlink target of %d bytes, over %d", len(e.Target), MaxPathLen)
-		}
-		if strings.IndexByte(e.Target, 0) >= 0 {
-			return bad("symlink target contains NUL")
-		}
-		if e.Size != int64(len(e.Target)) {
-			return bad("symlink size %d, target has %d bytes", e.Size, len(e.Target))
-		}
+		return e.validateSymlink(bad)
 	case KindFifo, KindSocket, KindCharDev, KindBlockDev:
 		if e.Size != 0 {
 			return bad("%v with size %d", e.Kind, e.Size)
 		}
+		return nil
 	default:
 		return bad("unknown kind %d", e.Kind)
 	}
-	return validateXattrs(e.Xattrs, bad)
+}
+
+func (e *Entry) validateDir(bad func(format string, args ...any) error) error {
+	switch {
+	case e.Tree.IsZero():
+		return bad("directory without a tree ref")
+	case e.Size != 0:
+		return bad("directory with size %d", e.Size)
+	case e.LinkID != 0:
+		return bad("directory with a link id")
+	}
+	return nil
+}
+
+func (e *Entry) validateSymlink(bad func(format string, args ...any) error) error {
+	switch {
+	case e.Target == "":
+		return bad("symlink with an empty target")
+	case len(e.Target) > MaxPathLen:
+		return bad("symlink target of %d bytes, over %d", len(e.Target), MaxPathLen)
+	case strings.IndexByte(e.Target, 0) >= 0:
+		return bad("symlink target contains NUL")
+	case e.Size != int64(len(e.Target)):
+		return bad("symlink size %d, target has %d bytes", e.Size, len(e.Target))
+	}
+	return nil
 }
 
 // validateXattrs checks names, values and order; bad words the error.
