@@ -152,27 +152,23 @@ func runRun(ctx context.Context, cl *daemon.Client, out io.Writer, o runOptions)
 	if err := ctx.Err(); err != nil {
 		return err // interrupted while the mount was made: run nothing
 	}
-	places := hold.Layout.Places()
-	// Parents first: a canonical path may lie below another.
-	slices.SortFunc(places, func(a, b manifest.Place) int { return strings.Compare(a.At, b.At) })
-	env := runEnv(os.Environ(), o.user != "", spec)
-	for _, p := range places {
-		if v, ok := providerEnv[p.Provider]; ok {
-			env = unsetEnv(env, v) // never a home outside the session
-		}
-		if p.At == "" {
-			name := p.Provider
-			if name == "" {
-				name = "the workspace"
-			}
-			fmt.Fprintf(os.Stderr, "homefs: warning: %s (%s) has no canonical path and is not shown in the run (homefs session set %s --home-at/--workspace-at)\n", name, displaySubtree(p.Subtree), o.session)
-			continue
-		}
-		spec.Binds = append(spec.Binds, nsBind{Source: p.Subtree, Target: p.At})
-		if v, ok := providerEnv[p.Provider]; ok {
-			env = setEnv(env, v, p.At)
-		}
+	if err := placeRun(&spec, hold, o); err != nil {
+		return err
 	}
+	status, lost, err := runInNamespaces(spec, hold.Lost)
+	hold.Release()
+	if err != nil {
+		return err
+	}
+	return runEnded(ctx, cl, out, o, status, lost)
+}
+
+// placeRun fills in spec what the run of o in hold's mount shows where:
+// the binds of the layout's canonical paths, CMD's environment, its
+// working directory and the daemon's mount.
+func placeRun(spec *runSpec, hold *daemon.RunHold, o runOptions) error {
+	env := runEnv(os.Environ(), o.user != "", *spec)
+	env = bindPlaces(spec, env, hold.Layout, o.session)
 	if len(spec.Binds) == 0 {
 		return usageError{fmt.Errorf("session %s records no canonical paths: set them with homefs session set %s --home-at PROVIDER=PATH --workspace-at PATH", o.session, o.session)}
 	}
@@ -194,11 +190,39 @@ func runRun(ctx context.Context, cl *daemon.Client, out io.Writer, o runOptions)
 		}
 	}
 	spec.MountDir = hold.Dir
-	status, lost, err := runInNamespaces(spec, hold.Lost)
-	hold.Release()
-	if err != nil {
-		return err
+	return nil
+}
+
+// bindPlaces adds to spec a bind for each place of layout that has a
+// canonical path, and returns env with each provider's variable pointing
+// at its home's.
+func bindPlaces(spec *runSpec, env []string, layout *manifest.Layout, session string) []string {
+	places := layout.Places()
+	// Parents first: a canonical path may lie below another.
+	slices.SortFunc(places, func(a, b manifest.Place) int { return strings.Compare(a.At, b.At) })
+	for _, p := range places {
+		if v, ok := providerEnv[p.Provider]; ok {
+			env = unsetEnv(env, v) // never a home outside the session
+		}
+		if p.At == "" {
+			name := p.Provider
+			if name == "" {
+				name = "the workspace"
+			}
+			fmt.Fprintf(os.Stderr, "homefs: warning: %s (%s) has no canonical path and is not shown in the run (homefs session set %s --home-at/--workspace-at)\n", name, displaySubtree(p.Subtree), session)
+			continue
+		}
+		spec.Binds = append(spec.Binds, nsBind{Source: p.Subtree, Target: p.At})
+		if v, ok := providerEnv[p.Provider]; ok {
+			env = setEnv(env, v, p.At)
+		}
 	}
+	return env
+}
+
+// runEnded is homefs run's outcome once CMD ended with status: the hold
+// lost, the --capture, then CMD's status.
+func runEnded(ctx context.Context, cl *daemon.Client, out io.Writer, o runOptions, status int, lost bool) error {
 	if lost {
 		fmt.Fprintf(os.Stderr, "homefs run: the daemon stopped serving %s during the run; the command was ended, and what it wrote last may be lost (see the daemon's log)\n", o.session)
 		return exitStatus(runLostStatus)
@@ -272,15 +296,10 @@ func runInNamespaces(spec runSpec, lost <-chan struct{}) (status int, wasLost bo
 	var ptmx *os.File
 	if term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd())) {
 		var tty *os.File
-		if ptmx, tty, err = pty.Open(); err != nil {
-			return 0, false, fmt.Errorf("pseudo-terminal for the command: %w", err)
+		if ptmx, tty, err = openRunPTY(spec.UID, spec.GID); err != nil {
+			return 0, false, err
 		}
 		defer ptmx.Close()
-		_ = pty.InheritSize(os.Stdin, ptmx)
-		if err := os.Chown(tty.Name(), int(spec.UID), int(spec.GID)); err != nil {
-			tty.Close()
-			return 0, false, fmt.Errorf("pseudo-terminal for the command: %w", err)
-		}
 		cmd.ExtraFiles = append(cmd.ExtraFiles, tty) // fd 4
 		spec.TTY = true
 		defer tty.Close()
@@ -299,12 +318,42 @@ func runInNamespaces(spec runSpec, lost <-chan struct{}) (status int, wasLost bo
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
-	// Pdeathsig follows the thread that started the child: keep it.
-	type result struct {
-		state *os.ProcessState
-		err   error
+	done, err := startRunInit(cmd, w, b)
+	if err != nil {
+		return 0, false, err
 	}
-	done := make(chan result, 1)
+	relayed, restore := relayTerminal(ptmx, cmd.ExtraFiles[1:])
+	defer restore()
+	status, wasLost = waitRunInit(cmd.Process, ptmx, sigs, lost, done, relayed)
+	return status, wasLost, nil
+}
+
+// openRunPTY opens CMD's pseudo-terminal, the size of homefs run's, its
+// terminal end owned by uid:gid.
+func openRunPTY(uid, gid uint32) (ptmx, tty *os.File, err error) {
+	if ptmx, tty, err = pty.Open(); err != nil {
+		return nil, nil, fmt.Errorf("pseudo-terminal for the command: %w", err)
+	}
+	_ = pty.InheritSize(os.Stdin, ptmx)
+	if err := os.Chown(tty.Name(), int(uid), int(gid)); err != nil {
+		tty.Close()
+		ptmx.Close()
+		return nil, nil, fmt.Errorf("pseudo-terminal for the command: %w", err)
+	}
+	return ptmx, tty, nil
+}
+
+// runInitResult is how the namespaces' init ended.
+type runInitResult struct {
+	state *os.ProcessState
+	err   error
+}
+
+// startRunInit starts cmd, the namespaces' init, hands it the spec b
+// through w, and returns where its end is told.
+func startRunInit(cmd *exec.Cmd, w *os.File, b []byte) (<-chan runInitResult, error) {
+	// Pdeathsig follows the thread that started the child: keep it.
+	done := make(chan runInitResult, 1)
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -319,26 +368,42 @@ func runInNamespaces(spec runSpec, lost <-chan struct{}) (status int, wasLost bo
 			_ = cmd.Process.Kill()
 		}
 		err := cmd.Wait()
-		done <- result{cmd.ProcessState, err}
+		done <- runInitResult{cmd.ProcessState, err}
 	}()
 	if err := <-started; err != nil {
 		w.Close()
-		return 0, false, fmt.Errorf("start the run's namespaces: %w", err)
+		return nil, fmt.Errorf("start the run's namespaces: %w", err)
 	}
-	relayed := make(chan struct{})
-	if ptmx != nil {
-		for _, f := range cmd.ExtraFiles[1:] {
-			f.Close() // the init has its copy; CMD's end then shows on ptmx
-		}
-		old, err := term.MakeRaw(int(os.Stdin.Fd()))
-		if err == nil {
-			defer func() { _ = term.Restore(int(os.Stdin.Fd()), old) }()
-		}
-		go func() { _, _ = io.Copy(ptmx, os.Stdin) }()
-		go func() { _, _ = io.Copy(os.Stdout, ptmx); close(relayed) }()
-	} else {
-		close(relayed)
+	return done, nil
+}
+
+// relayTerminal, on a pseudo-terminal ptmx, closes homefs run's copies of
+// its terminal ends ttys, puts homefs run's terminal in raw mode and
+// relays between the two; relayed is closed once CMD's last output is
+// copied (at once without ptmx), and restore gives the terminal back its
+// mode.
+func relayTerminal(ptmx *os.File, ttys []*os.File) (relayed <-chan struct{}, restore func()) {
+	done := make(chan struct{})
+	restore = func() {}
+	if ptmx == nil {
+		close(done)
+		return done, restore
 	}
+	for _, f := range ttys {
+		f.Close() // the init has its copy; CMD's end then shows on ptmx
+	}
+	old, err := term.MakeRaw(int(os.Stdin.Fd()))
+	if err == nil {
+		restore = func() { _ = term.Restore(int(os.Stdin.Fd()), old) }
+	}
+	go func() { _, _ = io.Copy(ptmx, os.Stdin) }()
+	go func() { _, _ = io.Copy(os.Stdout, ptmx); close(done) }()
+	return done, restore
+}
+
+// waitRunInit forwards sigs to the init, tells it to end once the hold is
+// lost, and returns CMD's status when the init ends.
+func waitRunInit(proc *os.Process, ptmx *os.File, sigs <-chan os.Signal, lost <-chan struct{}, done <-chan runInitResult, relayed <-chan struct{}) (status int, wasLost bool) {
 	for {
 		select {
 		case sig := <-sigs:
@@ -348,17 +413,17 @@ func runInNamespaces(spec runSpec, lost <-chan struct{}) (status int, wasLost bo
 				}
 				continue
 			}
-			_ = cmd.Process.Signal(sig)
+			_ = proc.Signal(sig)
 		case <-lost:
 			if !wasLost {
 				wasLost = true
-				_ = cmd.Process.Signal(syscall.SIGTERM)
+				_ = proc.Signal(syscall.SIGTERM)
 			}
 		case res := <-done:
 			if ptmx != nil {
 				<-relayed // CMD's last output
 			}
-			return statusOf(res.state), wasLost, nil
+			return statusOf(res.state), wasLost
 		}
 	}
 }

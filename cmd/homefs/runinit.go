@@ -27,13 +27,7 @@ func runInit() int {
 	signal.Notify(sigs, forwarded...)
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, syscall.SIGCHLD)
-	var spec runSpec
-	f := os.NewFile(3, "spec")
-	err := json.NewDecoder(f).Decode(&spec)
-	f.Close()
-	if err == nil && len(spec.Argv) == 0 {
-		err = errors.New("no command")
-	}
+	spec, err := readRunSpec()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "homefs run: bad spec:", err)
 		return runSetupStatus
@@ -61,6 +55,30 @@ func runInit() int {
 		fmt.Fprintln(os.Stderr, "homefs run: no_new_privs:", err)
 		return runSetupStatus
 	}
+	cmd := runInitChild(spec)
+	if err := cmd.Start(); err != nil {
+		return startFailed(spec, err)
+	}
+	if spec.TTY {
+		cmd.Stdin.(*os.File).Close()
+	}
+	return reapUntil(cmd.Process.Pid, sigs, chld)
+}
+
+// readRunSpec reads the spec homefs run writes to fd 3.
+func readRunSpec() (runSpec, error) {
+	var spec runSpec
+	f := os.NewFile(3, "spec")
+	err := json.NewDecoder(f).Decode(&spec)
+	f.Close()
+	if err == nil && len(spec.Argv) == 0 {
+		err = errors.New("no command")
+	}
+	return spec, err
+}
+
+// runInitChild is CMD as spec describes it, to be started by the init.
+func runInitChild(spec runSpec) *exec.Cmd {
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env, cmd.Dir = spec.Env, spec.Cwd
@@ -76,20 +94,25 @@ func runInit() int {
 		attr.Credential = &syscall.Credential{Uid: spec.UID, Gid: spec.GID, Groups: spec.Groups}
 	}
 	cmd.SysProcAttr = attr
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "homefs run: start %s as uid %d in %s: %v\n", spec.Argv[0], spec.UID, spec.Cwd, err)
-		if errors.Is(err, fs.ErrPermission) {
-			fmt.Fprintln(os.Stderr, "homefs run: the user must be able to reach the canonical paths (every parent directory searchable) and to execute the command")
-		}
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return 127
-		}
-		return 126
+	return cmd
+}
+
+// startFailed says why CMD did not start and returns the status a shell
+// gives that failure: 127 for a command not found, 126 otherwise.
+func startFailed(spec runSpec, err error) int {
+	fmt.Fprintf(os.Stderr, "homefs run: start %s as uid %d in %s: %v\n", spec.Argv[0], spec.UID, spec.Cwd, err)
+	if errors.Is(err, fs.ErrPermission) {
+		fmt.Fprintln(os.Stderr, "homefs run: the user must be able to reach the canonical paths (every parent directory searchable) and to execute the command")
 	}
-	if spec.TTY {
-		cmd.Stdin.(*os.File).Close()
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return 127
 	}
-	pid := cmd.Process.Pid
+	return 126
+}
+
+// reapUntil forwards sigs to pid and reaps every child that ends, until
+// pid does, and returns its status as a shell reports it.
+func reapUntil(pid int, sigs, chld <-chan os.Signal) int {
 	for {
 		// Reap every child that ended; CMD's status ends the run.
 		for {

@@ -18,11 +18,20 @@ func sessionCommand() *cli.Command {
 		Name:  "session",
 		Usage: "create, list and remove sessions",
 		Subcommands: []*cli.Command{
-			{
-				Name:      "create",
-				Usage:     "create a session, empty or from a snapshot",
-				ArgsUsage: "NAME",
-				Description: `Creates session NAME with an empty tree, or with --from the tree of a
+			sessionCreateCommand(),
+			sessionSetCommand(),
+			sessionListCommand(),
+			sessionRmCommand(),
+		},
+	}
+}
+
+func sessionCreateCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "create",
+		Usage:     "create a session, empty or from a snapshot",
+		ArgsUsage: "NAME",
+		Description: `Creates session NAME with an empty tree, or with --from the tree of a
 snapshot (ID, unique prefix, SESSION@ID, or SESSION for its last snapshot).
 Names are 1-128 bytes of [A-Za-z0-9._-], not starting with '.' or '-'.
 
@@ -36,62 +45,71 @@ made from a snapshot takes the snapshot's unless flags are given.
 
    homefs session create agent-1 --owner agent --home-at codex=/home/agent/.codex --workspace-at /workspace
    homefs session create retry --from agent-1@3f2a9c1e`,
-				Flags: append([]cli.Flag{&cli.StringFlag{Name: "from", Usage: "snapshot to start from"}, ownerFlag("owner of the session's root directory"), jsonFlag}, layoutFlags()...),
-				Action: func(c *cli.Context) error {
-					if err := args(c, 1, 1); err != nil {
-						return err
-					}
-					owner, err := parseOwner(c.String("owner"))
-					if err != nil {
-						return err
-					}
-					var layout *manifest.Layout
-					if layoutChanged(c) {
-						if layout, err = applyLayoutFlags(c, nil); err != nil {
-							return err
-						}
-					}
-					return runSessionCreate(c.Context, client(c), os.Stdout, sessionCreateOptions{
-						name: c.Args().First(), from: c.String("from"), json: c.Bool("json"),
-						owner: owner, layout: layout,
-					})
-				},
-			},
-			{
-				Name:      "set",
-				Usage:     "change a session's layout (homes, workspace, canonical paths)",
-				ArgsUsage: "NAME",
-				Description: `Changes what the layout flags name and keeps the rest; --clear starts from
+		Flags: append([]cli.Flag{&cli.StringFlag{Name: "from", Usage: "snapshot to start from"}, ownerFlag("owner of the session's root directory"), jsonFlag}, layoutFlags()...),
+		Action: func(c *cli.Context) error {
+			if err := args(c, 1, 1); err != nil {
+				return err
+			}
+			owner, err := parseOwner(c.String("owner"))
+			if err != nil {
+				return err
+			}
+			var layout *manifest.Layout
+			if layoutChanged(c) {
+				if layout, err = applyLayoutFlags(c, nil); err != nil {
+					return err
+				}
+			}
+			return runSessionCreate(c.Context, client(c), os.Stdout, sessionCreateOptions{
+				name: c.Args().First(), from: c.String("from"), json: c.Bool("json"),
+				owner: owner, layout: layout,
+			})
+		},
+	}
+}
+
+func sessionSetCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "set",
+		Usage:     "change a session's layout (homes, workspace, canonical paths)",
+		ArgsUsage: "NAME",
+		Description: `Changes what the layout flags name and keeps the rest; --clear starts from
 an empty layout. The next capture records the new layout.
 
    homefs session set agent-1 --home codex=home/.codex --home-at codex=/home/agent/.codex
    homefs session set agent-1 --workspace-at /workspace`,
-				Flags: append([]cli.Flag{&cli.BoolFlag{Name: "clear", Usage: "start from an empty layout"}, jsonFlag}, layoutFlags()...),
-				Action: func(c *cli.Context) error {
-					if err := args(c, 1, 1); err != nil {
-						return err
-					}
-					return runSessionSet(c, client(c), os.Stdout, c.Args().First())
-				},
-			},
-			{
-				Name:        "list",
-				Aliases:     []string{"ls"},
-				Usage:       "list sessions with their last snapshot and mounts",
-				Description: "   homefs session list --json",
-				Flags:       []cli.Flag{jsonFlag},
-				Action: func(c *cli.Context) error {
-					if err := args(c, 0, 0); err != nil {
-						return err
-					}
-					return runSessionList(c.Context, client(c), os.Stdout, c.Bool("json"))
-				},
-			},
-			{
-				Name:      "rm",
-				Usage:     "remove a session (its snapshots stay, unless --purge)",
-				ArgsUsage: "NAME",
-				Description: `Removes the session's head. It must not be mounted. Its snapshots stay and
+		Flags: append([]cli.Flag{&cli.BoolFlag{Name: "clear", Usage: "start from an empty layout"}, jsonFlag}, layoutFlags()...),
+		Action: func(c *cli.Context) error {
+			if err := args(c, 1, 1); err != nil {
+				return err
+			}
+			return runSessionSet(c, client(c), os.Stdout, c.Args().First())
+		},
+	}
+}
+
+func sessionListCommand() *cli.Command {
+	return &cli.Command{
+		Name:        "list",
+		Aliases:     []string{"ls"},
+		Usage:       "list sessions with their last snapshot and mounts",
+		Description: "   homefs session list --json",
+		Flags:       []cli.Flag{jsonFlag},
+		Action: func(c *cli.Context) error {
+			if err := args(c, 0, 0); err != nil {
+				return err
+			}
+			return runSessionList(c.Context, client(c), os.Stdout, c.Bool("json"))
+		},
+	}
+}
+
+func sessionRmCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "rm",
+		Usage:     "remove a session (its snapshots stay, unless --purge)",
+		ArgsUsage: "NAME",
+		Description: `Removes the session's head. It must not be mounted. Its snapshots stay and
 can still be forked or restored; gc frees what nothing reaches any more.
 
 With --purge, every snapshot the session captured is forgotten with it, in
@@ -107,24 +125,22 @@ session is untouched); gc --remote then deletes the objects.
 
    homefs session rm --purge agent-1 && homefs gc
    homefs session rm --purge --remote origin agent-1 && homefs gc --remote origin`,
-				Flags: []cli.Flag{
-					&cli.BoolFlag{Name: "purge", Usage: "forget every snapshot of the session too"},
-					&cli.StringFlag{Name: "remote", Usage: "with --purge: purge the session on `REMOTE` instead"},
-					jsonFlag,
-				},
-				Action: func(c *cli.Context) error {
-					if err := args(c, 1, 1); err != nil {
-						return err
-					}
-					if c.IsSet("remote") {
-						if !c.Bool("purge") {
-							return usageError{fmt.Errorf("session rm --remote needs --purge (a remote session is its snapshots)")}
-						}
-						return runRemotePurge(c.Context, client(c), os.Stdout, c.String("remote"), c.Args().First(), c.Bool("json"))
-					}
-					return runSessionRm(c.Context, client(c), os.Stdout, c.Args().First(), c.Bool("purge"), c.Bool("json"))
-				},
-			},
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "purge", Usage: "forget every snapshot of the session too"},
+			&cli.StringFlag{Name: "remote", Usage: "with --purge: purge the session on `REMOTE` instead"},
+			jsonFlag,
+		},
+		Action: func(c *cli.Context) error {
+			if err := args(c, 1, 1); err != nil {
+				return err
+			}
+			if c.IsSet("remote") {
+				if !c.Bool("purge") {
+					return usageError{fmt.Errorf("session rm --remote needs --purge (a remote session is its snapshots)")}
+				}
+				return runRemotePurge(c.Context, client(c), os.Stdout, c.String("remote"), c.Args().First(), c.Bool("json"))
+			}
+			return runSessionRm(c.Context, client(c), os.Stdout, c.Args().First(), c.Bool("purge"), c.Bool("json"))
 		},
 	}
 }

@@ -40,6 +40,19 @@ const (
 func (s *Service) handler() http.Handler {
 	mux := http.NewServeMux()
 	s.remoteRoutes(mux)
+	s.sessionRoutes(mux)
+	s.mountRoutes(mux)
+	s.snapshotRoutes(mux)
+	s.storeRoutes(mux)
+	s.nativeRoutes(mux)
+	s.syncRoutes(mux)
+	s.leaseRoutes(mux)
+	return s.logRequests(mux)
+}
+
+// sessionRoutes: the daemon's status, and sessions: create, list, remove,
+// capture, log, restore, run, layout.
+func (s *Service) sessionRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET "+pathStatus, func(w http.ResponseWriter, r *http.Request) {
 		opts := StatusOptions{CheckRemotes: r.URL.Query().Get("remotes") == "check"}
 		reply(w, s.Status(r.Context(), opts), nil)
@@ -103,6 +116,10 @@ func (s *Service) handler() http.Handler {
 		v, err := s.SetLayout(r.Context(), r.PathValue("name"), req)
 		reply(w, v, err)
 	})
+}
+
+// mountRoutes: mount, unmount, forget.
+func (s *Service) mountRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET "+pathMounts, func(w http.ResponseWriter, r *http.Request) {
 		reply(w, s.Mounts(r.Context()), nil)
 	})
@@ -130,6 +147,10 @@ func (s *Service) handler() http.Handler {
 		v, err := s.Forget(r.Context(), req)
 		reply(w, v, err)
 	})
+}
+
+// snapshotRoutes: fork, diff, export, import.
+func (s *Service) snapshotRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+pathFork, func(w http.ResponseWriter, r *http.Request) {
 		var req ForkRequest
 		if !decode(w, r, &req) {
@@ -164,6 +185,10 @@ func (s *Service) handler() http.Handler {
 		v, err := s.Import(r.Context(), r.URL.Query().Get("session"), r.Body, r.URL.Query().Get("devices") == "1")
 		reply(w, v, err)
 	})
+}
+
+// storeRoutes: gc, fsck, stats.
+func (s *Service) storeRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+pathGC, func(w http.ResponseWriter, r *http.Request) {
 		stream(w, func(progress func(Progress)) (any, error) { return s.GC(r.Context(), progress) })
 	})
@@ -174,6 +199,10 @@ func (s *Service) handler() http.Handler {
 		v, err := s.Stats(r.Context())
 		reply(w, v, err)
 	})
+}
+
+// nativeRoutes: bind, and import and export of a provider's native home.
+func (s *Service) nativeRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+pathBind, func(w http.ResponseWriter, r *http.Request) {
 		var req BindRequest
 		if !decode(w, r, &req) {
@@ -198,6 +227,10 @@ func (s *Service) handler() http.Handler {
 		v, err := s.ExportNative(r.Context(), req)
 		reply(w, v, err)
 	})
+}
+
+// syncRoutes: remotes, push, pull.
+func (s *Service) syncRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET "+pathRemotes, func(w http.ResponseWriter, r *http.Request) {
 		reply(w, s.Remotes(r.Context()), nil)
 	})
@@ -227,8 +260,6 @@ func (s *Service) handler() http.Handler {
 		}
 		stream(w, func(progress func(Progress)) (any, error) { return s.Pull(r.Context(), req, progress) })
 	})
-	s.leaseRoutes(mux)
-	return s.logRequests(mux)
 }
 
 // logRequests logs each request with its outcome at debug level, and

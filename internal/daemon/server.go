@@ -71,18 +71,8 @@ func Serve(ctx context.Context, cfg Config) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	root, err := filepath.Abs(cfg.Root)
+	root, sock, err := servePaths(cfg)
 	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(root, 0o700); err != nil {
-		return fmt.Errorf("create root %s: %w", root, err)
-	}
-	sock := cfg.Socket
-	if sock == "" {
-		sock = DefaultSocket(root)
-	}
-	if sock, err = filepath.Abs(sock); err != nil {
 		return err
 	}
 	var m *metrics
@@ -92,17 +82,9 @@ func Serve(ctx context.Context, cfg Config) error {
 		}
 		m = newMetrics()
 	}
-	storeDir := filepath.Join(root, "store")
-	bopts := cfg.Badger
-	if bopts.Logger == nil {
-		bopts.Logger = log.With("component", "badger")
-	}
-	store, err := cas.OpenBadger(storeDir, bopts)
-	if errors.Is(err, cas.ErrLocked) {
-		return fmt.Errorf("%w on %s: its store is locked (stop it first, or choose another --root): %w", ErrAlreadyRunning, root, err)
-	}
+	store, err := openStore(root, cfg.Badger, log)
 	if err != nil {
-		return fmt.Errorf("open store %s: %w", storeDir, err)
+		return err
 	}
 	closeStore := store.Close
 	defer func() {
@@ -110,12 +92,7 @@ func Serve(ctx context.Context, cfg Config) error {
 			log.Error("close store", "err", err)
 		}
 	}()
-	cleaned, err := cleanStaleMounts(root, log)
-	if err != nil {
-		log.Warn("stale mount check failed", "err", err)
-	} else if len(cleaned) > 0 {
-		log.Info("cleaned mounts left by an earlier run", "count", len(cleaned))
-	}
+	reportStaleMounts(root, log)
 
 	svc, err := newService(ctx, root, store, log, cfg.URing, cfg.ShutdownGrace, m, cfg.RemoteTimeouts)
 	if err != nil {
@@ -138,8 +115,80 @@ func Serve(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	srv := newHTTPServer(ctx, svc, log)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	uh := svc.eng.URingHost()
+	log.Info("homefs daemon ready", "root", root, "socket", sock, "pid", os.Getpid(),
+		"fuse_uring", uh.Mode, "uring_switch", uh.Switch, "uring_switch_changed", uh.Changed)
+	if cfg.Ready != nil {
+		cfg.Ready()
+	}
+	stopWatchdog := notifyReady(ctx, cfg.Notify, store, root, log)
+	defer stopWatchdog()
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "cause", context.Cause(ctx))
+	case serveErr = <-errc:
+		log.Error("server stopped", "err", serveErr)
+	}
+	return shutdown(cfg, srv, sock, svc, store, serveErr, log)
+}
+
+// servePaths returns the absolute paths of the root, created 0700 if
+// missing, and of the socket.
+func servePaths(cfg Config) (root, sock string, err error) {
+	root, err = filepath.Abs(cfg.Root)
+	if err != nil {
+		return "", "", err
+	}
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return "", "", fmt.Errorf("create root %s: %w", root, err)
+	}
+	sock = cfg.Socket
+	if sock == "" {
+		sock = DefaultSocket(root)
+	}
+	if sock, err = filepath.Abs(sock); err != nil {
+		return "", "", err
+	}
+	return root, sock, nil
+}
+
+// openStore opens the root's Badger store; a store another process holds
+// is ErrAlreadyRunning.
+func openStore(root string, bopts cas.BadgerOptions, log *slog.Logger) (*cas.BadgerStore, error) {
+	storeDir := filepath.Join(root, "store")
+	if bopts.Logger == nil {
+		bopts.Logger = log.With("component", "badger")
+	}
+	store, err := cas.OpenBadger(storeDir, bopts)
+	if errors.Is(err, cas.ErrLocked) {
+		return nil, fmt.Errorf("%w on %s: its store is locked (stop it first, or choose another --root): %w", ErrAlreadyRunning, root, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", storeDir, err)
+	}
+	return store, nil
+}
+
+// reportStaleMounts detaches the mounts an earlier run left and logs what
+// it found.
+func reportStaleMounts(root string, log *slog.Logger) {
+	cleaned, err := cleanStaleMounts(root, log)
+	if err != nil {
+		log.Warn("stale mount check failed", "err", err)
+	} else if len(cleaned) > 0 {
+		log.Info("cleaned mounts left by an earlier run", "count", len(cleaned))
+	}
+}
+
+// newHTTPServer serves svc's API to the peers whose uid is the daemon's.
+func newHTTPServer(ctx context.Context, svc *Service, log *slog.Logger) *http.Server {
 	owner := os.Getuid()
-	srv := &http.Server{
+	return &http.Server{
 		Handler:           checkPeer(owner, svc.handler()),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
@@ -151,33 +200,31 @@ func Serve(ctx context.Context, cfg Config) error {
 		},
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	uh := svc.eng.URingHost()
-	log.Info("homefs daemon ready", "root", root, "socket", sock, "pid", os.Getpid(),
-		"fuse_uring", uh.Mode, "uring_switch", uh.Switch, "uring_switch_changed", uh.Changed)
-	if cfg.Ready != nil {
-		cfg.Ready()
-	}
-	if n := cfg.Notify; n.Enabled() {
-		if err := n.Notify(fmt.Sprintf("READY=1\nMAINPID=%d\nSTATUS=serving %s", os.Getpid(), root)); err != nil {
-			log.Warn("could not tell systemd the daemon is ready", "err", err)
-		}
-		if n.Watchdog > 0 {
-			wctx, stopWatchdog := context.WithCancel(ctx)
-			defer stopWatchdog()
-			go watchdog(wctx, n, store, log)
-			log.Info("systemd watchdog on", "interval", n.Watchdog)
-		}
-	}
+}
 
-	var serveErr error
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down", "cause", context.Cause(ctx))
-	case serveErr = <-errc:
-		log.Error("server stopped", "err", serveErr)
+// notifyReady tells the service manager, if any, that the daemon is
+// ready, and starts its watchdog; the function it returns stops the
+// watchdog.
+func notifyReady(ctx context.Context, n *sdnotify.Notifier, store cas.HasManyer, root string, log *slog.Logger) (stopWatchdog func()) {
+	if !n.Enabled() {
+		return func() {}
 	}
+	if err := n.Notify(fmt.Sprintf("READY=1\nMAINPID=%d\nSTATUS=serving %s", os.Getpid(), root)); err != nil {
+		log.Warn("could not tell systemd the daemon is ready", "err", err)
+	}
+	if n.Watchdog <= 0 {
+		return func() {}
+	}
+	wctx, stop := context.WithCancel(ctx)
+	go watchdog(wctx, n, store, log)
+	log.Info("systemd watchdog on", "interval", n.Watchdog)
+	return stop
+}
+
+// shutdown stops the server, removes the socket, unmounts and flushes
+// every mount and syncs the store; it returns the server's failure, if
+// any, else the shutdown's.
+func shutdown(cfg Config, srv *http.Server, sock string, svc *Service, store *cas.BadgerStore, serveErr error, log *slog.Logger) error {
 	if err := cfg.Notify.Notify("STOPPING=1\nSTATUS=unmounting and flushing"); err != nil {
 		log.Warn("could not tell systemd the daemon is stopping", "err", err)
 	}
