@@ -22,96 +22,134 @@ import (
 // chunk, or one that breaks the chunk-length rule (manifest.CheckChunk),
 // stops the export with an error wrapping cas.ErrCorrupt.
 func Export(ctx context.Context, g cas.Getter, root cas.Ref, w io.Writer, progress Progress) error {
-	tw := tar.NewWriter(w)
-	firstName := make(map[uint64]string) // LinkID → first path written
-	var entries, bytes int64
-	// The root's own attributes, when its tree holds them, are those of
-	// "./", as tar writes the directory it archives.
-	top, err := manifest.GetTree(ctx, g, root)
+	x := &exporter{
+		ctx:       ctx,
+		g:         g,
+		tw:        tar.NewWriter(w),
+		firstName: make(map[uint64]string),
+		progress:  progress,
+	}
+	if err := x.writeRoot(root); err != nil {
+		return err
+	}
+	if err := manifest.Walk(ctx, g, root, x.entry); err != nil {
+		return err
+	}
+	return x.tw.Close()
+}
+
+// exporter holds what Export carries from one entry to the next.
+type exporter struct {
+	ctx            context.Context
+	g              cas.Getter
+	tw             *tar.Writer
+	firstName      map[uint64]string // LinkID → first path written
+	entries, bytes int64
+	progress       Progress
+}
+
+// writeRoot writes the root's own attributes, when its tree holds them, as
+// those of "./", as tar writes the directory it archives.
+func (x *exporter) writeRoot(root cas.Ref) error {
+	top, err := manifest.GetTree(x.ctx, x.g, root)
 	if err != nil {
 		return fmt.Errorf("archive: root: %w", err)
 	}
-	if a := top.Self; a != nil {
-		hdr := &tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: int64(a.Mode), Uid: int(a.UID), Gid: int(a.GID),
-			ModTime: time.Unix(0, a.MtimeNs), ChangeTime: time.Unix(0, a.CtimeNs), Format: tar.FormatPAX}
-		for _, x := range a.Xattrs {
-			if hdr.PAXRecords == nil {
-				hdr.PAXRecords = make(map[string]string)
-			}
-			hdr.PAXRecords[xattrPrefix+x.Name] = string(x.Value)
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return fmt.Errorf("archive: ./: %w", err)
-		}
-	}
-	err = manifest.Walk(ctx, g, root, func(p string, e *manifest.Entry) error {
-		hdr := &tar.Header{
-			Name:       p,
-			Mode:       int64(e.Mode & 0o7777),
-			Uid:        int(e.UID),
-			Gid:        int(e.GID),
-			ModTime:    time.Unix(0, e.MtimeNs),
-			ChangeTime: time.Unix(0, e.CtimeNs),
-			Format:     tar.FormatPAX,
-		}
-		for _, x := range e.Xattrs {
-			if hdr.PAXRecords == nil {
-				hdr.PAXRecords = make(map[string]string)
-			}
-			hdr.PAXRecords[xattrPrefix+x.Name] = string(x.Value)
-		}
-		switch e.Kind {
-		case manifest.KindSocket:
-			return nil
-		case manifest.KindFifo:
-			hdr.Typeflag = tar.TypeFifo
-		case manifest.KindCharDev, manifest.KindBlockDev:
-			hdr.Typeflag = tar.TypeChar
-			if e.Kind == manifest.KindBlockDev {
-				hdr.Typeflag = tar.TypeBlock
-			}
-			hdr.Devmajor, hdr.Devminor = int64(unix.Major(uint64(e.Rdev))), int64(unix.Minor(uint64(e.Rdev)))
-		case manifest.KindDir:
-			hdr.Typeflag = tar.TypeDir
-			hdr.Name += "/"
-		case manifest.KindSymlink:
-			hdr.Typeflag = tar.TypeSymlink
-			hdr.Linkname = e.Target
-		case manifest.KindFile:
-			hdr.Typeflag = tar.TypeReg
-			hdr.Size = e.Size
-		default:
-			return fmt.Errorf("archive: %s: %w: kind %v", p, cas.ErrCorrupt, e.Kind)
-		}
-		linked := false
-		if e.LinkID != 0 && e.Kind != manifest.KindDir {
-			if first, ok := firstName[e.LinkID]; ok {
-				hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
-				linked = true
-			} else {
-				firstName[e.LinkID] = p
-			}
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return fmt.Errorf("archive: %s: %w", p, err)
-		}
-		entries++
-		if e.Kind == manifest.KindFile && !linked {
-			n, err := writeContent(ctx, g, e, tw)
-			bytes += n
-			if err != nil {
-				return fmt.Errorf("archive: %s: %w", p, err)
-			}
-		}
-		if progress != nil {
-			progress(entries, bytes)
-		}
+	a := top.Self
+	if a == nil {
 		return nil
-	})
+	}
+	hdr := &tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: int64(a.Mode), Uid: int(a.UID), Gid: int(a.GID),
+		ModTime: time.Unix(0, a.MtimeNs), ChangeTime: time.Unix(0, a.CtimeNs), Format: tar.FormatPAX,
+		PAXRecords: paxXattrs(a.Xattrs)}
+	if err := x.tw.WriteHeader(hdr); err != nil {
+		return fmt.Errorf("archive: ./: %w", err)
+	}
+	return nil
+}
+
+// entry writes the entry at p (a manifest.Walk callback).
+func (x *exporter) entry(p string, e *manifest.Entry) error {
+	if e.Kind == manifest.KindSocket {
+		return nil
+	}
+	hdr, err := entryHeader(p, e)
 	if err != nil {
 		return err
 	}
-	return tw.Close()
+	linked := false
+	if e.LinkID != 0 && e.Kind != manifest.KindDir {
+		if first, ok := x.firstName[e.LinkID]; ok {
+			hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
+			linked = true
+		} else {
+			x.firstName[e.LinkID] = p
+		}
+	}
+	if err := x.tw.WriteHeader(hdr); err != nil {
+		return fmt.Errorf("archive: %s: %w", p, err)
+	}
+	x.entries++
+	if e.Kind == manifest.KindFile && !linked {
+		n, err := writeContent(x.ctx, x.g, e, x.tw)
+		x.bytes += n
+		if err != nil {
+			return fmt.Errorf("archive: %s: %w", p, err)
+		}
+	}
+	if x.progress != nil {
+		x.progress(x.entries, x.bytes)
+	}
+	return nil
+}
+
+// entryHeader is the tar header of the entry at p, of any kind but a
+// socket, as its first name.
+func entryHeader(p string, e *manifest.Entry) (*tar.Header, error) {
+	hdr := &tar.Header{
+		Name:       p,
+		Mode:       int64(e.Mode & 0o7777),
+		Uid:        int(e.UID),
+		Gid:        int(e.GID),
+		ModTime:    time.Unix(0, e.MtimeNs),
+		ChangeTime: time.Unix(0, e.CtimeNs),
+		Format:     tar.FormatPAX,
+		PAXRecords: paxXattrs(e.Xattrs),
+	}
+	switch e.Kind {
+	case manifest.KindFifo:
+		hdr.Typeflag = tar.TypeFifo
+	case manifest.KindCharDev, manifest.KindBlockDev:
+		hdr.Typeflag = tar.TypeChar
+		if e.Kind == manifest.KindBlockDev {
+			hdr.Typeflag = tar.TypeBlock
+		}
+		hdr.Devmajor, hdr.Devminor = int64(unix.Major(uint64(e.Rdev))), int64(unix.Minor(uint64(e.Rdev)))
+	case manifest.KindDir:
+		hdr.Typeflag = tar.TypeDir
+		hdr.Name += "/"
+	case manifest.KindSymlink:
+		hdr.Typeflag = tar.TypeSymlink
+		hdr.Linkname = e.Target
+	case manifest.KindFile:
+		hdr.Typeflag = tar.TypeReg
+		hdr.Size = e.Size
+	default:
+		return nil, fmt.Errorf("archive: %s: %w: kind %v", p, cas.ErrCorrupt, e.Kind)
+	}
+	return hdr, nil
+}
+
+// paxXattrs is the PAX records that carry xs; nil for none.
+func paxXattrs(xs []manifest.Xattr) map[string]string {
+	var recs map[string]string
+	for _, x := range xs {
+		if recs == nil {
+			recs = make(map[string]string)
+		}
+		recs[xattrPrefix+x.Name] = string(x.Value)
+	}
+	return recs
 }
 
 // writeContent writes a file's bytes, chunk by chunk, holes as zeros.

@@ -53,164 +53,256 @@ type ImportOptions struct {
 // the next gc removes them. The batch is committed durably before Import
 // returns, so the root may be named at once.
 func Import(ctx context.Context, st Store, r io.Reader, opts ImportOptions) (*ImportResult, error) {
-	progress := opts.Progress
 	b := st.NewBatch()
 	defer b.Discard()
-	put := batchPutter{b}
 	tail := &tailReader{r: r}
-	tr := tar.NewReader(tail)
-	files := make(map[string]manifest.Entry)
-	// A hard link names the inode its target holds at that point of the
-	// stream: a group is the names of one inode, and a name leaves its
-	// group when a later entry replaces it, as when tar extracts.
-	group := make(map[string]int) // name → its group, while it names the group's inode
-	var groups [][]string         // the names of each group, in archive order
-	leave := func(p string) {
-		if g, ok := group[p]; ok {
-			groups[g] = slices.DeleteFunc(groups[g], func(n string) bool { return n == p })
-			delete(group, p)
-		}
+	im := &importer{
+		ctx:   ctx,
+		b:     b,
+		put:   batchPutter{b},
+		tr:    tar.NewReader(tail),
+		opts:  opts,
+		buf:   make([]byte, manifest.ChunkSize),
+		files: make(map[string]manifest.Entry),
+		links: linkGroups{group: make(map[string]int)},
+		res:   &ImportResult{},
 	}
-	res := &ImportResult{}
-	var entries int64
-	buf := make([]byte, manifest.ChunkSize)
-	for {
-		if err := ctx.Err(); err != nil {
-			return nil, err
+	if err := im.readAll(tail); err != nil {
+		return nil, err
+	}
+	im.links.number(im.files)
+	root, err := manifest.BuildTree(ctx, im.put, im.files)
+	if err != nil {
+		if errors.Is(err, manifest.ErrInvalid) {
+			return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
 		}
-		hdr, err := tr.Next()
+		return nil, err
+	}
+	if err := b.Commit(ctx, true); err != nil {
+		return nil, fmt.Errorf("archive: commit: %w", err)
+	}
+	im.res.Root = root
+	return im.res, nil
+}
+
+// importer holds what Import builds while it reads the stream.
+type importer struct {
+	ctx   context.Context
+	b     cas.Batch
+	put   batchPutter
+	tr    *tar.Reader
+	opts  ImportOptions
+	buf   []byte                    // one chunk of file content
+	files map[string]manifest.Entry // tree path → entry, as BuildTree takes them
+	links linkGroups
+	res   *ImportResult
+	// entries counts the headers read, global ones included.
+	entries int64
+}
+
+// readAll reads every entry of the stream up to its end marker.
+func (im *importer) readAll(tail *tailReader) error {
+	for {
+		if err := im.ctx.Err(); err != nil {
+			return err
+		}
+		hdr, err := im.tr.Next()
 		if err == io.EOF {
 			if !tail.endMarker() {
-				return nil, fmt.Errorf("%w: after %d entries: the stream ends without the end-of-archive marker (truncated?)", ErrMalformed, entries)
+				return fmt.Errorf("%w: after %d entries: the stream ends without the end-of-archive marker (truncated?)", ErrMalformed, im.entries)
 			}
-			break
+			return nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: after %d entries: %v", ErrMalformed, entries, err)
+			return fmt.Errorf("%w: after %d entries: %v", ErrMalformed, im.entries, err)
 		}
-		entries++
+		im.entries++
 		if hdr.Typeflag == tar.TypeXGlobalHeader {
 			continue
 		}
-		p, err := cleanName(hdr.Name)
-		if err != nil {
-			return nil, err
-		}
-		// As Extract does, never go through a symlink.
-		for d := path.Dir(p); p != "" && d != "."; d = path.Dir(d) {
-			if up, ok := files[d]; ok && up.Kind == manifest.KindSymlink {
-				return nil, fmt.Errorf("%w: %q is below %q, a symlink", ErrUnsafe, hdr.Name, d)
-			}
-		}
-		e := manifest.Entry{
-			Mode:    uint32(hdr.Mode) & 0o7777,
-			UID:     clampID(hdr.Uid),
-			GID:     clampID(hdr.Gid),
-			MtimeNs: hdr.ModTime.UnixNano(),
-		}
-		e.CtimeNs = e.MtimeNs
-		if !hdr.ChangeTime.IsZero() {
-			e.CtimeNs = hdr.ChangeTime.UnixNano()
-		}
-		e.Xattrs = xattrs(hdr.PAXRecords)
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if p == "" {
-				// "./": the root's own attributes (BuildTree's files[""]).
-				e.Kind = manifest.KindDir
-				files[""] = e
-				continue
-			}
-			e.Kind = manifest.KindDir
-			res.Dirs++
-		case tar.TypeReg: // the reader turns the old TypeRegA into TypeReg
-			if p == "" {
-				return nil, fmt.Errorf("%w: a file named %q", ErrMalformed, hdr.Name)
-			}
-			e.Kind = manifest.KindFile
-			n, err := storeContent(ctx, b, put, tr, buf, &e)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", p, err)
-			}
-			if n != hdr.Size {
-				return nil, fmt.Errorf("%w: %s: %d of %d bytes", ErrMalformed, p, n, hdr.Size)
-			}
-			res.Files++
-			res.Bytes += n
-		case tar.TypeSymlink:
-			if p == "" {
-				return nil, fmt.Errorf("%w: a symlink named %q", ErrMalformed, hdr.Name)
-			}
-			if err := checkTarget(p, hdr.Linkname); err != nil {
-				return nil, err
-			}
-			e.Kind = manifest.KindSymlink
-			e.Target = hdr.Linkname
-			e.Size = int64(len(hdr.Linkname))
-			res.Symlinks++
-		case tar.TypeLink:
-			target, err := cleanName(hdr.Linkname)
-			if err != nil {
-				return nil, fmt.Errorf("hard link %q: %w", hdr.Name, err)
-			}
-			t, ok := files[target]
-			if !ok || t.Kind == manifest.KindDir || p == "" {
-				return nil, fmt.Errorf("%w: hard link %q → %q: not an earlier non-directory of the archive", ErrUnsafe, hdr.Name, hdr.Linkname)
-			}
-			if p == target {
-				continue // a name linked to itself changes nothing
-			}
-			leave(p)
-			g, ok := group[target]
-			if !ok {
-				g = len(groups)
-				groups = append(groups, []string{target})
-				group[target] = g
-			}
-			groups[g] = append(groups[g], p)
-			group[p] = g
-			files[p] = t
-			switch t.Kind {
-			case manifest.KindFile:
-				res.Files++
-			case manifest.KindSymlink:
-				res.Symlinks++
-			default:
-				res.Special++
-			}
-			continue
-		case tar.TypeFifo, tar.TypeChar, tar.TypeBlock:
-			if p == "" {
-				return nil, fmt.Errorf("%w: a special file named %q", ErrMalformed, hdr.Name)
-			}
-			e.Kind = manifest.KindFifo
-			if hdr.Typeflag != tar.TypeFifo {
-				if !opts.Devices {
-					return nil, fmt.Errorf("%w: %q is a device node (import with devices allowed to keep it)", ErrUnsupported, hdr.Name)
-				}
-				if hdr.Devmajor < 0 || hdr.Devmajor > 0xfff || hdr.Devminor < 0 || hdr.Devminor > 0xfffff {
-					return nil, fmt.Errorf("%w: %q: device %d:%d out of range", ErrMalformed, hdr.Name, hdr.Devmajor, hdr.Devminor)
-				}
-				e.Kind = manifest.KindCharDev
-				if hdr.Typeflag == tar.TypeBlock {
-					e.Kind = manifest.KindBlockDev
-				}
-				e.Rdev = uint32(unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor)))
-			}
-			res.Special++
-		default:
-			return nil, fmt.Errorf("%w: %q has tar type %q", ErrUnsupported, hdr.Name, hdr.Typeflag)
-		}
-		leave(p)
-		files[p] = e
-		if progress != nil {
-			progress(entries, res.Bytes)
+		if err := im.entry(hdr); err != nil {
+			return err
 		}
 	}
-	// The names of a group still holding two or more are one inode: they
-	// share an identity, numbered in archive order.
+}
+
+// entry checks and stores one entry.
+func (im *importer) entry(hdr *tar.Header) error {
+	p, err := cleanName(hdr.Name)
+	if err != nil {
+		return err
+	}
+	// As Extract does, never go through a symlink.
+	for d := path.Dir(p); p != "" && d != "."; d = path.Dir(d) {
+		if up, ok := im.files[d]; ok && up.Kind == manifest.KindSymlink {
+			return fmt.Errorf("%w: %q is below %q, a symlink", ErrUnsafe, hdr.Name, d)
+		}
+	}
+	e := headerEntry(hdr)
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		e.Kind = manifest.KindDir
+		if p == "" {
+			// "./": the root's own attributes (BuildTree's files[""]).
+			im.files[""] = e
+			return nil
+		}
+		im.res.Dirs++
+	case tar.TypeReg: // the reader turns the old TypeRegA into TypeReg
+		err = im.file(p, hdr, &e)
+	case tar.TypeSymlink:
+		err = im.symlink(p, hdr, &e)
+	case tar.TypeLink:
+		return im.hardLink(p, hdr)
+	case tar.TypeFifo, tar.TypeChar, tar.TypeBlock:
+		err = im.special(p, hdr, &e)
+	default:
+		return fmt.Errorf("%w: %q has tar type %q", ErrUnsupported, hdr.Name, hdr.Typeflag)
+	}
+	if err != nil {
+		return err
+	}
+	im.links.leave(p)
+	im.files[p] = e
+	if im.opts.Progress != nil {
+		im.opts.Progress(im.entries, im.res.Bytes)
+	}
+	return nil
+}
+
+// headerEntry is the entry's attributes that every kind has.
+func headerEntry(hdr *tar.Header) manifest.Entry {
+	e := manifest.Entry{
+		Mode:    uint32(hdr.Mode) & 0o7777,
+		UID:     clampID(hdr.Uid),
+		GID:     clampID(hdr.Gid),
+		MtimeNs: hdr.ModTime.UnixNano(),
+	}
+	e.CtimeNs = e.MtimeNs
+	if !hdr.ChangeTime.IsZero() {
+		e.CtimeNs = hdr.ChangeTime.UnixNano()
+	}
+	e.Xattrs = xattrs(hdr.PAXRecords)
+	return e
+}
+
+// file stores a regular file's content.
+func (im *importer) file(p string, hdr *tar.Header, e *manifest.Entry) error {
+	if p == "" {
+		return fmt.Errorf("%w: a file named %q", ErrMalformed, hdr.Name)
+	}
+	e.Kind = manifest.KindFile
+	n, err := storeContent(im.ctx, im.b, im.put, im.tr, im.buf, e)
+	if err != nil {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	if n != hdr.Size {
+		return fmt.Errorf("%w: %s: %d of %d bytes", ErrMalformed, p, n, hdr.Size)
+	}
+	im.res.Files++
+	im.res.Bytes += n
+	return nil
+}
+
+func (im *importer) symlink(p string, hdr *tar.Header, e *manifest.Entry) error {
+	if p == "" {
+		return fmt.Errorf("%w: a symlink named %q", ErrMalformed, hdr.Name)
+	}
+	if err := checkTarget(p, hdr.Linkname); err != nil {
+		return err
+	}
+	e.Kind = manifest.KindSymlink
+	e.Target = hdr.Linkname
+	e.Size = int64(len(hdr.Linkname))
+	im.res.Symlinks++
+	return nil
+}
+
+// hardLink gives p the entry of an earlier name. It reports no progress,
+// as no content comes with it.
+func (im *importer) hardLink(p string, hdr *tar.Header) error {
+	target, err := cleanName(hdr.Linkname)
+	if err != nil {
+		return fmt.Errorf("hard link %q: %w", hdr.Name, err)
+	}
+	t, ok := im.files[target]
+	if !ok || t.Kind == manifest.KindDir || p == "" {
+		return fmt.Errorf("%w: hard link %q → %q: not an earlier non-directory of the archive", ErrUnsafe, hdr.Name, hdr.Linkname)
+	}
+	if p == target {
+		return nil // a name linked to itself changes nothing
+	}
+	im.links.leave(p)
+	im.links.join(target, p)
+	im.files[p] = t
+	switch t.Kind {
+	case manifest.KindFile:
+		im.res.Files++
+	case manifest.KindSymlink:
+		im.res.Symlinks++
+	default:
+		im.res.Special++
+	}
+	return nil
+}
+
+// special stores a fifo, or a device node when opts.Devices allows it.
+func (im *importer) special(p string, hdr *tar.Header, e *manifest.Entry) error {
+	if p == "" {
+		return fmt.Errorf("%w: a special file named %q", ErrMalformed, hdr.Name)
+	}
+	e.Kind = manifest.KindFifo
+	if hdr.Typeflag != tar.TypeFifo {
+		if !im.opts.Devices {
+			return fmt.Errorf("%w: %q is a device node (import with devices allowed to keep it)", ErrUnsupported, hdr.Name)
+		}
+		if hdr.Devmajor < 0 || hdr.Devmajor > 0xfff || hdr.Devminor < 0 || hdr.Devminor > 0xfffff {
+			return fmt.Errorf("%w: %q: device %d:%d out of range", ErrMalformed, hdr.Name, hdr.Devmajor, hdr.Devminor)
+		}
+		e.Kind = manifest.KindCharDev
+		if hdr.Typeflag == tar.TypeBlock {
+			e.Kind = manifest.KindBlockDev
+		}
+		e.Rdev = uint32(unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor)))
+	}
+	im.res.Special++
+	return nil
+}
+
+// linkGroups follows hard links through the stream. A hard link names the
+// inode its target holds at that point of the stream: a group is the
+// names of one inode, and a name leaves its group when a later entry
+// replaces it, as when tar extracts.
+type linkGroups struct {
+	group  map[string]int // name → its group, while it names the group's inode
+	groups [][]string     // the names of each group, in archive order
+}
+
+// leave takes p out of its group, if it is in one.
+func (l *linkGroups) leave(p string) {
+	if g, ok := l.group[p]; ok {
+		l.groups[g] = slices.DeleteFunc(l.groups[g], func(n string) bool { return n == p })
+		delete(l.group, p)
+	}
+}
+
+// join puts p into target's group, which it starts if target has none.
+func (l *linkGroups) join(target, p string) {
+	g, ok := l.group[target]
+	if !ok {
+		g = len(l.groups)
+		l.groups = append(l.groups, []string{target})
+		l.group[target] = g
+	}
+	l.groups[g] = append(l.groups[g], p)
+	l.group[p] = g
+}
+
+// number gives the names of each group still holding two or more one
+// identity in files: they are one inode, numbered in archive order.
+func (l *linkGroups) number(files map[string]manifest.Entry) {
 	id := uint64(0)
-	for _, names := range groups {
+	for _, names := range l.groups {
 		if len(names) < 2 {
 			continue
 		}
@@ -221,18 +313,6 @@ func Import(ctx context.Context, st Store, r io.Reader, opts ImportOptions) (*Im
 			files[n] = e
 		}
 	}
-	root, err := manifest.BuildTree(ctx, put, files)
-	if err != nil {
-		if errors.Is(err, manifest.ErrInvalid) {
-			return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
-		}
-		return nil, err
-	}
-	if err := b.Commit(ctx, true); err != nil {
-		return nil, fmt.Errorf("archive: commit: %w", err)
-	}
-	res.Root = root
-	return res, nil
 }
 
 // storeContent reads a file's content from r in chunks and fills e's
