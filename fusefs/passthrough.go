@@ -773,29 +773,9 @@ func (s *Session) ingestAll(ctx context.Context, all bool) error {
 	}
 	s.treeMu.Unlock()
 	for pass := 1; ; pass++ {
-		var checks []func() (bool, error)
-		var checked []*node
-		for _, n := range nodes {
-			n.mu.Lock()
-			check, err := n.ingestForFlush(ctx, all, named[n], absorbed)
-			n.mu.Unlock()
-			if err != nil {
-				return err
-			}
-			if check != nil {
-				checks = append(checks, check)
-				checked = append(checked, n)
-			}
-		}
-		var changed []uint64
-		for i, check := range checks {
-			c, err := check()
-			if err != nil {
-				return err
-			}
-			if c {
-				changed = append(changed, checked[i].ino)
-			}
+		changed, err := s.ingestPass(ctx, nodes, all, named, absorbed)
+		if err != nil {
+			return err
 		}
 		if len(changed) == 0 {
 			break
@@ -821,27 +801,68 @@ func (s *Session) ingestAll(ctx context.Context, all bool) error {
 	for _, n := range nodes {
 		gone := !named[n] && !s.open.has(n)
 		n.mu.Lock()
-		if b := n.data.backing; b != nil && b.opens == 0 {
-			switch {
-			case gone:
-				n.dropBacking()
-			case b.staged:
-				if absorbed[n] && n.ingestedAsIs() && !(b.kept && keepRoom && b.keptEpoch == s.keepEpoch.Load()) {
-					n.dropBacking()
-				}
-			case b.fresh:
-				// Appended since the flush before: a transcript written an
-				// entry at a time, each through an open of its own, is
-				// kept, so that the next entry's open does not copy the
-				// whole file out again. A flush that finds it idle drops it.
-				b.fresh = false
-			case n.ingestedAsIs():
-				n.dropBacking()
-			}
-		}
+		n.dropIdleBacking(gone, absorbed[n], keepRoom)
 		n.mu.Unlock()
 	}
 	return nil
+}
+
+// ingestPass is one of ingestAll's passes: it ingests nodes, then checks
+// which of them changed since, whose inode numbers it returns.
+func (s *Session) ingestPass(ctx context.Context, nodes []*node, all bool, named, absorbed map[*node]bool) ([]uint64, error) {
+	var checks []func() (bool, error)
+	var checked []*node
+	for _, n := range nodes {
+		n.mu.Lock()
+		check, err := n.ingestForFlush(ctx, all, named[n], absorbed)
+		n.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		if check != nil {
+			checks = append(checks, check)
+			checked = append(checked, n)
+		}
+	}
+	var changed []uint64
+	for i, check := range checks {
+		c, err := check()
+		if err != nil {
+			return nil, err
+		}
+		if c {
+			changed = append(changed, checked[i].ino)
+		}
+	}
+	return changed, nil
+}
+
+// dropIdleBacking drops n's backing file after ingestAll's passes if no
+// open uses it and it is not worth keeping: gone (n has no name and no
+// handle), or holding what n took from it; a staged file only if this
+// flush absorbed it, and a read copy only if there is no room to keep it.
+// Called with n.mu held.
+func (n *node) dropIdleBacking(gone, absorbed, keepRoom bool) {
+	b := n.data.backing
+	if b == nil || b.opens > 0 {
+		return
+	}
+	switch {
+	case gone:
+		n.dropBacking()
+	case b.staged:
+		if absorbed && n.ingestedAsIs() && !(b.kept && keepRoom && b.keptEpoch == n.sess.keepEpoch.Load()) {
+			n.dropBacking()
+		}
+	case b.fresh:
+		// Appended since the flush before: a transcript written an
+		// entry at a time, each through an open of its own, is
+		// kept, so that the next entry's open does not copy the
+		// whole file out again. A flush that finds it idle drops it.
+		b.fresh = false
+	case n.ingestedAsIs():
+		n.dropBacking()
+	}
 }
 
 // appendersDue reports whether a backing file that is not staged (an
