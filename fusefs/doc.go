@@ -34,9 +34,13 @@
 //
 // # Where a write goes
 //
-// The route is chosen when a file is opened (fnode.open, node.eligible),
-// and every descriptor of a node in one mount takes the node's route while
-// any passthrough descriptor is open (the kernel refuses to mix them).
+// The route is chosen when a file is opened: Session.openRoute returns it
+// as a route, one of the table's rows (routeDaemon, routeAppender,
+// routeStaged, routeWild) or routeJoin, any other descriptor joining a
+// passthrough one; node.eligible decides a mount's first open of a node.
+// Every descriptor of a node in one mount takes the node's route while
+// any passthrough descriptor is open (the kernel refuses to mix them); a
+// reader of a staged file reads the staging file.
 //
 //	descriptor                         route          durable after
 //	---------------------------------  -------------  --------------------------------------------
@@ -49,7 +53,8 @@
 //	  O_TRUNC empties (`cmd > file`)   passthrough    named in the journal), capture, close (the
 //	                                                  absorber), the periodic flush once the
 //	                                                  file stayed idle for an interval
-//	O_RDWR joining a passthrough node  wild backing   as the appender; ingest compares every chunk
+//	O_RDWR, or O_WRONLY not O_APPEND,  wild backing   as the appender; ingest compares every chunk
+//	  joining an appender's node
 //
 // Writes the daemon serves land in the node's dirty chunks (whole buffers
 // or small overlays over a stored chunk) and reach the store at the next

@@ -514,12 +514,53 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 	if err != nil {
 		return nil, err
 	}
-	if err := checkUnprivileged(opts.AllowOther); err != nil {
+	if err := checkMountOptions(opts); err != nil {
 		return nil, err
 	}
-	if opts.Dev && os.Geteuid() != 0 {
-		return nil, fmt.Errorf("%w: only a daemon running as root may mount with device nodes enabled (dev)", ErrMountOptions)
+	rootNode, err := e.mountRoot(ctx, s, subtree, real, opts)
+	if err != nil {
+		return nil, err
 	}
+	m := &Mount{engine: e, sess: s, subtree: subtree, dir: real, log: e.log}
+	m.root = m.wrap(rootNode)
+	m.rootIno = rootNode.ino
+	if err := e.addMount(m); err != nil {
+		return nil, err
+	}
+	server, err := e.mountFS(real, m, e.fsOptions(s, opts, rootNode.ino))
+	if err != nil {
+		e.mu.Lock()
+		delete(e.mounts, real)
+		e.mu.Unlock()
+		if errors.Is(err, syscall.EBUSY) {
+			return nil, fmt.Errorf("%w: %s: %v", ErrBusy, real, err)
+		}
+		return nil, fmt.Errorf("mount %s: %w", real, err)
+	}
+	m.server = server
+	if m.conn, err = connOf(real); err != nil {
+		// Close can then only wait for a busy mount's users to leave.
+		m.log.Warn("connection of the mount unknown", "mount", real, "err", err)
+	}
+	return m, nil
+}
+
+// checkMountOptions refuses the options the daemon's privileges do not
+// allow.
+func checkMountOptions(opts MountOptions) error {
+	if err := checkUnprivileged(opts.AllowOther); err != nil {
+		return err
+	}
+	if opts.Dev && os.Geteuid() != 0 {
+		return fmt.Errorf("%w: only a daemon running as root may mount with device nodes enabled (dev)", ErrMountOptions)
+	}
+	return nil
+}
+
+// mountRoot returns the directory subtree of s that a mount at real with
+// opts shows, made if a writable session has none, with the owner the
+// options give it.
+func (e *Engine) mountRoot(ctx context.Context, s *Session, subtree, real string, opts MountOptions) (*node, error) {
 	s.treeMu.Lock()
 	rootNode, err := s.resolveDir(ctx, s.root, subtree)
 	s.treeMu.Unlock()
@@ -540,30 +581,38 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 			return nil, fmt.Errorf("owner of %s: %w", real, err)
 		}
 	}
-	m := &Mount{engine: e, sess: s, subtree: subtree, dir: real, log: e.log}
-	m.root = m.wrap(rootNode)
-	m.rootIno = rootNode.ino
+	return rootNode, nil
+}
 
+// addMount records m in the engine unless its mountpoint has a mount, and
+// switches m and the mounts showing part of what it shows to short cache
+// timeouts.
+func (e *Engine) addMount(m *Mount) error {
 	e.mu.Lock()
-	if _, busy := e.mounts[real]; busy {
+	if _, busy := e.mounts[m.dir]; busy {
 		e.mu.Unlock()
-		return nil, fmt.Errorf("%w: %s", ErrBusy, real)
+		return fmt.Errorf("%w: %s", ErrBusy, m.dir)
 	}
 	var overlapping []*Mount
 	for _, other := range e.mounts {
-		if other.sess == s && overlaps(other.subtree, subtree) {
+		if other.sess == m.sess && overlaps(other.subtree, m.subtree) {
 			overlapping = append(overlapping, other)
 		}
 	}
 	if len(overlapping) > 0 {
 		m.shortCache.Store(true)
 	}
-	e.mounts[real] = m
+	e.mounts[m.dir] = m
 	e.mu.Unlock()
 	for _, other := range overlapping {
 		other.startShortCache()
 	}
+	return nil
+}
 
+// fsOptions are go-fuse's options for a mount of s with opts, whose root
+// is inode rootIno.
+func (e *Engine) fsOptions(s *Session, opts MountOptions, rootIno uint64) *fs.Options {
 	// While a mount is the only one showing its part of the session, every
 	// change to it goes through it, or is pushed to the kernel by restore
 	// and graft; so the kernel may cache entries, attributes and absent
@@ -581,7 +630,7 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 	// back as they are, with no fallback to a fusermount binary the host
 	// may not have. An ordinary user mounts through fusermount3.
 	direct := os.Geteuid() == 0
-	server, err := e.mountFS(real, m, &fs.Options{
+	return &fs.Options{
 		MountOptions: fuse.MountOptions{
 			DirectMount:       direct,
 			DirectMountStrict: direct,
@@ -609,23 +658,8 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 		NegativeTimeout: &timeout,
 		// Modes are exact: without this, go-fuse shows mode 0 as 0644.
 		NullPermissions: true,
-		RootStableAttr:  &fs.StableAttr{Ino: rootNode.ino},
-	})
-	if err != nil {
-		e.mu.Lock()
-		delete(e.mounts, real)
-		e.mu.Unlock()
-		if errors.Is(err, syscall.EBUSY) {
-			return nil, fmt.Errorf("%w: %s: %v", ErrBusy, real, err)
-		}
-		return nil, fmt.Errorf("mount %s: %w", real, err)
+		RootStableAttr:  &fs.StableAttr{Ino: rootIno},
 	}
-	m.server = server
-	if m.conn, err = connOf(real); err != nil {
-		// Close can then only wait for a busy mount's users to leave.
-		m.log.Warn("connection of the mount unknown", "mount", real, "err", err)
-	}
-	return m, nil
 }
 
 // Unmount detaches the mount; the session's changes stay in memory until

@@ -159,25 +159,16 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	return 0
 }
 
-// open makes the handle of an open of f with flags. The kernel fails an
-// open of an inode that has passthrough opens unless it is passthrough
-// too, so: while the mount has passthrough opens of the node every open
-// is one; with no open at all, a write-only appender starts passthrough;
-// otherwise the open goes through the daemon. Passthrough does not start
-// while a release is in flight in the mount: go-fuse gives back the
-// backing id of a node's last passthrough handle only after the handle's
-// Release returned, and an open handed that id in between would leave the
-// node with an id the kernel refuses for its next open.
+// open makes the handle of an open of f with flags, on the route the
+// session chooses (Session.openRoute).
 //
 // The reply keeps the kernel's cached pages (FOPEN_KEEP_CACHE) when the
-// open is served by the daemon, no writer has the file open, and
-// the content did not change since the mount's last open read it
-// (fnode.cacheGen); otherwise the kernel drops them. A node with a backing file never keeps them: passthrough writes
-// change the content where the daemon sees it only at the next ingest.
+// open is served by the daemon and the content did not change since the
+// mount's last open read it (fnode.cacheGen; Session.serveOpen says when
+// the pages may not be kept at all).
 func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, error) {
-	h := &handle{f: f}
-	n := f.n.Load()
-	if s := f.sess(); !s.readOnly {
+	s, n := f.sess(), f.n.Load()
+	if !s.readOnly {
 		// A backing file made here must not appear in the middle of a
 		// flush, which ingests every backing file at one point in time.
 		s.freeze.RLock()
@@ -185,83 +176,33 @@ func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, 
 	}
 	f.openMu.Lock()
 	defer f.openMu.Unlock()
-	if n.kind == manifest.KindFile && (f.ptOpens > 0 || f.opens == 0) {
-		n.mu.Lock()
-		var err error
-		kind := backedPassthrough // joining the node's backing file
-		if f.ptOpens == 0 {
-			kind = noPassthrough
-			if f.m.releasing.Load() == 0 {
-				kind = n.eligible(flags)
-			}
-		}
-		if kind != noPassthrough {
-			var b *backing
-			if b, err = n.openBacking(ctx, kind); err == nil {
-				h.pt, h.fd = true, int(b.f.Fd())
-				b.opens++
-				if flags&syscall.O_ACCMODE != syscall.O_WRONLY {
-					b.readable = true
-				}
-				if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
-					b.kept = false // it may change: absorbed again on release
-				}
-				if flags&syscall.O_ACCMODE == syscall.O_RDWR {
-					b.rdwr, b.unsure = true, true // it may map the file (mappable)
-				}
-				if !b.staged && (flags&syscall.O_ACCMODE != syscall.O_RDONLY && flags&syscall.O_APPEND == 0 || flags&syscall.O_ACCMODE == syscall.O_RDWR) {
-					b.wild = true // may write before the end, or map the file
-				}
-			}
-		}
-		n.mu.Unlock()
-		if err != nil && f.ptOpens > 0 {
+	r, fd, err := s.openRoute(ctx, n, flags, mountOpens{all: f.opens, pt: f.ptOpens, releasing: &f.m.releasing})
+	if err != nil {
+		if r.joins() {
 			return nil, 0, err
 		}
-		if err != nil && !errors.Is(err, errNoStagingFile) {
+		if !errors.Is(err, errNoStagingFile) {
 			// The daemon can serve the open itself (a full disk, say).
 			f.m.log.Warn("no passthrough for a writer", "mount", f.m.dir, "err", err)
 		}
+		r = routeDaemon
 	}
-	if !h.pt && n.kind == manifest.KindFile && !f.sess().readOnly {
-		// The daemon serves this open: it takes over a backing file no
-		// passthrough handle uses any more, rather than ingesting it at
-		// every request until a flush drops it.
-		n.mu.Lock()
-		err := n.takeOver(ctx)
-		n.mu.Unlock()
+	h := &handle{f: f, pt: r != routeDaemon, fd: fd}
+	var keep uint32
+	if !h.pt && n.kind == manifest.KindFile {
+		gen, err := s.serveOpen(ctx, n)
 		if err != nil {
 			return nil, 0, err
 		}
-	}
-	var keep uint32
-	if !h.pt && n.kind == manifest.KindFile {
-		// While a writer has the file open, in any mount, a page this
-		// open caches can miss its write: the kernel may read a page
-		// whose append it holds but has not sent yet, so the appended
-		// bytes read as the zeros past the old end, until an open drops
-		// the page. Such an open neither keeps pages nor lets the next
-		// one keep what it cached (TestJSONLAppend's reader).
-		busy := !f.sess().readOnly && f.sess().writing.has(n)
-		n.mu.Lock()
-		gen := n.contentGen()
-		if n.data.backing != nil || busy {
-			gen = 0
-		}
-		n.mu.Unlock()
 		if gen != 0 && gen == f.cacheGen {
 			keep = fuse.FOPEN_KEEP_CACHE
 		}
 		f.cacheGen = gen
 	}
 	f.opens++
-	if n.kind == manifest.KindFile && !f.sess().readOnly {
+	if n.kind == manifest.KindFile && !s.readOnly {
 		h.n = n
-		f.sess().open.add(n)
-		if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
-			h.writes = true
-			f.sess().writing.add(n)
-		}
+		h.writes = s.opened(n, flags)
 	}
 	if h.pt {
 		f.ptOpens++

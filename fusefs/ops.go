@@ -273,56 +273,25 @@ func (s *Session) Rename(ctx context.Context, dir *node, name string, newDir *no
 	}
 	s.treeMu.Lock()
 	defer s.treeMu.Unlock()
-	if err := s.load(ctx, dir); err != nil {
+	from, to := renameEnd{dir: dir, name: name}, renameEnd{dir: newDir, name: newName}
+	exists, err := s.renameEnds(ctx, &from, &to)
+	if err != nil {
 		return err
 	}
-	if !newDir.isDir() {
-		return syscall.ENOTDIR
-	}
-	if err := s.load(ctx, newDir); err != nil {
-		return err
-	}
-	if s.removed(dir) || s.removed(newDir) {
-		return syscall.ENOENT
-	}
-	src, ok := dir.children[name]
-	if !ok {
-		return syscall.ENOENT
-	}
-	dst, exists := newDir.children[newName]
-	if src.isDir() && isAncestor(src, newDir) {
-		return syscall.EINVAL // a directory cannot move below itself
-	}
+	src, dst := from.n, to.n
 	t := now()
 	switch {
 	case flags&RenameExchange != 0:
-		if !exists {
-			return syscall.ENOENT
+		if err := s.exchange(from, to, exists, t); err != nil {
+			return err
 		}
-		if dst.isDir() && isAncestor(dst, dir) {
-			return syscall.EINVAL
-		}
-		s.detach(dir, name)
-		s.detach(newDir, newName)
-		s.attach(dir, name, dst, true)
-		s.attach(newDir, newName, src, true)
-		s.ctimeNow(dst, t)
 	case exists && flags&RenameNoReplace != 0:
 		return syscall.EEXIST
 	case exists && dst == src:
 		return nil // two names of one file: nothing to do (POSIX)
 	case exists:
-		if src.isDir() {
-			if err := s.emptyDir(ctx, dst); err != nil {
-				return err
-			}
-		} else if dst.isDir() {
-			return syscall.EISDIR
-		}
-		s.detach(newDir, newName)
-		s.ctimeNow(dst, t)
-		if !dst.isDir() && dst.nlink > 0 {
-			s.markDirty(dst)
+		if err := s.unlinkTarget(ctx, src, to, t); err != nil {
+			return err
 		}
 		fallthrough
 	default:
@@ -335,6 +304,78 @@ func (s *Session) Rename(ctx context.Context, dir *node, name string, newDir *no
 		s.touchDir(newDir, t)
 	}
 	s.markDirty(src)
+	return nil
+}
+
+// renameEnd is one end of a rename: name in dir, and n the node it names
+// (nil for none).
+type renameEnd struct {
+	dir  *node
+	name string
+	n    *node
+}
+
+// renameEnds checks a rename from one end to the other and looks up what
+// each names: from's node, and to's if it exists (which it reports).
+// Called with treeMu held.
+func (s *Session) renameEnds(ctx context.Context, from, to *renameEnd) (bool, error) {
+	if err := s.load(ctx, from.dir); err != nil {
+		return false, err
+	}
+	if !to.dir.isDir() {
+		return false, syscall.ENOTDIR
+	}
+	if err := s.load(ctx, to.dir); err != nil {
+		return false, err
+	}
+	if s.removed(from.dir) || s.removed(to.dir) {
+		return false, syscall.ENOENT
+	}
+	src, ok := from.dir.children[from.name]
+	if !ok {
+		return false, syscall.ENOENT
+	}
+	dst, exists := to.dir.children[to.name]
+	if src.isDir() && isAncestor(src, to.dir) {
+		return false, syscall.EINVAL // a directory cannot move below itself
+	}
+	from.n, to.n = src, dst
+	return exists, nil
+}
+
+// exchange swaps the nodes of a rename's two ends (RENAME_EXCHANGE), of
+// which to exists if exists is set. Called with treeMu held.
+func (s *Session) exchange(from, to renameEnd, exists bool, t int64) error {
+	if !exists {
+		return syscall.ENOENT
+	}
+	if to.n.isDir() && isAncestor(to.n, from.dir) {
+		return syscall.EINVAL
+	}
+	s.detach(from.dir, from.name)
+	s.detach(to.dir, to.name)
+	s.attach(from.dir, from.name, to.n, true)
+	s.attach(to.dir, to.name, from.n, true)
+	s.ctimeNow(to.n, t)
+	return nil
+}
+
+// unlinkTarget removes the node that a rename of src replaces from its
+// end to, if src may replace it. Called with treeMu held.
+func (s *Session) unlinkTarget(ctx context.Context, src *node, to renameEnd, t int64) error {
+	dst := to.n
+	if src.isDir() {
+		if err := s.emptyDir(ctx, dst); err != nil {
+			return err
+		}
+	} else if dst.isDir() {
+		return syscall.EISDIR
+	}
+	s.detach(to.dir, to.name)
+	s.ctimeNow(dst, t)
+	if !dst.isDir() && dst.nlink > 0 {
+		s.markDirty(dst)
+	}
 	return nil
 }
 

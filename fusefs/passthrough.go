@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -331,39 +332,172 @@ func procPath(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()
 // errNoStagingFile: the pool had no staging file ready for a new file.
 var errNoStagingFile = errors.New("no staging file ready")
 
-// passthroughKind is how an open may start passthrough of a node.
-type passthroughKind int
+// route is the write route an open takes (doc.go's table).
+type route int
 
 const (
-	noPassthrough passthroughKind = iota
-	// backedPassthrough uses the node's backing file, copying the content
-	// into a new one if it has none (appenders).
-	backedPassthrough
-	// stagedPassthrough makes an empty staging file (staged.go).
-	stagedPassthrough
+	// routeDaemon: the daemon serves the descriptor.
+	routeDaemon route = iota
+	// routeAppender: a write-only appender passes through to the node's
+	// backing file, a copy of the content made if it has none.
+	routeAppender
+	// routeStaged: a write-only writer of an empty file passes through to
+	// a new staging file (staged.go).
+	routeStaged
+	// routeJoin: the descriptor passes through to the backing file that
+	// the mount's passthrough descriptors of the node use (a copy of the
+	// content made if the node has none), or, for a reader of a staged
+	// file, to the staging file.
+	routeJoin
+	// routeWild: routeJoin for a descriptor that may write before the end
+	// of a backing file that is not a staging file, or map it: the backing
+	// file turns wild.
+	routeWild
 )
 
-// eligible reports how an open with flags may start passthrough of n: a
-// write-only appender of a file up to maxBacked bytes, a write-only writer
-// of an empty file (staged.go), or a reader of a staged file. Called with
-// n.mu held.
-func (n *node) eligible(flags uint32) passthroughKind {
+// joins reports whether r joins the passthrough descriptors a mount has
+// of the node.
+func (r route) joins() bool { return r == routeJoin || r == routeWild }
+
+// mountOpens is what one mount has open of a node, which the route of its
+// next open of the node depends on.
+type mountOpens struct {
+	all, pt int // open handles, and the passthrough ones among them
+	// releasing counts the mount's RELEASE requests being served; read
+	// only for a first passthrough open.
+	releasing *atomic.Int32
+}
+
+// openRoute chooses the route of an open of n with flags in a mount that
+// has o open of n and, for a passthrough route, opens n's backing file for
+// it, whose descriptor it returns. The kernel fails an open of an inode
+// that has passthrough opens unless it is passthrough too, so: while the
+// mount has passthrough opens of the node every open joins them; with no
+// open at all, n.eligible says; otherwise the daemon serves the open.
+// Passthrough does not start while a release is in flight in the mount:
+// go-fuse gives back the backing id of a node's last passthrough handle
+// only after the handle's Release returned, and an open handed that id in
+// between would leave the node with an id the kernel refuses for its next
+// open. An error is the backing file's: it returns with the route chosen.
+// Called with freeze held shared (for a writable session) and the mount's
+// fnode.openMu held.
+func (s *Session) openRoute(ctx context.Context, n *node, flags uint32, o mountOpens) (route, int, error) {
+	if n.kind != manifest.KindFile || o.pt == 0 && o.all > 0 {
+		return routeDaemon, 0, nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	r := routeJoin
+	switch {
+	case o.pt > 0:
+		if b := n.data.backing; (b == nil || !b.staged) && scribbles(flags) {
+			r = routeWild
+		}
+	case o.releasing.Load() != 0:
+		r = routeDaemon
+	default:
+		r = n.eligible(flags)
+	}
+	if r == routeDaemon {
+		return r, 0, nil
+	}
+	b, err := n.openBacking(ctx, r)
+	if err != nil {
+		return r, 0, err
+	}
+	b.join(flags, r)
+	return r, int(b.f.Fd()), nil
+}
+
+// serveOpen readies n, a file, for an open the daemon serves, and returns
+// the content generation that the pages the open caches are read at, or 0
+// if they may miss a write. The daemon takes over a backing file no
+// passthrough handle uses any more, rather than ingesting it at every
+// request until a flush drops it. While a writer has the file open, in any
+// mount, a page this open caches can miss its write: the kernel may read a
+// page whose append it holds but has not sent yet, so the appended bytes
+// read as the zeros past the old end, until an open drops the page. Such
+// an open neither keeps pages nor lets the next one keep what it cached
+// (TestJSONLAppend's reader). Nor does an open of a node with a backing
+// file: passthrough writes change the content where the daemon sees it
+// only at the next ingest. Called as openRoute is.
+func (s *Session) serveOpen(ctx context.Context, n *node) (uint64, error) {
+	if !s.readOnly {
+		n.mu.Lock()
+		err := n.takeOver(ctx)
+		n.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+	}
+	busy := !s.readOnly && s.writing.has(n)
+	n.mu.Lock()
+	gen := n.contentGen()
+	if n.data.backing != nil || busy {
+		gen = 0
+	}
+	n.mu.Unlock()
+	return gen, nil
+}
+
+// opened counts an open with flags of n, a file of a writable session, in
+// s.open and, if it writes, in s.writing; it reports whether it writes.
+func (s *Session) opened(n *node, flags uint32) bool {
+	s.open.add(n)
+	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		return false
+	}
+	s.writing.add(n)
+	return true
+}
+
+// scribbles reports whether a descriptor opened with flags may write
+// before the end of its file, or map it.
+func scribbles(flags uint32) bool {
+	acc := flags & syscall.O_ACCMODE
+	return acc != syscall.O_RDONLY && flags&syscall.O_APPEND == 0 || acc == syscall.O_RDWR
+}
+
+// join counts in b a passthrough descriptor opened with flags by route r.
+// Called with the node's mu held.
+func (b *backing) join(flags uint32, r route) {
+	b.opens++
+	acc := flags & syscall.O_ACCMODE
+	if acc != syscall.O_WRONLY {
+		b.readable = true
+	}
+	if acc != syscall.O_RDONLY {
+		b.kept = false // it may change: absorbed again on release
+	}
+	if acc == syscall.O_RDWR {
+		b.rdwr, b.unsure = true, true // it may map the file (mappable)
+	}
+	if r == routeWild {
+		b.wild = true // may write before the end, or map the file
+	}
+}
+
+// eligible returns the route of the first open with flags of n in a
+// mount: a write-only appender of a file up to maxBacked bytes passes
+// through, as does a write-only writer of an empty file (staged.go) and a
+// reader of a staged file. Called with n.mu held.
+func (n *node) eligible(flags uint32) route {
 	if n.kind != manifest.KindFile || n.sess.readOnly || n.sess.backingDir == "" {
-		return noPassthrough
+		return routeDaemon
 	}
 	if n.mode&(syscall.S_ISUID|syscall.S_ISGID) != 0 {
-		return noPassthrough
+		return routeDaemon
 	}
 	if _, ok := n.xattrs[capabilityXattr]; ok {
-		return noPassthrough
+		return routeDaemon
 	}
 	if b := n.data.backing; b != nil && b.staged && flags&syscall.O_ACCMODE == syscall.O_RDONLY {
 		// A reader of a staged file reads the staging file, rather than
 		// making the daemon take the content over.
-		return backedPassthrough
+		return routeJoin
 	}
 	if flags&syscall.O_ACCMODE != syscall.O_WRONLY {
-		return noPassthrough
+		return routeDaemon
 	}
 	if flags&syscall.O_DSYNC != 0 {
 		// O_SYNC and O_DSYNC (which O_SYNC includes) make each write
@@ -371,31 +505,31 @@ func (n *node) eligible(flags uint32) passthroughKind {
 		// durable in the backing file only, which a crash discards, and
 		// the daemon would not even hear of it; served by the daemon,
 		// each write is followed by the kernel's FSYNC.
-		return noPassthrough
+		return routeDaemon
 	}
 	if flags&syscall.O_APPEND == 0 {
 		if n.data.backing == nil && n.data.size == 0 && n.sess.stagingOK() {
-			return stagedPassthrough
+			return routeStaged
 		}
-		return noPassthrough
+		return routeDaemon
 	}
 	if n.data.backing != nil || n.data.size <= maxBacked {
-		return backedPassthrough
+		return routeAppender
 	}
-	return noPassthrough
+	return routeDaemon
 }
 
-// openBacking returns n's backing file, making one if n has none: a copy
-// of the content for an appender, an empty staged file for a writer of an
-// empty file. Called with n.mu held.
-func (n *node) openBacking(ctx context.Context, kind passthroughKind) (*backing, error) {
+// openBacking returns n's backing file, making one if n has none: an
+// empty staging file for route r routeStaged, a copy of the content for
+// any other. Called with n.mu held.
+func (n *node) openBacking(ctx context.Context, r route) (*backing, error) {
 	d := n.data
 	if d.backing != nil {
 		return d.backing, nil
 	}
 	// A file written write-only from empty is staged only with a staging
 	// file ready: the daemon serves it as fast as a new inode would come.
-	sp, err := n.sess.newBackingFile(kind != stagedPassthrough)
+	sp, err := n.sess.newBackingFile(r != routeStaged)
 	if err != nil {
 		return nil, err
 	}
@@ -403,7 +537,7 @@ func (n *node) openBacking(ctx context.Context, kind passthroughKind) (*backing,
 		return nil, errNoStagingFile
 	}
 	f := sp.f
-	if kind == stagedPassthrough {
+	if r == routeStaged {
 		fp := sp.fp
 		d.backing = &backing{f: f, staged: true, absorbed: fp, mtime: fp.mtime}
 		n.sess.addBacked(n)
@@ -639,29 +773,9 @@ func (s *Session) ingestAll(ctx context.Context, all bool) error {
 	}
 	s.treeMu.Unlock()
 	for pass := 1; ; pass++ {
-		var checks []func() (bool, error)
-		var checked []*node
-		for _, n := range nodes {
-			n.mu.Lock()
-			check, err := n.ingestForFlush(ctx, all, named[n], absorbed)
-			n.mu.Unlock()
-			if err != nil {
-				return err
-			}
-			if check != nil {
-				checks = append(checks, check)
-				checked = append(checked, n)
-			}
-		}
-		var changed []uint64
-		for i, check := range checks {
-			c, err := check()
-			if err != nil {
-				return err
-			}
-			if c {
-				changed = append(changed, checked[i].ino)
-			}
+		changed, err := s.ingestPass(ctx, nodes, all, named, absorbed)
+		if err != nil {
+			return err
 		}
 		if len(changed) == 0 {
 			break
@@ -687,27 +801,68 @@ func (s *Session) ingestAll(ctx context.Context, all bool) error {
 	for _, n := range nodes {
 		gone := !named[n] && !s.open.has(n)
 		n.mu.Lock()
-		if b := n.data.backing; b != nil && b.opens == 0 {
-			switch {
-			case gone:
-				n.dropBacking()
-			case b.staged:
-				if absorbed[n] && n.ingestedAsIs() && !(b.kept && keepRoom && b.keptEpoch == s.keepEpoch.Load()) {
-					n.dropBacking()
-				}
-			case b.fresh:
-				// Appended since the flush before: a transcript written an
-				// entry at a time, each through an open of its own, is
-				// kept, so that the next entry's open does not copy the
-				// whole file out again. A flush that finds it idle drops it.
-				b.fresh = false
-			case n.ingestedAsIs():
-				n.dropBacking()
-			}
-		}
+		n.dropIdleBacking(gone, absorbed[n], keepRoom)
 		n.mu.Unlock()
 	}
 	return nil
+}
+
+// ingestPass is one of ingestAll's passes: it ingests nodes, then checks
+// which of them changed since, whose inode numbers it returns.
+func (s *Session) ingestPass(ctx context.Context, nodes []*node, all bool, named, absorbed map[*node]bool) ([]uint64, error) {
+	var checks []func() (bool, error)
+	var checked []*node
+	for _, n := range nodes {
+		n.mu.Lock()
+		check, err := n.ingestForFlush(ctx, all, named[n], absorbed)
+		n.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		if check != nil {
+			checks = append(checks, check)
+			checked = append(checked, n)
+		}
+	}
+	var changed []uint64
+	for i, check := range checks {
+		c, err := check()
+		if err != nil {
+			return nil, err
+		}
+		if c {
+			changed = append(changed, checked[i].ino)
+		}
+	}
+	return changed, nil
+}
+
+// dropIdleBacking drops n's backing file after ingestAll's passes if no
+// open uses it and it is not worth keeping: gone (n has no name and no
+// handle), or holding what n took from it; a staged file only if this
+// flush absorbed it, and a read copy only if there is no room to keep it.
+// Called with n.mu held.
+func (n *node) dropIdleBacking(gone, absorbed, keepRoom bool) {
+	b := n.data.backing
+	if b == nil || b.opens > 0 {
+		return
+	}
+	switch {
+	case gone:
+		n.dropBacking()
+	case b.staged:
+		if absorbed && n.ingestedAsIs() && !(b.kept && keepRoom && b.keptEpoch == n.sess.keepEpoch.Load()) {
+			n.dropBacking()
+		}
+	case b.fresh:
+		// Appended since the flush before: a transcript written an
+		// entry at a time, each through an open of its own, is
+		// kept, so that the next entry's open does not copy the
+		// whole file out again. A flush that finds it idle drops it.
+		b.fresh = false
+	case n.ingestedAsIs():
+		n.dropBacking()
+	}
 }
 
 // appendersDue reports whether a backing file that is not staged (an

@@ -103,7 +103,7 @@ type Session struct {
 	// or replaced by a restore), which its handles still read.
 	open openFiles
 	// writing counts the handles open for writing, of each file (keep
-	// cache: fnode.open).
+	// cache: serveOpen).
 	writing openFiles
 
 	// flushed is the root stored by the last flush; synced the root the
