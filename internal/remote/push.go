@@ -200,13 +200,55 @@ type pending struct {
 	children []cas.Ref
 }
 
+// edge is a reference from a node to a tree or index node below it.
+type edge struct {
+	parent, ref cas.Ref
+	kind        manifest.RefKind
+}
+
+// treeScan is what the scan of one tree found: the nodes and chunks the
+// remote lacks, and every ref met so far.
+type treeScan struct {
+	nodes  map[cas.Ref]*pending
+	chunks map[cas.Ref]struct{}
+	seen   map[cas.Ref]struct{}
+}
+
+// meet reports whether ref is met for the first time in this tree.
+func (sc *treeScan) meet(ref cas.Ref) bool {
+	if _, ok := sc.seen[ref]; ok {
+		return false
+	}
+	sc.seen[ref] = struct{}{}
+	return true
+}
+
+// link records every edge to an absent node, also to one first reached
+// through another parent: heights must see all of them.
+func (sc *treeScan) link(kids []edge) {
+	for _, k := range kids {
+		if n, ok := sc.nodes[k.ref]; ok {
+			if n.kind == 0 {
+				n.kind = k.kind
+			}
+			parent := sc.nodes[k.parent]
+			parent.children = append(parent.children, k.ref)
+		}
+	}
+}
+
+func (p *pusher) isKnown(ref cas.Ref) bool {
+	_, ok := p.known[ref]
+	return ok
+}
+
 // pushTree uploads every object of the tree under root that the remote
 // lacks: a breadth-first scan that asks about each level's nodes and
 // chunks in batches and descends only into absent nodes, then the chunks,
 // then the nodes in order of height, so that no node lands before
 // everything below it.
 func (p *pusher) pushTree(ctx context.Context, sid string, root cas.Ref) error {
-	if _, ok := p.known[root]; ok {
+	if p.isKnown(root) {
 		return nil
 	}
 	has, err := p.r.present(ctx, []cas.Ref{root})
@@ -218,118 +260,116 @@ func (p *pusher) pushTree(ctx context.Context, sid string, root cas.Ref) error {
 		p.known[root] = struct{}{}
 		return nil
 	}
-	nodes := map[cas.Ref]*pending{root: {kind: manifest.TreeNode}}
-	chunks := make(map[cas.Ref]struct{})
-	seen := map[cas.Ref]struct{}{root: {}}
-	type child struct {
-		parent, ref cas.Ref
-		kind        manifest.RefKind
+	sc, err := p.scan(ctx, sid, root)
+	if err != nil {
+		return err
+	}
+	if err := p.upload(ctx, sid, PhaseChunks, sortedRefs(sc.chunks)); err != nil {
+		return err
+	}
+	return p.uploadNodes(ctx, sid, sc.nodes)
+}
+
+// scan walks the tree under root (absent from the remote) level by level
+// and returns what the remote lacks.
+func (p *pusher) scan(ctx context.Context, sid string, root cas.Ref) (*treeScan, error) {
+	sc := &treeScan{
+		nodes:  map[cas.Ref]*pending{root: {kind: manifest.TreeNode}},
+		chunks: make(map[cas.Ref]struct{}),
+		seen:   map[cas.Ref]struct{}{root: {}},
 	}
 	frontier := []cas.Ref{root}
 	for len(frontier) > 0 {
-		p.report(Progress{Phase: PhaseScan, Snapshot: sid, Objects: int64(len(nodes) + len(chunks))})
-		var kids []child
-		var newChunks []cas.Ref
-		for _, ref := range frontier {
-			n := nodes[ref]
-			data, err := p.local.Get(ctx, ref)
-			if err != nil {
-				return fmt.Errorf("%s node %s: %w", n.kind, ref.Short(), err)
-			}
-			addChunks := func(refs []cas.Ref) {
-				for _, c := range refs {
-					if c.IsZero() {
-						continue
-					}
-					if _, ok := seen[c]; ok {
-						continue
-					}
-					seen[c] = struct{}{}
-					if _, ok := p.known[c]; !ok {
-						newChunks = append(newChunks, c)
-					}
-				}
-			}
-			if n.kind == manifest.TreeNode {
-				t, err := manifest.DecodeTree(data)
-				if err != nil {
-					return fmt.Errorf("tree node %s: %w", ref.Short(), err)
-				}
-				for i := range t.Entries {
-					e := &t.Entries[i]
-					switch {
-					case e.Kind == manifest.KindDir:
-						kids = append(kids, child{ref, e.Tree, manifest.TreeNode})
-					case e.Kind == manifest.KindFile && e.Depth == 0:
-						addChunks(e.Chunks)
-					case e.Kind == manifest.KindFile:
-						kids = append(kids, child{ref, e.Index, manifest.IndexNode})
-					}
-				}
-				continue
-			}
-			depth, refs, err := manifest.DecodeIndex(data)
-			if err != nil {
-				return fmt.Errorf("index node %s: %w", ref.Short(), err)
-			}
-			if depth == 1 {
-				addChunks(refs)
-				continue
-			}
-			for _, c := range refs {
-				kids = append(kids, child{ref, c, manifest.IndexNode})
-			}
-		}
-		// Ask about the new nodes and chunks of this level in one batch.
-		var ask []cas.Ref
-		for _, k := range kids {
-			if _, ok := seen[k.ref]; ok {
-				continue
-			}
-			seen[k.ref] = struct{}{}
-			if _, ok := p.known[k.ref]; !ok {
-				ask = append(ask, k.ref)
-			}
-		}
-		nodeAsk := len(ask)
-		ask = append(ask, newChunks...)
-		has, err := p.r.present(ctx, ask)
-		p.res.Checked += len(ask)
+		p.report(Progress{Phase: PhaseScan, Snapshot: sid, Objects: int64(len(sc.nodes) + len(sc.chunks))})
+		kids, chunks, err := p.readLevel(ctx, sc, frontier)
 		if err != nil {
+			return nil, err
+		}
+		if frontier, err = p.askLevel(ctx, sc, kids, chunks); err != nil {
+			return nil, err
+		}
+	}
+	return sc, nil
+}
+
+// readLevel reads the frontier's nodes from the local store. It returns
+// the edges to the nodes below them, and the chunks they name that this
+// tree had not met and the remote is not known to hold.
+func (p *pusher) readLevel(ctx context.Context, sc *treeScan, frontier []cas.Ref) ([]edge, []cas.Ref, error) {
+	var (
+		kids   []edge
+		chunks []cas.Ref
+	)
+	for _, ref := range frontier {
+		kind := sc.nodes[ref].kind
+		data, err := p.local.Get(ctx, ref)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s node %s: %w", kind, ref.Short(), err)
+		}
+		err = nodeRefs(kind, data, func(c cas.Ref, k manifest.RefKind) {
+			switch {
+			case k != manifest.Chunk:
+				kids = append(kids, edge{ref, c, k})
+			case sc.meet(c) && !p.isKnown(c):
+				chunks = append(chunks, c)
+			}
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s node %s: %w", kind, ref.Short(), err)
+		}
+	}
+	return kids, chunks, nil
+}
+
+// askLevel asks the remote about a level's new nodes and chunks in one
+// batch, records the absent ones and returns the absent nodes: the next
+// level.
+func (p *pusher) askLevel(ctx context.Context, sc *treeScan, kids []edge, chunks []cas.Ref) ([]cas.Ref, error) {
+	var ask []cas.Ref
+	for _, k := range kids {
+		if sc.meet(k.ref) && !p.isKnown(k.ref) {
+			ask = append(ask, k.ref)
+		}
+	}
+	nodeAsk := len(ask)
+	ask = append(ask, chunks...)
+	has, err := p.r.present(ctx, ask)
+	p.res.Checked += len(ask)
+	if err != nil {
+		return nil, err
+	}
+	var next []cas.Ref
+	for i, ref := range ask {
+		switch {
+		case has[i]:
+			p.known[ref] = struct{}{}
+		case i < nodeAsk:
+			next = append(next, ref)
+		default:
+			sc.chunks[ref] = struct{}{}
+		}
+	}
+	for _, ref := range next {
+		sc.nodes[ref] = &pending{}
+	}
+	sc.link(kids)
+	return next, nil
+}
+
+// uploadNodes uploads nodes by height: a node of height h has only absent
+// children of height < h, all uploaded in earlier rounds.
+func (p *pusher) uploadNodes(ctx context.Context, sid string, nodes map[cas.Ref]*pending) error {
+	for _, round := range byHeight(nodes) {
+		if err := p.upload(ctx, sid, PhaseNodes, sortedRefs(round)); err != nil {
 			return err
 		}
-		frontier = frontier[:0:0]
-		for i, ref := range ask {
-			switch {
-			case has[i]:
-				p.known[ref] = struct{}{}
-			case i < nodeAsk:
-				frontier = append(frontier, ref)
-			default:
-				chunks[ref] = struct{}{}
-			}
-		}
-		for _, ref := range frontier {
-			nodes[ref] = &pending{}
-		}
-		// Record every edge to an absent node, also to one first reached
-		// through another parent: heights must see all of them.
-		for _, k := range kids {
-			if n, ok := nodes[k.ref]; ok {
-				if n.kind == 0 {
-					n.kind = k.kind
-				}
-				parent := nodes[k.parent]
-				parent.children = append(parent.children, k.ref)
-			}
-		}
 	}
+	return nil
+}
 
-	if err := p.upload(ctx, sid, PhaseChunks, sortedRefs(chunks)); err != nil {
-		return err
-	}
-	// Upload nodes by height: a node of height h has only absent children
-	// of height < h, all uploaded in earlier rounds.
+// byHeight groups nodes by height: 0 for a node with no absent child,
+// else one more than its highest absent child.
+func byHeight(nodes map[cas.Ref]*pending) []map[cas.Ref]struct{} {
 	height := make(map[cas.Ref]int, len(nodes))
 	var heightOf func(cas.Ref) int
 	heightOf = func(ref cas.Ref) int {
@@ -343,22 +383,15 @@ func (p *pusher) pushTree(ctx context.Context, sid string, root cas.Ref) error {
 		height[ref] = h
 		return h
 	}
-	rounds := map[int]map[cas.Ref]struct{}{}
-	top := 0
+	var rounds []map[cas.Ref]struct{}
 	for ref := range nodes {
 		h := heightOf(ref)
-		if rounds[h] == nil {
-			rounds[h] = make(map[cas.Ref]struct{})
+		for len(rounds) <= h {
+			rounds = append(rounds, make(map[cas.Ref]struct{}))
 		}
 		rounds[h][ref] = struct{}{}
-		top = max(top, h)
 	}
-	for h := 0; h <= top; h++ {
-		if err := p.upload(ctx, sid, PhaseNodes, sortedRefs(rounds[h])); err != nil {
-			return err
-		}
-	}
-	return nil
+	return rounds
 }
 
 // upload sends refs from the local store, Parallel at a time.
