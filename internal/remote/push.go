@@ -21,6 +21,7 @@ const (
 	PhaseNodes   Phase = "nodes"   // transferring tree and index nodes
 	PhaseRecord  Phase = "record"  // writing a snapshot record
 	PhaseHead    Phase = "head"    // moving the session head
+	PhaseVerify  Phase = "verify"  // reading objects back and checking them
 )
 
 // Progress is reported while a push or pull runs, from one goroutine at a
@@ -40,6 +41,12 @@ type PushOptions struct {
 	// NoHead skips moving the session head: the snapshot (and its lineage)
 	// become durable on the remote without becoming its session's latest.
 	NoHead bool
+	// Repair reads back, instead of asking whether it exists, every
+	// record, node and chunk that the push would skip because the remote
+	// has it: those of the snapshot and of its lineage as far as the
+	// remote holds it. Whatever is missing or damaged is uploaded again
+	// from the local store, in the order of a push.
+	Repair bool
 }
 
 // PushResult says what a push did.
@@ -58,6 +65,11 @@ type PushResult struct {
 	Head *Head
 	// HeadMoved reports whether the push changed the head.
 	HeadMoved bool
+	// With Repair: Verified counts the objects read back intact, Missing
+	// those the remote lacked (never pushed, or lost) and Damaged those
+	// that did not check; every missing or damaged one was uploaded
+	// (counted in Uploaded too).
+	Verified, Missing, Damaged int
 }
 
 // PushSource is what Push reads: the local store and catalog.
@@ -99,7 +111,8 @@ type pusher struct {
 	opts  PushOptions
 	lock  *lock
 	res   PushResult
-	// known holds refs the remote is known to hold (checked or uploaded).
+	// known holds refs the remote is known to hold (checked or uploaded),
+	// nodes with everything below them.
 	known map[cas.Ref]struct{}
 }
 
@@ -121,18 +134,9 @@ func (p *pusher) push(ctx context.Context, id string) (*PushResult, error) {
 		if err := p.pushTree(ctx, sid, rec.snap.Root); err != nil {
 			return &p.res, fmt.Errorf("snapshot %s: %w", sid, err)
 		}
-		// The durability barrier: the record goes after its tree and its
-		// lineage, so a record on the remote implies both are complete.
-		p.report(Progress{Phase: PhaseRecord, Snapshot: sid})
-		if err := p.lock.check(); err != nil {
+		if err := p.putRecord(ctx, sid, rec); err != nil {
 			return &p.res, err
 		}
-		if err := p.r.putSnapshot(ctx, sid, rec.raw); err != nil {
-			return &p.res, fmt.Errorf("snapshot %s: record: %w", sid, err)
-		}
-		p.res.Records++
-		p.res.Uploaded++
-		p.res.UploadedBytes += int64(len(rec.raw))
 	}
 	_, snap, err := p.cat.Record(ctx, id)
 	if err != nil {
@@ -151,53 +155,122 @@ func (p *pusher) push(ctx context.Context, id string) (*PushResult, error) {
 	return &p.res, err
 }
 
+// putRecord writes a snapshot record after its tree: the durability
+// barrier. The record goes after its tree and its lineage, so a record on
+// the remote implies both are complete.
+func (p *pusher) putRecord(ctx context.Context, sid string, rec localRecord) error {
+	if rec.put == putNone {
+		return nil
+	}
+	p.report(Progress{Phase: PhaseRecord, Snapshot: sid})
+	if err := p.lock.check(); err != nil {
+		return err
+	}
+	var err error
+	if rec.put == putReplace {
+		err = p.r.replaceSnapshot(ctx, sid, rec.raw)
+	} else {
+		err = p.r.putSnapshot(ctx, sid, rec.raw)
+	}
+	if err != nil {
+		return fmt.Errorf("snapshot %s: record: %w", sid, err)
+	}
+	p.res.Records++
+	p.res.Uploaded++
+	p.res.UploadedBytes += int64(len(rec.raw))
+	return nil
+}
+
+// recordPut says how a push writes a snapshot record.
+type recordPut uint8
+
+const (
+	putNone    recordPut = iota // the remote holds it intact (a repair)
+	putCreate                   // absent: create-only
+	putReplace                  // damaged (a repair): overwrite
+)
+
 type localRecord struct {
 	raw  []byte
 	snap *manifest.Snapshot
+	put  recordPut
 }
 
 // lineage returns the snapshots to push, ancestors first: id and every
 // Parent/Origin ancestor up to the ones the remote already holds (which,
-// by the record invariant, have their own lineage there too).
+// by the record invariant, have their own lineage there too). A repair
+// goes on through those, as far as the remote holds them (a forget ends
+// the line, as for gc), to read back their trees.
 func (p *pusher) lineage(ctx context.Context, id string) ([]string, map[string]localRecord, error) {
 	var order []string
 	records := make(map[string]localRecord)
 	visited := make(map[string]bool)
-	var visit func(id string) error
-	visit = func(id string) error {
+	var visit func(id string, onRemote bool) error
+	visit = func(id string, onRemote bool) error {
 		if id == "" || visited[id] {
 			return nil
 		}
 		visited[id] = true
-		has, err := p.r.HasSnapshot(ctx, id)
-		p.res.Checked++
-		if err != nil || has {
+		put, skip, err := p.recordState(ctx, id, onRemote)
+		if err != nil || skip {
 			return err
 		}
 		raw, snap, err := p.cat.Record(ctx, id)
 		if err != nil {
 			return err
 		}
-		if err := visit(snap.Parent); err != nil {
+		below := onRemote || put != putCreate
+		if err := visit(snap.Parent, below); err != nil {
 			return err
 		}
 		if snap.Origin != nil {
-			if err := visit(snap.Origin.Snapshot); err != nil {
+			if err := visit(snap.Origin.Snapshot, below); err != nil {
 				return err
 			}
 		}
-		records[id] = localRecord{raw: raw, snap: snap}
+		records[id] = localRecord{raw: raw, snap: snap, put: put}
 		order = append(order, id)
 		return nil
 	}
-	return order, records, visit(id)
+	return order, records, visit(id, false)
 }
 
-// pending is a node the remote lacks, with the nodes below it that it
-// lacks too (they must be uploaded first).
+// recordState says how to write the record of id, or to skip it and its
+// lineage: a push skips a record the remote has; a repair reads it back,
+// and skips one that is absent below a record the remote has (forgotten).
+// onRemote says whether a descendant's record is on the remote.
+func (p *pusher) recordState(ctx context.Context, id string, onRemote bool) (recordPut, bool, error) {
+	p.res.Checked++
+	if !p.opts.Repair {
+		has, err := p.r.HasSnapshot(ctx, id)
+		return putCreate, has, err
+	}
+	_, _, err := p.r.Snapshot(ctx, id)
+	switch {
+	case err == nil:
+		p.res.Verified++
+		return putNone, false, nil
+	case errors.Is(err, ErrNoSnapshot) && onRemote:
+		return putNone, true, nil
+	case errors.Is(err, ErrNoSnapshot):
+		p.res.Missing++
+		return putCreate, false, nil
+	case errors.Is(err, cas.ErrCorrupt):
+		p.res.Damaged++
+		p.r.log.Warn("remote record damaged, uploading it again", "remote", p.r.cfg.Name, "key", p.r.recordKey(id), "err", err)
+		return putReplace, false, nil
+	}
+	return putNone, false, err
+}
+
+// pending is a node the remote lacks (upload), with the nodes below it
+// that it lacks too (they must be uploaded first). A repair also scans
+// nodes it read back intact, to reach what lies below them; those are
+// pending without upload, and their children count for heights.
 type pending struct {
 	kind     manifest.RefKind
 	children []cas.Ref
+	upload   bool
 }
 
 // edge is a reference from a node to a tree or index node below it.
@@ -244,37 +317,71 @@ func (p *pusher) isKnown(ref cas.Ref) bool {
 
 // pushTree uploads every object of the tree under root that the remote
 // lacks: a breadth-first scan that asks about each level's nodes and
-// chunks in batches and descends only into absent nodes, then the chunks,
-// then the nodes in order of height, so that no node lands before
-// everything below it.
+// chunks in batches and descends only into absent nodes (a repair: into
+// every node), then the chunks, then the nodes in order of height, so
+// that no node lands before everything below it.
 func (p *pusher) pushTree(ctx context.Context, sid string, root cas.Ref) error {
 	if p.isKnown(root) {
 		return nil
 	}
-	has, err := p.r.present(ctx, []cas.Ref{root})
+	has, err := p.presence(ctx, []cas.Ref{root})
 	p.res.Checked++
 	if err != nil {
 		return err
 	}
-	if has[0] {
+	if has[0] && !p.opts.Repair {
 		p.known[root] = struct{}{}
 		return nil
 	}
-	sc, err := p.scan(ctx, sid, root)
+	sc, err := p.scan(ctx, sid, root, !has[0])
 	if err != nil {
 		return err
 	}
 	if err := p.upload(ctx, sid, PhaseChunks, sortedRefs(sc.chunks)); err != nil {
 		return err
 	}
-	return p.uploadNodes(ctx, sid, sc.nodes)
+	if err := p.uploadNodes(ctx, sid, sc.nodes); err != nil {
+		return err
+	}
+	// The whole tree is on the remote now (a repair's intact nodes too).
+	for ref := range sc.nodes {
+		p.known[ref] = struct{}{}
+	}
+	return nil
 }
 
-// scan walks the tree under root (absent from the remote) level by level
-// and returns what the remote lacks.
-func (p *pusher) scan(ctx context.Context, sid string, root cas.Ref) (*treeScan, error) {
+// presence reports which refs the remote holds; a repair reads each back
+// and counts it intact only if it checks.
+func (p *pusher) presence(ctx context.Context, refs []cas.Ref) ([]bool, error) {
+	if !p.opts.Repair {
+		return p.r.present(ctx, refs)
+	}
+	got, err := p.r.readBackAll(ctx, refs, nil)
+	if err != nil {
+		return nil, err
+	}
+	has := make([]bool, len(refs))
+	for i, g := range got {
+		switch {
+		case g.bad == nil:
+			has[i] = true
+			p.res.Verified++
+		case errors.Is(g.bad, cas.ErrNotFound):
+			p.res.Missing++
+		default:
+			p.res.Damaged++
+			p.r.log.Warn("remote object damaged, uploading it again", "remote", p.r.cfg.Name, "key", p.r.chunkKey(refs[i]), "err", g.bad)
+		}
+	}
+	return has, nil
+}
+
+// scan walks the tree under root level by level and returns what the
+// remote lacks. upload says whether the root is absent (a repair scans an
+// intact root too).
+func (p *pusher) scan(ctx context.Context, sid string, root cas.Ref, upload bool) (*treeScan, error) {
 	sc := &treeScan{
-		nodes:  map[cas.Ref]*pending{root: {kind: manifest.TreeNode}},
+		nodes:  map[cas.Ref]*pending{root: {kind: manifest.TreeNode, upload: upload}},
 		chunks: make(map[cas.Ref]struct{}),
 		seen:   map[cas.Ref]struct{}{root: {}},
 	}
@@ -333,7 +440,7 @@ func (p *pusher) askLevel(ctx context.Context, sc *treeScan, kids []edge, chunks
 	}
 	nodeAsk := len(ask)
 	ask = append(ask, chunks...)
-	has, err := p.r.present(ctx, ask)
+	has, err := p.presence(ctx, ask)
 	p.res.Checked += len(ask)
 	if err != nil {
 		return nil, err
@@ -341,23 +448,21 @@ func (p *pusher) askLevel(ctx context.Context, sc *treeScan, kids []edge, chunks
 	var next []cas.Ref
 	for i, ref := range ask {
 		switch {
+		case i < nodeAsk && (!has[i] || p.opts.Repair):
+			next = append(next, ref)
+			sc.nodes[ref] = &pending{upload: !has[i]}
 		case has[i]:
 			p.known[ref] = struct{}{}
-		case i < nodeAsk:
-			next = append(next, ref)
 		default:
 			sc.chunks[ref] = struct{}{}
 		}
-	}
-	for _, ref := range next {
-		sc.nodes[ref] = &pending{}
 	}
 	sc.link(kids)
 	return next, nil
 }
 
-// uploadNodes uploads nodes by height: a node of height h has only absent
-// children of height < h, all uploaded in earlier rounds.
+// uploadNodes uploads the nodes to upload by height: a node of height h
+// has only pending children of height < h, all uploaded in earlier rounds.
 func (p *pusher) uploadNodes(ctx context.Context, sid string, nodes map[cas.Ref]*pending) error {
 	for _, round := range byHeight(nodes) {
 		if err := p.upload(ctx, sid, PhaseNodes, sortedRefs(round)); err != nil {
@@ -367,8 +472,8 @@ func (p *pusher) uploadNodes(ctx context.Context, sid string, nodes map[cas.Ref]
 	return nil
 }
 
-// byHeight groups nodes by height: 0 for a node with no absent child,
-// else one more than its highest absent child.
+// byHeight groups the nodes to upload by height: 0 for a node with no
+// pending child, else one more than its highest pending child.
 func byHeight(nodes map[cas.Ref]*pending) []map[cas.Ref]struct{} {
 	height := make(map[cas.Ref]int, len(nodes))
 	var heightOf func(cas.Ref) int
@@ -386,6 +491,9 @@ func byHeight(nodes map[cas.Ref]*pending) []map[cas.Ref]struct{} {
 	var rounds []map[cas.Ref]struct{}
 	for ref := range nodes {
 		h := heightOf(ref)
+		if !nodes[ref].upload {
+			continue
+		}
 		for len(rounds) <= h {
 			rounds = append(rounds, make(map[cas.Ref]struct{}))
 		}
