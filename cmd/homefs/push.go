@@ -14,6 +14,7 @@ import (
 type pushOptions struct {
 	spec   string // SESSION (its last snapshot) or a snapshot
 	remote string // "" for the only one
+	repair bool   // read back what the remote has, upload again what is bad
 	json   bool
 }
 
@@ -31,21 +32,32 @@ fails with a conflict (exit 4): pull it and fork, or push under another
 session. An interrupted push completes when rerun. REMOTE may be left out
 when only one is configured.
 
+A push skips what the remote has. With --repair it reads back instead
+every record, node and chunk of the snapshot and of its lineage that the
+remote holds, checks each as a pull does, and uploads again from the
+local store what is missing or damaged (found by "fsck --remote"); it
+reports how many objects it read back intact, found missing and found
+damaged.
+
    homefs push agent-1 origin
-   homefs push agent-1@3f2a9c1e`,
-		Flags: []cli.Flag{jsonFlag},
+   homefs push agent-1@3f2a9c1e
+   homefs push --repair agent-1 origin`,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "repair", Usage: "read back what the remote has and upload again what is missing or damaged"},
+			jsonFlag,
+		},
 		Action: func(c *cli.Context) error {
 			if err := args(c, 1, 2); err != nil {
 				return err
 			}
-			return runPush(c.Context, client(c), os.Stdout, pushOptions{spec: c.Args().Get(0), remote: c.Args().Get(1), json: c.Bool("json")})
+			return runPush(c.Context, client(c), os.Stdout, pushOptions{spec: c.Args().Get(0), remote: c.Args().Get(1), repair: c.Bool("repair"), json: c.Bool("json")})
 		},
 	}
 }
 
 func runPush(ctx context.Context, cl *daemon.Client, out io.Writer, o pushOptions) error {
 	p := newProgress("push", "objects", o.json)
-	res, err := cl.Push(ctx, daemon.PushRequest{Spec: o.spec, Remote: o.remote}, p.show)
+	res, err := cl.Push(ctx, daemon.PushRequest{Spec: o.spec, Remote: o.remote, Repair: o.repair}, p.show)
 	p.done()
 	if err != nil {
 		return err
@@ -64,4 +76,7 @@ func printPush(out io.Writer, res *daemon.PushResult) {
 	}
 	fmt.Fprintf(out, "pushed %s of %s to %s: %d objects uploaded (%s), %d checked, %d records; %s\n",
 		shortID(res.Snapshot), res.Session, res.Remote, res.Uploaded, humanBytes(res.UploadedBytes), res.Checked, res.Records, head)
+	if res.Repair {
+		fmt.Fprintf(out, "repair: %d objects read back intact, %d missing and %d damaged uploaded again\n", res.Verified, res.Missing, res.Damaged)
+	}
 }

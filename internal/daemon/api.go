@@ -341,6 +341,9 @@ type ExportNativeResult struct {
 type PushRequest struct {
 	Spec   string `json:"spec"`
 	Remote string `json:"remote,omitempty"`
+	// Repair reads back what the push would skip because the remote has
+	// it, and uploads again what is missing or damaged there.
+	Repair bool `json:"repair,omitempty"`
 }
 
 // PushResult is what a push did.
@@ -353,6 +356,12 @@ type PushResult struct {
 	Uploaded      int    `json:"uploaded"`
 	UploadedBytes int64  `json:"uploaded_bytes"` // stored (compressed) size
 	HeadMoved     bool   `json:"head_moved"`
+	// With Repair: objects read back intact, and those found missing or
+	// damaged (all uploaded again, counted in Uploaded).
+	Repair   bool `json:"repair,omitempty"`
+	Verified int  `json:"verified,omitempty"`
+	Missing  int  `json:"missing,omitempty"`
+	Damaged  int  `json:"damaged,omitempty"`
 }
 
 // PullRequest brings a snapshot (an id, a prefix, or a session's remote

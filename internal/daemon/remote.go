@@ -53,16 +53,20 @@ func (s *Service) Push(ctx context.Context, req PushRequest, progress func(Progr
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.remotes.Push(ctx, s.rec, s.cat, req.Spec, name, remote.PushOptions{Progress: remoteProgress(progress)})
+	res, err := s.remotes.Push(ctx, s.rec, s.cat, req.Spec, name, remote.PushOptions{Progress: remoteProgress(progress), Repair: req.Repair})
 	if err != nil {
 		s.metrics.push(name, 0, 0, err)
 		return nil, err
 	}
 	s.metrics.push(name, res.Uploaded, res.UploadedBytes, nil)
 	s.log.Info("pushed", "remote", name, "snapshot", res.ID, "session", res.Session, "uploaded", res.Uploaded, "bytes", res.UploadedBytes, "head_moved", res.HeadMoved)
+	if req.Repair {
+		s.log.Info("repaired", "remote", name, "snapshot", res.ID, "verified", res.Verified, "missing", res.Missing, "damaged", res.Damaged)
+	}
 	return &PushResult{
 		Remote: name, Snapshot: res.ID, Session: res.Session, Records: res.Records,
 		Checked: res.Checked, Uploaded: res.Uploaded, UploadedBytes: res.UploadedBytes, HeadMoved: res.HeadMoved,
+		Repair: req.Repair, Verified: res.Verified, Missing: res.Missing, Damaged: res.Damaged,
 	}, nil
 }
 

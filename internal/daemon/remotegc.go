@@ -128,8 +128,9 @@ func (s *Service) openRemote(ctx context.Context, name string) (*remote.Remote, 
 	return s.remotes.Remote(ctx, name)
 }
 
-// remoteRoutes adds the endpoints above to mux.
+// remoteRoutes adds the endpoints above, and remote fsck's, to mux.
 func (s *Service) remoteRoutes(mux *http.ServeMux) {
+	s.remoteFsckRoutes(mux)
 	mux.HandleFunc("POST "+pathRemoteSessions, func(w http.ResponseWriter, r *http.Request) {
 		var req RemoteRequest
 		if !decode(w, r, &req) {

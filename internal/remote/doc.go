@@ -42,6 +42,12 @@
 //     a gc never deletes what a push in progress found present and
 //     skipped (docs/ARCHITECTURE-remote.md).
 //
+//   - Fsck reads back, and checks as a pull does, every record, node and
+//     chunk the heads reach, and reports each missing or damaged object
+//     with its key and what reaches it. A push with PushOptions.Repair
+//     reads objects back instead of asking whether they exist, and
+//     uploads again what is missing or damaged, in a push's order.
+//
 //   - ReadThrough is a cas.Store that serves local chunks and fetches
 //     missing ones from remotes, checking each one's hash before storing
 //     and returning it, and reading ahead along the files of pulled trees.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"homefs/cas"
+	"homefs/manifest"
 )
 
 // GCResult says what a remote gc kept and deleted.
@@ -55,27 +56,65 @@ func GC(ctx context.Context, r *Remote) (*GCResult, error) {
 func (r *Remote) gc(ctx context.Context, l *lock, res *GCResult) error {
 	// Mark. Under the lock no push runs, so heads, records and chunks
 	// hold still but for forgets and purges, which only delete.
-	heads, err := r.headSnapshots(ctx)
+	keep, reached, err := r.mark(ctx, res)
 	if err != nil {
 		return err
+	}
+	// Sweep records first: a record left while its tree goes would break
+	// "a record implies its tree".
+	if err := r.sweepRecords(ctx, l, keep, res); err != nil {
+		return err
+	}
+	return r.sweepChunks(ctx, l, reached, res)
+}
+
+// mark returns the records every head reaches and the nodes and chunks
+// under their trees.
+func (r *Remote) mark(ctx context.Context, res *GCResult) (map[string]bool, map[cas.Ref]struct{}, error) {
+	heads, err := r.headSnapshots(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
 	res.Heads = len(heads)
 	keep := make(map[string]bool)
 	var roots []cas.Ref
-	var visit func(id string, fromHead bool) error
-	visit = func(id string, fromHead bool) error {
-		if id == "" || keep[id] {
+	for id, session := range heads {
+		err := r.walkLineage(ctx, id, keep, func(_ string, snap *manifest.Snapshot, err error) error {
+			if err == nil {
+				roots = append(roots, snap.Root)
+			}
+			return err
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("head of %s: %w", session, err)
+		}
+	}
+	reached := make(map[cas.Ref]struct{})
+	if err := r.reach(ctx, roots, reached); err != nil {
+		return nil, nil, err
+	}
+	return keep, reached, nil
+}
+
+// walkLineage reads the record id and, depth first, its Parent and Origin
+// records, each at most once (seen), and calls fn with each record read,
+// or with the error of one that could not be; fn's error ends the walk.
+// An ancestor that is not on the remote ends its line unreported (a forget
+// deleted it); id itself missing is reported (ErrNoSnapshot).
+func (r *Remote) walkLineage(ctx context.Context, id string, seen map[string]bool, fn func(id string, snap *manifest.Snapshot, err error) error) error {
+	var visit func(id string, head bool) error
+	visit = func(id string, head bool) error {
+		if id == "" || seen[id] {
 			return nil
 		}
 		_, snap, err := r.Snapshot(ctx, id)
-		if errors.Is(err, ErrNoSnapshot) && !fromHead {
-			return nil // forgotten: the lineage ends here
+		if errors.Is(err, ErrNoSnapshot) && !head {
+			return nil
 		}
-		if err != nil {
+		seen[id] = true
+		if err := fn(id, snap, err); err != nil || snap == nil {
 			return err
 		}
-		keep[id] = true
-		roots = append(roots, snap.Root)
 		if err := visit(snap.Parent, false); err != nil {
 			return err
 		}
@@ -84,38 +123,36 @@ func (r *Remote) gc(ctx context.Context, l *lock, res *GCResult) error {
 		}
 		return nil
 	}
-	for id, session := range heads {
-		if err := visit(id, true); err != nil {
-			return fmt.Errorf("head of %s: %w", session, err)
-		}
-	}
-	reached := make(map[cas.Ref]struct{})
-	if err := r.reach(ctx, roots, reached); err != nil {
-		return err
-	}
+	return visit(id, true)
+}
 
-	// Sweep records first: a record left while its tree goes would break
-	// "a record implies its tree".
+// sweepRecords deletes every record that keep leaves out.
+func (r *Remote) sweepRecords(ctx context.Context, l *lock, keep map[string]bool, res *GCResult) error {
 	ids, err := r.Snapshots(ctx, "")
 	if err != nil {
 		return err
 	}
-	var dropRecords []string
+	var drop []string
 	for _, id := range ids {
 		if keep[id] {
 			res.Records++
 		} else {
-			dropRecords = append(dropRecords, id)
+			drop = append(drop, id)
 		}
 	}
 	if err := l.check(); err != nil {
 		return err
 	}
-	if err := r.deleteRecords(ctx, dropRecords); err != nil {
+	if err := r.deleteRecords(ctx, drop); err != nil {
 		return err
 	}
-	res.DeletedRecords = len(dropRecords)
+	res.DeletedRecords = len(drop)
+	return nil
+}
 
+// sweepChunks deletes every chunk and node that is not reached, in
+// batches, re-checking the lock between them.
+func (r *Remote) sweepChunks(ctx context.Context, l *lock, reached map[cas.Ref]struct{}, res *GCResult) error {
 	sizes, err := r.chunkSizes(ctx)
 	if err != nil {
 		return err
@@ -130,7 +167,6 @@ func (r *Remote) gc(ctx context.Context, l *lock, res *GCResult) error {
 			res.DeletedBytes += n
 		}
 	}
-	// Delete in batches, re-checking the lock between them.
 	const batch = 1000
 	for len(drop) > 0 {
 		if err := l.check(); err != nil {

@@ -119,71 +119,51 @@ func (r *Remote) reach(ctx context.Context, roots []cas.Ref, seen map[cas.Ref]st
 			frontier = append(frontier, root)
 		}
 	}
-	var mu sync.Mutex
 	for len(frontier) > 0 {
-		var next []cas.Ref
-		add := func(ref cas.Ref, kind manifest.RefKind) {
-			if ref.IsZero() {
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if _, ok := seen[ref]; ok {
-				return
-			}
-			seen[ref] = struct{}{}
-			if kind != 0 {
-				kinds[ref] = kind
-				next = append(next, ref)
-			}
-		}
-		level := frontier
-		err := parallel(ctx, r.parallel, len(level), func(ctx context.Context, i int) error {
-			ref := level[i]
-			mu.Lock()
-			kind := kinds[ref]
-			mu.Unlock()
-			data, err := r.GetChunk(ctx, ref)
-			if err != nil {
-				return fmt.Errorf("%s node %s: %w", kind, ref.Short(), err)
-			}
-			if kind == manifest.TreeNode {
-				t, err := manifest.DecodeTree(data)
-				if err != nil {
-					return fmt.Errorf("tree node %s: %w: %w", ref.Short(), cas.ErrCorrupt, err)
-				}
-				for j := range t.Entries {
-					e := &t.Entries[j]
-					switch {
-					case e.Kind == manifest.KindDir:
-						add(e.Tree, manifest.TreeNode)
-					case e.Kind == manifest.KindFile && e.Depth == 0:
-						for _, c := range e.Chunks {
-							add(c, 0)
-						}
-					case e.Kind == manifest.KindFile:
-						add(e.Index, manifest.IndexNode)
-					}
-				}
-				return nil
-			}
-			depth, refs, err := manifest.DecodeIndex(data)
-			if err != nil {
-				return fmt.Errorf("index node %s: %w: %w", ref.Short(), cas.ErrCorrupt, err)
-			}
-			for _, c := range refs {
-				if depth == 1 {
-					add(c, 0)
-				} else {
-					add(c, manifest.IndexNode)
-				}
-			}
-			return nil
-		})
+		next, err := r.reachLevel(ctx, frontier, kinds, seen)
 		if err != nil {
 			return err
 		}
 		frontier = next
 	}
 	return nil
+}
+
+// reachLevel reads one level of reach's walk and returns the next: the
+// nodes below it not seen before.
+func (r *Remote) reachLevel(ctx context.Context, level []cas.Ref, kinds map[cas.Ref]manifest.RefKind, seen map[cas.Ref]struct{}) ([]cas.Ref, error) {
+	var (
+		mu   sync.Mutex
+		next []cas.Ref
+	)
+	add := func(ref cas.Ref, kind manifest.RefKind) {
+		if ref.IsZero() {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if _, ok := seen[ref]; ok {
+			return
+		}
+		seen[ref] = struct{}{}
+		if kind != manifest.Chunk {
+			kinds[ref] = kind
+			next = append(next, ref)
+		}
+	}
+	err := parallel(ctx, r.parallel, len(level), func(ctx context.Context, i int) error {
+		ref := level[i]
+		mu.Lock()
+		kind := kinds[ref]
+		mu.Unlock()
+		data, err := r.GetChunk(ctx, ref)
+		if err != nil {
+			return fmt.Errorf("%s node %s: %w", kind, ref.Short(), err)
+		}
+		if err := nodeRefs(kind, data, add); err != nil {
+			return fmt.Errorf("%s node %s: %w: %w", kind, ref.Short(), cas.ErrCorrupt, err)
+		}
+		return nil
+	})
+	return next, err
 }

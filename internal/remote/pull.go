@@ -217,30 +217,14 @@ func (p *puller) pullNodes(ctx context.Context, sid string, root cas.Ref) error 
 		for i, ref := range frontier {
 			p.res.Nodes++
 			p.done[ref] = struct{}{}
-			if kinds[ref] == manifest.TreeNode {
-				t, err := manifest.DecodeTree(data[i])
-				if err != nil {
-					return fmt.Errorf("tree node %s: %w: %w", ref.Short(), cas.ErrCorrupt, err)
+			kind := kinds[ref]
+			err := nodeRefs(kind, data[i], func(c cas.Ref, k manifest.RefKind) {
+				if k != manifest.Chunk {
+					add(c, k)
 				}
-				for j := range t.Entries {
-					e := &t.Entries[j]
-					switch {
-					case e.Kind == manifest.KindDir:
-						add(e.Tree, manifest.TreeNode)
-					case e.Kind == manifest.KindFile && e.Depth > 0:
-						add(e.Index, manifest.IndexNode)
-					}
-				}
-				continue
-			}
-			depth, refs, err := manifest.DecodeIndex(data[i])
+			})
 			if err != nil {
-				return fmt.Errorf("index node %s: %w: %w", ref.Short(), cas.ErrCorrupt, err)
-			}
-			if depth > 1 {
-				for _, c := range refs {
-					add(c, manifest.IndexNode)
-				}
+				return fmt.Errorf("%s node %s: %w: %w", kind, ref.Short(), cas.ErrCorrupt, err)
 			}
 		}
 		frontier = next

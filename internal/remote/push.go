@@ -21,6 +21,7 @@ const (
 	PhaseNodes   Phase = "nodes"   // transferring tree and index nodes
 	PhaseRecord  Phase = "record"  // writing a snapshot record
 	PhaseHead    Phase = "head"    // moving the session head
+	PhaseVerify  Phase = "verify"  // reading objects back and checking them
 )
 
 // Progress is reported while a push or pull runs, from one goroutine at a
@@ -40,6 +41,12 @@ type PushOptions struct {
 	// NoHead skips moving the session head: the snapshot (and its lineage)
 	// become durable on the remote without becoming its session's latest.
 	NoHead bool
+	// Repair reads back, instead of asking whether it exists, every
+	// record, node and chunk that the push would skip because the remote
+	// has it: those of the snapshot and of its lineage as far as the
+	// remote holds it. Whatever is missing or damaged is uploaded again
+	// from the local store, in the order of a push.
+	Repair bool
 }
 
 // PushResult says what a push did.
@@ -58,6 +65,11 @@ type PushResult struct {
 	Head *Head
 	// HeadMoved reports whether the push changed the head.
 	HeadMoved bool
+	// With Repair: Verified counts the objects read back intact, Missing
+	// those the remote lacked (never pushed, or lost) and Damaged those
+	// that did not check; every missing or damaged one was uploaded
+	// (counted in Uploaded too).
+	Verified, Missing, Damaged int
 }
 
 // PushSource is what Push reads: the local store and catalog.
@@ -99,7 +111,8 @@ type pusher struct {
 	opts  PushOptions
 	lock  *lock
 	res   PushResult
-	// known holds refs the remote is known to hold (checked or uploaded).
+	// known holds refs the remote is known to hold (checked or uploaded),
+	// nodes with everything below them.
 	known map[cas.Ref]struct{}
 }
 
@@ -121,18 +134,9 @@ func (p *pusher) push(ctx context.Context, id string) (*PushResult, error) {
 		if err := p.pushTree(ctx, sid, rec.snap.Root); err != nil {
 			return &p.res, fmt.Errorf("snapshot %s: %w", sid, err)
 		}
-		// The durability barrier: the record goes after its tree and its
-		// lineage, so a record on the remote implies both are complete.
-		p.report(Progress{Phase: PhaseRecord, Snapshot: sid})
-		if err := p.lock.check(); err != nil {
+		if err := p.putRecord(ctx, sid, rec); err != nil {
 			return &p.res, err
 		}
-		if err := p.r.putSnapshot(ctx, sid, rec.raw); err != nil {
-			return &p.res, fmt.Errorf("snapshot %s: record: %w", sid, err)
-		}
-		p.res.Records++
-		p.res.Uploaded++
-		p.res.UploadedBytes += int64(len(rec.raw))
 	}
 	_, snap, err := p.cat.Record(ctx, id)
 	if err != nil {
@@ -151,185 +155,326 @@ func (p *pusher) push(ctx context.Context, id string) (*PushResult, error) {
 	return &p.res, err
 }
 
+// putRecord writes a snapshot record after its tree: the durability
+// barrier. The record goes after its tree and its lineage, so a record on
+// the remote implies both are complete.
+func (p *pusher) putRecord(ctx context.Context, sid string, rec localRecord) error {
+	if rec.put == putNone {
+		return nil
+	}
+	p.report(Progress{Phase: PhaseRecord, Snapshot: sid})
+	if err := p.lock.check(); err != nil {
+		return err
+	}
+	var err error
+	if rec.put == putReplace {
+		err = p.r.replaceSnapshot(ctx, sid, rec.raw)
+	} else {
+		err = p.r.putSnapshot(ctx, sid, rec.raw)
+	}
+	if err != nil {
+		return fmt.Errorf("snapshot %s: record: %w", sid, err)
+	}
+	p.res.Records++
+	p.res.Uploaded++
+	p.res.UploadedBytes += int64(len(rec.raw))
+	return nil
+}
+
+// recordPut says how a push writes a snapshot record.
+type recordPut uint8
+
+const (
+	putNone    recordPut = iota // the remote holds it intact (a repair)
+	putCreate                   // absent: create-only
+	putReplace                  // damaged (a repair): overwrite
+)
+
 type localRecord struct {
 	raw  []byte
 	snap *manifest.Snapshot
+	put  recordPut
 }
 
 // lineage returns the snapshots to push, ancestors first: id and every
 // Parent/Origin ancestor up to the ones the remote already holds (which,
-// by the record invariant, have their own lineage there too).
+// by the record invariant, have their own lineage there too). A repair
+// goes on through those, as far as the remote holds them (a forget ends
+// the line, as for gc), to read back their trees.
 func (p *pusher) lineage(ctx context.Context, id string) ([]string, map[string]localRecord, error) {
 	var order []string
 	records := make(map[string]localRecord)
 	visited := make(map[string]bool)
-	var visit func(id string) error
-	visit = func(id string) error {
+	var visit func(id string, onRemote bool) error
+	visit = func(id string, onRemote bool) error {
 		if id == "" || visited[id] {
 			return nil
 		}
 		visited[id] = true
-		has, err := p.r.HasSnapshot(ctx, id)
-		p.res.Checked++
-		if err != nil || has {
+		put, skip, err := p.recordState(ctx, id, onRemote)
+		if err != nil || skip {
 			return err
 		}
 		raw, snap, err := p.cat.Record(ctx, id)
 		if err != nil {
 			return err
 		}
-		if err := visit(snap.Parent); err != nil {
+		below := onRemote || put != putCreate
+		if err := visit(snap.Parent, below); err != nil {
 			return err
 		}
 		if snap.Origin != nil {
-			if err := visit(snap.Origin.Snapshot); err != nil {
+			if err := visit(snap.Origin.Snapshot, below); err != nil {
 				return err
 			}
 		}
-		records[id] = localRecord{raw: raw, snap: snap}
+		records[id] = localRecord{raw: raw, snap: snap, put: put}
 		order = append(order, id)
 		return nil
 	}
-	return order, records, visit(id)
+	return order, records, visit(id, false)
 }
 
-// pending is a node the remote lacks, with the nodes below it that it
-// lacks too (they must be uploaded first).
+// recordState says how to write the record of id, or to skip it and its
+// lineage: a push skips a record the remote has; a repair reads it back,
+// and skips one that is absent below a record the remote has (forgotten).
+// onRemote says whether a descendant's record is on the remote.
+func (p *pusher) recordState(ctx context.Context, id string, onRemote bool) (recordPut, bool, error) {
+	p.res.Checked++
+	if !p.opts.Repair {
+		has, err := p.r.HasSnapshot(ctx, id)
+		return putCreate, has, err
+	}
+	_, _, err := p.r.Snapshot(ctx, id)
+	switch {
+	case err == nil:
+		p.res.Verified++
+		return putNone, false, nil
+	case errors.Is(err, ErrNoSnapshot) && onRemote:
+		return putNone, true, nil
+	case errors.Is(err, ErrNoSnapshot):
+		p.res.Missing++
+		return putCreate, false, nil
+	case errors.Is(err, cas.ErrCorrupt):
+		p.res.Damaged++
+		p.r.log.Warn("remote record damaged, uploading it again", "remote", p.r.cfg.Name, "key", p.r.recordKey(id), "err", err)
+		return putReplace, false, nil
+	}
+	return putNone, false, err
+}
+
+// pending is a node the remote lacks (upload), with the nodes below it
+// that it lacks too (they must be uploaded first). A repair also scans
+// nodes it read back intact, to reach what lies below them; those are
+// pending without upload, and their children count for heights.
 type pending struct {
 	kind     manifest.RefKind
 	children []cas.Ref
+	upload   bool
+}
+
+// edge is a reference from a node to a tree or index node below it.
+type edge struct {
+	parent, ref cas.Ref
+	kind        manifest.RefKind
+}
+
+// treeScan is what the scan of one tree found: the nodes and chunks the
+// remote lacks, and every ref met so far.
+type treeScan struct {
+	nodes  map[cas.Ref]*pending
+	chunks map[cas.Ref]struct{}
+	seen   map[cas.Ref]struct{}
+}
+
+// meet reports whether ref is met for the first time in this tree.
+func (sc *treeScan) meet(ref cas.Ref) bool {
+	if _, ok := sc.seen[ref]; ok {
+		return false
+	}
+	sc.seen[ref] = struct{}{}
+	return true
+}
+
+// link records every edge to an absent node, also to one first reached
+// through another parent: heights must see all of them.
+func (sc *treeScan) link(kids []edge) {
+	for _, k := range kids {
+		if n, ok := sc.nodes[k.ref]; ok {
+			if n.kind == 0 {
+				n.kind = k.kind
+			}
+			parent := sc.nodes[k.parent]
+			parent.children = append(parent.children, k.ref)
+		}
+	}
+}
+
+func (p *pusher) isKnown(ref cas.Ref) bool {
+	_, ok := p.known[ref]
+	return ok
 }
 
 // pushTree uploads every object of the tree under root that the remote
 // lacks: a breadth-first scan that asks about each level's nodes and
-// chunks in batches and descends only into absent nodes, then the chunks,
-// then the nodes in order of height, so that no node lands before
-// everything below it.
+// chunks in batches and descends only into absent nodes (a repair: into
+// every node), then the chunks, then the nodes in order of height, so
+// that no node lands before everything below it.
 func (p *pusher) pushTree(ctx context.Context, sid string, root cas.Ref) error {
-	if _, ok := p.known[root]; ok {
+	if p.isKnown(root) {
 		return nil
 	}
-	has, err := p.r.present(ctx, []cas.Ref{root})
+	has, err := p.presence(ctx, []cas.Ref{root})
 	p.res.Checked++
 	if err != nil {
 		return err
 	}
-	if has[0] {
+	if has[0] && !p.opts.Repair {
 		p.known[root] = struct{}{}
 		return nil
 	}
-	nodes := map[cas.Ref]*pending{root: {kind: manifest.TreeNode}}
-	chunks := make(map[cas.Ref]struct{})
-	seen := map[cas.Ref]struct{}{root: {}}
-	type child struct {
-		parent, ref cas.Ref
-		kind        manifest.RefKind
+	sc, err := p.scan(ctx, sid, root, !has[0])
+	if err != nil {
+		return err
+	}
+	if err := p.upload(ctx, sid, PhaseChunks, sortedRefs(sc.chunks)); err != nil {
+		return err
+	}
+	if err := p.uploadNodes(ctx, sid, sc.nodes); err != nil {
+		return err
+	}
+	// The whole tree is on the remote now (a repair's intact nodes too).
+	for ref := range sc.nodes {
+		p.known[ref] = struct{}{}
+	}
+	return nil
+}
+
+// presence reports which refs the remote holds; a repair reads each back
+// and counts it intact only if it checks.
+func (p *pusher) presence(ctx context.Context, refs []cas.Ref) ([]bool, error) {
+	if !p.opts.Repair {
+		return p.r.present(ctx, refs)
+	}
+	got, err := p.r.readBackAll(ctx, refs, nil)
+	if err != nil {
+		return nil, err
+	}
+	has := make([]bool, len(refs))
+	for i, g := range got {
+		switch {
+		case g.bad == nil:
+			has[i] = true
+			p.res.Verified++
+		case errors.Is(g.bad, cas.ErrNotFound):
+			p.res.Missing++
+		default:
+			p.res.Damaged++
+			p.r.log.Warn("remote object damaged, uploading it again", "remote", p.r.cfg.Name, "key", p.r.chunkKey(refs[i]), "err", g.bad)
+		}
+	}
+	return has, nil
+}
+
+// scan walks the tree under root level by level and returns what the
+// remote lacks. upload says whether the root is absent (a repair scans an
+// intact root too).
+func (p *pusher) scan(ctx context.Context, sid string, root cas.Ref, upload bool) (*treeScan, error) {
+	sc := &treeScan{
+		nodes:  map[cas.Ref]*pending{root: {kind: manifest.TreeNode, upload: upload}},
+		chunks: make(map[cas.Ref]struct{}),
+		seen:   map[cas.Ref]struct{}{root: {}},
 	}
 	frontier := []cas.Ref{root}
 	for len(frontier) > 0 {
-		p.report(Progress{Phase: PhaseScan, Snapshot: sid, Objects: int64(len(nodes) + len(chunks))})
-		var kids []child
-		var newChunks []cas.Ref
-		for _, ref := range frontier {
-			n := nodes[ref]
-			data, err := p.local.Get(ctx, ref)
-			if err != nil {
-				return fmt.Errorf("%s node %s: %w", n.kind, ref.Short(), err)
-			}
-			addChunks := func(refs []cas.Ref) {
-				for _, c := range refs {
-					if c.IsZero() {
-						continue
-					}
-					if _, ok := seen[c]; ok {
-						continue
-					}
-					seen[c] = struct{}{}
-					if _, ok := p.known[c]; !ok {
-						newChunks = append(newChunks, c)
-					}
-				}
-			}
-			if n.kind == manifest.TreeNode {
-				t, err := manifest.DecodeTree(data)
-				if err != nil {
-					return fmt.Errorf("tree node %s: %w", ref.Short(), err)
-				}
-				for i := range t.Entries {
-					e := &t.Entries[i]
-					switch {
-					case e.Kind == manifest.KindDir:
-						kids = append(kids, child{ref, e.Tree, manifest.TreeNode})
-					case e.Kind == manifest.KindFile && e.Depth == 0:
-						addChunks(e.Chunks)
-					case e.Kind == manifest.KindFile:
-						kids = append(kids, child{ref, e.Index, manifest.IndexNode})
-					}
-				}
-				continue
-			}
-			depth, refs, err := manifest.DecodeIndex(data)
-			if err != nil {
-				return fmt.Errorf("index node %s: %w", ref.Short(), err)
-			}
-			if depth == 1 {
-				addChunks(refs)
-				continue
-			}
-			for _, c := range refs {
-				kids = append(kids, child{ref, c, manifest.IndexNode})
-			}
-		}
-		// Ask about the new nodes and chunks of this level in one batch.
-		var ask []cas.Ref
-		for _, k := range kids {
-			if _, ok := seen[k.ref]; ok {
-				continue
-			}
-			seen[k.ref] = struct{}{}
-			if _, ok := p.known[k.ref]; !ok {
-				ask = append(ask, k.ref)
-			}
-		}
-		nodeAsk := len(ask)
-		ask = append(ask, newChunks...)
-		has, err := p.r.present(ctx, ask)
-		p.res.Checked += len(ask)
+		p.report(Progress{Phase: PhaseScan, Snapshot: sid, Objects: int64(len(sc.nodes) + len(sc.chunks))})
+		kids, chunks, err := p.readLevel(ctx, sc, frontier)
 		if err != nil {
+			return nil, err
+		}
+		if frontier, err = p.askLevel(ctx, sc, kids, chunks); err != nil {
+			return nil, err
+		}
+	}
+	return sc, nil
+}
+
+// readLevel reads the frontier's nodes from the local store. It returns
+// the edges to the nodes below them, and the chunks they name that this
+// tree had not met and the remote is not known to hold.
+func (p *pusher) readLevel(ctx context.Context, sc *treeScan, frontier []cas.Ref) ([]edge, []cas.Ref, error) {
+	var (
+		kids   []edge
+		chunks []cas.Ref
+	)
+	for _, ref := range frontier {
+		kind := sc.nodes[ref].kind
+		data, err := p.local.Get(ctx, ref)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s node %s: %w", kind, ref.Short(), err)
+		}
+		err = nodeRefs(kind, data, func(c cas.Ref, k manifest.RefKind) {
+			switch {
+			case k != manifest.Chunk:
+				kids = append(kids, edge{ref, c, k})
+			case sc.meet(c) && !p.isKnown(c):
+				chunks = append(chunks, c)
+			}
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s node %s: %w", kind, ref.Short(), err)
+		}
+	}
+	return kids, chunks, nil
+}
+
+// askLevel asks the remote about a level's new nodes and chunks in one
+// batch, records the absent ones and returns the absent nodes: the next
+// level.
+func (p *pusher) askLevel(ctx context.Context, sc *treeScan, kids []edge, chunks []cas.Ref) ([]cas.Ref, error) {
+	var ask []cas.Ref
+	for _, k := range kids {
+		if sc.meet(k.ref) && !p.isKnown(k.ref) {
+			ask = append(ask, k.ref)
+		}
+	}
+	nodeAsk := len(ask)
+	ask = append(ask, chunks...)
+	has, err := p.presence(ctx, ask)
+	p.res.Checked += len(ask)
+	if err != nil {
+		return nil, err
+	}
+	var next []cas.Ref
+	for i, ref := range ask {
+		switch {
+		case i < nodeAsk && (!has[i] || p.opts.Repair):
+			next = append(next, ref)
+			sc.nodes[ref] = &pending{upload: !has[i]}
+		case has[i]:
+			p.known[ref] = struct{}{}
+		default:
+			sc.chunks[ref] = struct{}{}
+		}
+	}
+	sc.link(kids)
+	return next, nil
+}
+
+// uploadNodes uploads the nodes to upload by height: a node of height h
+// has only pending children of height < h, all uploaded in earlier rounds.
+func (p *pusher) uploadNodes(ctx context.Context, sid string, nodes map[cas.Ref]*pending) error {
+	for _, round := range byHeight(nodes) {
+		if err := p.upload(ctx, sid, PhaseNodes, sortedRefs(round)); err != nil {
 			return err
 		}
-		frontier = frontier[:0:0]
-		for i, ref := range ask {
-			switch {
-			case has[i]:
-				p.known[ref] = struct{}{}
-			case i < nodeAsk:
-				frontier = append(frontier, ref)
-			default:
-				chunks[ref] = struct{}{}
-			}
-		}
-		for _, ref := range frontier {
-			nodes[ref] = &pending{}
-		}
-		// Record every edge to an absent node, also to one first reached
-		// through another parent: heights must see all of them.
-		for _, k := range kids {
-			if n, ok := nodes[k.ref]; ok {
-				if n.kind == 0 {
-					n.kind = k.kind
-				}
-				parent := nodes[k.parent]
-				parent.children = append(parent.children, k.ref)
-			}
-		}
 	}
+	return nil
+}
 
-	if err := p.upload(ctx, sid, PhaseChunks, sortedRefs(chunks)); err != nil {
-		return err
-	}
-	// Upload nodes by height: a node of height h has only absent children
-	// of height < h, all uploaded in earlier rounds.
+// byHeight groups the nodes to upload by height: 0 for a node with no
+// pending child, else one more than its highest pending child.
+func byHeight(nodes map[cas.Ref]*pending) []map[cas.Ref]struct{} {
 	height := make(map[cas.Ref]int, len(nodes))
 	var heightOf func(cas.Ref) int
 	heightOf = func(ref cas.Ref) int {
@@ -343,22 +488,18 @@ func (p *pusher) pushTree(ctx context.Context, sid string, root cas.Ref) error {
 		height[ref] = h
 		return h
 	}
-	rounds := map[int]map[cas.Ref]struct{}{}
-	top := 0
+	var rounds []map[cas.Ref]struct{}
 	for ref := range nodes {
 		h := heightOf(ref)
-		if rounds[h] == nil {
-			rounds[h] = make(map[cas.Ref]struct{})
+		if !nodes[ref].upload {
+			continue
+		}
+		for len(rounds) <= h {
+			rounds = append(rounds, make(map[cas.Ref]struct{}))
 		}
 		rounds[h][ref] = struct{}{}
-		top = max(top, h)
 	}
-	for h := 0; h <= top; h++ {
-		if err := p.upload(ctx, sid, PhaseNodes, sortedRefs(rounds[h])); err != nil {
-			return err
-		}
-	}
-	return nil
+	return rounds
 }
 
 // upload sends refs from the local store, Parallel at a time.

@@ -436,6 +436,14 @@ func (r *Remote) putSnapshot(ctx context.Context, id string, record []byte) erro
 	return err
 }
 
+// replaceSnapshot overwrites a damaged record (a repair). The bytes are
+// the ones the id names, so whatever another host writes there is the
+// same.
+func (r *Remote) replaceSnapshot(ctx context.Context, id string, record []byte) error {
+	_, err := r.putObject(ctx, r.recordKey(id), record, "application/json", "", false)
+	return err
+}
+
 // Snapshots lists the ids of the remote's snapshots that start with
 // prefix (all of them for "").
 func (r *Remote) Snapshots(ctx context.Context, prefix string) ([]string, error) {
