@@ -31,6 +31,10 @@
 //     mount passes (rawGate, nointr.go): it ignores INTERRUPT, serves
 //     directories without OPENDIR, and times each request for the
 //     engine's Observer (observe.go), the daemon's metrics.
+//   - Transport: how a mount's requests reach the gate: go-fuse reading
+//     /dev/fuse, or FUSE over io_uring (package fusefs/uring, its own
+//     locks), as the engine's URingMode and the host's switch allow
+//     (uringswitch.go).
 //
 // # Where a write goes
 //
@@ -73,7 +77,7 @@
 //
 //	Engine.mu < Session.freeze < fnode.openMu < Session.treeMu < node.mu < Session.dirtyMu
 //	leaves: chunkCache.mu, pendingChunks.mu, orphans.mu, backedSet.mu, journal.mu,
-//	        Recorder.mu, dirStreams.mu, uringRing.mu
+//	        Recorder.mu, dirStreams.mu
 //
 // Session.freeze is held shared by every mutating operation and
 // exclusively by a flush, so a snapshot is one instant of the whole

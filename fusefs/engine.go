@@ -17,6 +17,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"homefs/cas"
+	"homefs/fusefs/uring"
 	"homefs/internal/catalog"
 	"homefs/manifest"
 )
@@ -55,9 +56,9 @@ type Options struct {
 	// measuring it, or for a backing filesystem one would rather not use.
 	NoStaging bool
 	// URing says whether mounts are served through FUSE over io_uring
-	// (uring_linux.go), and whether the engine may turn the host's switch
-	// on for it (URingMode); a mount that cannot use it is served over
-	// /dev/fuse. HOMEFS_FUSE_URING (on or 1, auto, off or 0) in the
+	// (package fusefs/uring), and whether the engine may turn the host's
+	// switch on for it (URingMode); a mount that cannot use it is served
+	// over /dev/fuse. HOMEFS_FUSE_URING (on or 1, auto, off or 0) in the
 	// environment overrides it, so that the test suite can run over either
 	// transport.
 	URing URingMode
@@ -274,7 +275,7 @@ type Mount struct {
 	server  *fuse.Server
 	// uring serves the mount's requests when it uses FUSE over io_uring;
 	// such a mount was made by homefs, not go-fuse, and is unmounted so.
-	uring *uringServer
+	uring *uring.Server
 	log   *slog.Logger
 	// shortCache is set while another mount shows part of what this one
 	// shows.
@@ -296,7 +297,7 @@ func (m *Mount) Dir() string { return m.dir }
 // Transport says how the kernel's requests reach the mount: "io_uring" or
 // "/dev/fuse".
 func (m *Mount) Transport() string {
-	if m.uring != nil && m.uring.active.Load() {
+	if m.uring != nil && m.uring.Active() {
 		return "io_uring"
 	}
 	return "/dev/fuse"
@@ -667,7 +668,7 @@ func (e *Engine) fsOptions(s *Session, opts MountOptions, rootIno uint64) *fs.Op
 func (m *Mount) Unmount() error {
 	unmount := m.server.Unmount
 	if m.uring != nil {
-		unmount = m.uring.unmount(m.dir)
+		unmount = m.uring.Unmount
 	}
 	err := unmount()
 	// The kernel releases a file closed just before asynchronously: give a
@@ -681,7 +682,7 @@ func (m *Mount) Unmount() error {
 	}
 	m.server.Wait()
 	if m.uring != nil {
-		m.uring.wait()
+		m.uring.Wait()
 	}
 	m.forget()
 	return nil
@@ -1025,7 +1026,7 @@ func (e *Engine) mountFS(dir string, m *Mount, opts *fs.Options) (*fuse.Server, 
 	raw := &rawGate{RawFileSystem: fs.NewNodeFS(m.root, opts), m: m, obs: e.obs}
 	m.gate = raw
 	if e.uringUsable(dir) {
-		server, us, err := mountURing(dir, raw, opts, m.log)
+		server, us, err := uring.Mount(dir, raw, &opts.MountOptions, m.log)
 		if err == nil {
 			m.uring = us
 			return server, nil

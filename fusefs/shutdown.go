@@ -103,7 +103,7 @@ func (m *Mount) servedUntilEnd() <-chan struct{} {
 	go func() {
 		m.server.Wait()
 		if m.uring != nil {
-			m.uring.wait()
+			m.uring.Wait()
 		}
 		close(done)
 	}()
@@ -125,7 +125,7 @@ func (e *Engine) endMounts(ctx context.Context, mounts []*Mount) (busy map[*Sess
 	for _, m := range mounts {
 		unmount := m.server.Unmount
 		if m.uring != nil {
-			unmount = m.uring.unmount(m.dir)
+			unmount = m.uring.Unmount
 		}
 		ended[m] = m.servedUntilEnd()
 		err := unmount()

@@ -1,6 +1,6 @@
 //go:build race
 
-package fusefs
+package uring
 
 import "sync/atomic"
 

@@ -1,6 +1,6 @@
 //go:build !race
 
-package fusefs
+package uring
 
 // kernelReply and kernelRequest mark, for the race detector, the order the
 // kernel gives a reply and the requests that follow it (kernelorder_race.go);

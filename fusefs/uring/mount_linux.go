@@ -1,0 +1,126 @@
+package uring
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// Mount mounts dir itself (go-fuse cannot hand over the /dev/fuse
+// descriptor the rings need) and serves raw at it: go-fuse on /dev/fuse
+// for INIT, FORGET and INTERRUPT, the rings for the rest. opts are
+// go-fuse's, MaxWrite set (it sizes the ring buffers); log gets what goes
+// wrong on the rings (every request too with opts.Debug). An error leaves
+// nothing mounted. A REGISTER the kernel refuses is no error: the mount is
+// then served over /dev/fuse alone (Active says which).
+func Mount(dir string, raw fuse.RawFileSystem, opts *fuse.MountOptions, log *slog.Logger) (*fuse.Server, *Server, error) {
+	mo := *opts
+	us, err := newServer(raw, mo.MaxWrite, func(msg string, args ...any) { log.Warn(msg, args...) })
+	if err != nil {
+		return nil, nil, err
+	}
+	us.debug, us.dir = mo.Debug, dir
+	started := false
+	defer func() {
+		if !started {
+			us.close()
+		}
+	}()
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		return nil, nil, err
+	}
+	fd, err := syscall.Open("/dev/fuse", syscall.O_RDWR|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	// As go-fuse's direct mount does.
+	data := []string{
+		fmt.Sprintf("fd=%d", fd),
+		fmt.Sprintf("rootmode=%o", st.Mode&syscall.S_IFMT),
+		fmt.Sprintf("user_id=%d", os.Geteuid()),
+		fmt.Sprintf("group_id=%d", os.Getegid()),
+		fmt.Sprintf("max_read=%d", mo.MaxWrite),
+	}
+	var flags uintptr = syscall.MS_NOSUID | syscall.MS_NODEV
+	for _, o := range mo.Options {
+		// The kernel takes these as flags, not as options.
+		switch o {
+		case "dev":
+			flags &^= syscall.MS_NODEV
+		case "nodev", "nosuid":
+		default:
+			data = append(data, o)
+		}
+	}
+	if mo.AllowOther {
+		data = append(data, "allow_other")
+	}
+	if err := syscall.Mount(mo.FsName, dir, "fuse."+mo.Name, flags, strings.Join(data, ",")); err != nil {
+		syscall.Close(fd)
+		return nil, nil, fmt.Errorf("mount: %w", err)
+	}
+	// go-fuse serves a descriptor it is given as /dev/fd/N.
+	mo.DirectMount, mo.DirectMountStrict = false, false
+	mo.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
+	server, err := fuse.NewServer(raw, fmt.Sprintf("/dev/fd/%d", fd), &mo)
+	if err != nil {
+		_ = syscall.Unmount(dir, syscall.MNT_DETACH)
+		syscall.Close(fd)
+		return nil, nil, err
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
+		_ = syscall.Unmount(dir, syscall.MNT_DETACH)
+		server.Wait()
+		return nil, nil, err
+	}
+	// Registration waits for go-fuse to answer INIT. A REGISTER the kernel
+	// refuses turns the connection back to /dev/fuse, which go-fuse serves:
+	// the mount works either way.
+	started = true
+	if err := us.start(fd); err != nil {
+		log.Warn("FUSE over io_uring refused; serving over /dev/fuse", "mount", dir, "err", err)
+	}
+	if err := pollHack(dir); err != nil {
+		log.Warn("poll hack", "mount", dir, "err", err)
+	}
+	return server, us, nil
+}
+
+// Active reports whether the kernel sends the connection's requests
+// through the rings: every entry was registered.
+func (s *Server) Active() bool { return s.active.Load() }
+
+// Unmount unmounts the mount made by Mount; it does nothing once it has
+// succeeded (as go-fuse's Server.Unmount, which cannot unmount a mount it
+// did not make).
+func (s *Server) Unmount() error {
+	s.unmountMu.Lock()
+	defer s.unmountMu.Unlock()
+	if s.unmounted {
+		return nil
+	}
+	if err := syscall.Unmount(s.dir, 0); err != nil {
+		return err
+	}
+	s.unmounted = true
+	return nil
+}
+
+// Served counts the requests answered through the rings.
+func (s *Server) Served() int64 {
+	var n int64
+	for _, r := range s.rings {
+		n += r.served.Load()
+	}
+	return n
+}
+
+// Wait waits for every ring thread to end, which they do once the
+// connection has ended.
+func (s *Server) Wait() { s.wg.Wait() }

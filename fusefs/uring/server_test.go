@@ -1,0 +1,106 @@
+package uring
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/stretchr/testify/require"
+)
+
+func TestCPUCount(t *testing.T) {
+	for in, want := range map[string]int{"0": 1, "0-1\n": 2, "0-3,8-11": 12, "0,2,5": 6} {
+		n, err := cpuCount(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, n, in)
+	}
+	for _, bad := range []string{"", "x", "3-1", "-1", "0-", "0-70000"} {
+		_, err := cpuCount(bad)
+		require.Error(t, err, "%q", bad)
+	}
+}
+
+// FuzzURingServe feeds the ring decoder requests of any shape, answered by
+// go-fuse's default file system (ENOSYS to everything): whatever the
+// kernel wrote, the reply stays inside the entry's buffers, carries the
+// request's unique, and an error reply carries no payload.
+func FuzzURingServe(f *testing.F) {
+	f.Add(uint32(opLookup), uint16(0), []byte{}, []byte("name\x00"), 5)
+	f.Add(uint32(opRename2), uint16(0), make([]byte, 16), []byte("a\x00b\x00"), 4)
+	f.Add(uint32(opSymlink), uint16(0), []byte{}, []byte("link\x00target"), 11)
+	f.Add(uint32(opWrite), uint16(1), []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9}, []byte("123456789"), 9)
+	f.Add(uint32(opGetxattr), uint16(0), []byte{0, 1}, []byte("user.x"), 6)
+	f.Add(uint32(opSetxattr), uint16(0), []byte{3}, []byte("user.x\x00abc"), 10)
+	f.Add(uint32(opReaddirplus), uint16(0), []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10}, []byte{}, 0)
+	f.Add(uint32(opRead), uint16(0), []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}, []byte{}, 1<<30)
+	f.Fuzz(func(t *testing.T, op uint32, extlen uint16, opIn, payload []byte, n int) {
+		s := &Server{fs: fuse.NewDefaultRawFileSystem(), log: t.Logf}
+		mem := make([]byte, 4096+16384)
+		e := &entry{hdr: mem[:hdrSize], payload: mem[4096:]}
+		h := (*fuse.InHeader)(unsafe.Pointer(&e.in[0]))
+		h.Opcode, h.NodeId, h.Unique, h.TotalExtlen = op, 1, 77, extlen
+		copy(e.in[inHeaderSize:], opIn)
+		copy(e.payload, payload)
+		s.serve(e, uint32(n))
+		oh := (*fuse.OutHeader)(unsafe.Pointer(&e.hdr[hdrInOut]))
+		require.Equal(t, uint64(77), oh.Unique)
+		sz := *(*uint32)(unsafe.Pointer(&e.hdr[hdrEntInOut+16]))
+		require.LessOrEqual(t, int(sz), len(e.payload))
+		require.Equal(t, uint32(outHeaderSize)+sz, oh.Length)
+		if oh.Status != 0 {
+			require.Zero(t, sz)
+			require.Less(t, oh.Status, int32(0))
+		}
+	})
+}
+
+// TestURingMount serves go-fuse's loopback file system through Mount, with
+// no homefs above it: the kernel's requests come through the rings, what
+// was written reaches the directory underneath, Unmount does nothing the
+// second time, and the ring threads end with the connection.
+func TestURingMount(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("Mount mounts itself, as root")
+	}
+	if b, err := os.ReadFile("/sys/module/fuse/parameters/enable_uring"); err != nil || strings.TrimSpace(string(b)) != "Y" {
+		t.Skipf("the kernel does not offer FUSE over io_uring here (enable_uring: %q, %v)", b, err)
+	}
+	under, dir := t.TempDir(), t.TempDir()
+	root, err := fs.NewLoopbackRoot(under)
+	require.NoError(t, err)
+	opts := &fs.Options{MountOptions: fuse.MountOptions{FsName: "uringtest", Name: "uringtest", MaxWrite: 1 << 20}}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	server, us, err := Mount(dir, fs.NewNodeFS(root, opts), &opts.MountOptions, log)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = us.Unmount()
+		server.Wait()
+		us.Wait()
+	})
+	require.True(t, us.Active(), "every entry registered")
+
+	p := filepath.Join(dir, "a")
+	require.NoError(t, os.WriteFile(p, []byte("hello"), 0o644))
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "d"), 0o755))
+	require.NoError(t, os.Rename(p, filepath.Join(dir, "d", "b")))
+	got, err := os.ReadFile(filepath.Join(dir, "d", "b"))
+	require.NoError(t, err)
+	require.Equal(t, "hello", string(got))
+	names, err := os.ReadDir(filepath.Join(dir, "d"))
+	require.NoError(t, err)
+	require.Len(t, names, 1)
+	require.Greater(t, us.Served(), int64(8))
+
+	require.NoError(t, us.Unmount())
+	require.NoError(t, us.Unmount(), "a second Unmount does nothing")
+	server.Wait()
+	us.Wait() // returns once every ring thread has ended
+	got, err = os.ReadFile(filepath.Join(under, "d", "b"))
+	require.NoError(t, err)
+	require.Equal(t, "hello", string(got))
+}
