@@ -310,7 +310,7 @@ func kindOf(mode uint32) manifest.Kind {
 func fillAttr(a Attr, out *fuse.Attr) {
 	out.Ino = a.Ino
 	out.Size = uint64(a.Size)
-	out.Blocks = (uint64(a.Size) + 511) / 512
+	out.Blocks = uint64(a.Blocks)
 	out.Blksize = 4096
 	out.Mode = typeBits(a.Kind) | a.Mode
 	out.Nlink = a.Nlink

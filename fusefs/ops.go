@@ -945,12 +945,14 @@ type Attr struct {
 	Mode                uint32
 	UID, GID            uint32
 	Size                int64
+	Blocks              int64 // st_blocks: 512-byte units allocated (sparse.go)
 	Nlink               uint32
 	Rdev                uint32 // device nodes
 	Atime, Mtime, Ctime int64
 }
 
-// Getattr returns n's attributes.
+// Getattr returns n's attributes, a backed file's st_blocks from its
+// backing file.
 func (s *Session) Getattr(ctx context.Context, n *node) (Attr, error) {
 	staged, err := s.observeStaged(n)
 	if err != nil {
@@ -961,13 +963,21 @@ func (s *Session) Getattr(ctx context.Context, n *node) (Attr, error) {
 			return Attr{}, err
 		}
 	}
-	return s.attrs(ctx, n)
+	a, err := s.attrs(ctx, n)
+	if err != nil {
+		return Attr{}, err
+	}
+	if k, ok := n.backedBlocks(); ok {
+		a.Blocks = k
+	}
+	return a, nil
 }
 
 // attrs returns n's attributes as the session holds them, without
 // looking at a backing file first: Getattr does, and Setattr just did (a
 // second fstat of the staging file cost a chmod, chown or utimens of a
-// new file another system call, three per file of an untar).
+// new file another system call, three per file of an untar). A backed
+// file's st_blocks is then its size's, which never understates it.
 func (s *Session) attrs(ctx context.Context, n *node) (Attr, error) {
 	var nlink uint32 = 1
 	if n.isDir() {
@@ -995,6 +1005,7 @@ func (s *Session) attrs(ctx context.Context, n *node) (Attr, error) {
 	case manifest.KindDir:
 		a.Size = 4096
 	}
+	a.Blocks = n.blocks(ctx, a.Size)
 	return a, nil
 }
 

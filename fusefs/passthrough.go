@@ -541,17 +541,28 @@ func (n *node) writeThrough(ctx context.Context, off, end int64, truncated bool)
 	return nil
 }
 
-// copyOut writes n's content in [off, end) into f at the same offsets.
-// Called with n.mu held.
+// copyOut writes n's content in [off, end) into f at the same offsets,
+// its holes as holes (writeOut). Called with n.mu held.
 func (n *node) copyOut(ctx context.Context, f *os.File, off, end int64) error {
-	buf := make([]byte, min(max(end-off, 0), 1<<20))
+	if off >= end {
+		return nil
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("backing file: %w", err)
+	}
+	fsize := st.Size()
+	buf := make([]byte, min(end-off, 1<<20))
 	for off < end {
 		k, err := n.readAt(ctx, buf[:min(int64(len(buf)), end-off)], off)
-		if err == nil {
-			_, err = f.WriteAt(buf[:k], off)
-		}
 		if err != nil {
 			return fmt.Errorf("copy into backing file: %w", err)
+		}
+		if k == 0 {
+			return nil
+		}
+		if err := n.writeOut(f, buf[:k], off, &fsize); err != nil {
+			return err
 		}
 		off += int64(k)
 	}
