@@ -954,23 +954,29 @@ type Attr struct {
 // Getattr returns n's attributes, a backed file's st_blocks from its
 // backing file.
 func (s *Session) Getattr(ctx context.Context, n *node) (Attr, error) {
-	staged, err := s.observeStaged(n)
-	if err != nil {
+	if err := s.observeBacked(ctx, n); err != nil {
 		return Attr{}, err
 	}
-	if staged < 0 {
-		if _, err := s.ingestNode(ctx, n); err != nil {
-			return Attr{}, err
-		}
-	}
+	blocks, backed := n.backedBlocks() // and its passthrough reads: before attrs
 	a, err := s.attrs(ctx, n)
 	if err != nil {
 		return Attr{}, err
 	}
-	if k, ok := n.backedBlocks(); ok {
-		a.Blocks = k
+	if backed {
+		a.Blocks = blocks
 	}
 	return a, nil
+}
+
+// observeBacked takes in what passthrough writers wrote to n's backing
+// file, if it has one (its size and times; an appender's bytes), so that
+// what follows sees it and is dated after it.
+func (s *Session) observeBacked(ctx context.Context, n *node) error {
+	staged, err := s.observeStaged(n)
+	if err == nil && staged < 0 {
+		_, err = s.ingestNode(ctx, n)
+	}
+	return err
 }
 
 // attrs returns n's attributes as the session holds them, without

@@ -68,7 +68,8 @@ func (n *node) blocks(ctx context.Context, size int64) int64 {
 	return 0
 }
 
-// backedBlocks returns the st_blocks of n's backing file, if n has one.
+// backedBlocks returns the st_blocks of n's backing file, if n has one,
+// and applies the passthrough reads the fstat shows (atime.go).
 func (n *node) backedBlocks() (int64, bool) {
 	if n.kind != manifest.KindFile {
 		return 0, false
@@ -83,6 +84,7 @@ func (n *node) backedBlocks() (int64, bool) {
 	if err := unix.Fstat(int(b.f.Fd()), &st); err != nil {
 		return 0, false // the dense count stands
 	}
+	n.sawReads(&st)
 	return st.Blocks, true
 }
 

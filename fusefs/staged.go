@@ -137,7 +137,7 @@ func (n *node) noteWrite(b *backing, fp fingerprint) {
 	if fp.mtime == b.mtime {
 		return
 	}
-	n.mtime, n.ctime = fp.mtime, fp.mtime
+	n.wroteAt(fp.mtime)
 	b.mtime = fp.mtime
 }
 
