@@ -89,6 +89,7 @@ func (d *dirHandle) list(ctx context.Context) syscall.Errno {
 	}
 	d.id = d.f.m.streams.add(n.ino, d.entries)
 	d.next = 0
+	d.f.m.accessed(n)
 	return 0
 }
 

@@ -260,8 +260,12 @@ type MountOptions struct {
 	// Dev lets device nodes on the mount open their devices; without it
 	// the mount is nodev, as fusermount3 makes every user's mount. Only a
 	// daemon running as root may mount so.
-	Dev   bool
-	Debug bool
+	Dev bool
+	// NoAtime leaves every atime as it is (mount -o noatime); otherwise
+	// reads set them as relatime does (atime.go). A read-only mount sets
+	// none either.
+	NoAtime bool
+	Debug   bool
 }
 
 // Mount is one mountpoint showing a session (or a snapshot) or a subtree of
@@ -289,6 +293,9 @@ type Mount struct {
 	// conn names the mount's connection in fusectl (/sys/fs/fuse/
 	// connections), read from the mount table once mounted; "" if unknown.
 	conn string
+	// noAtime: reads through the mount set no atime (MountOptions.NoAtime,
+	// or a read-only mount).
+	noAtime bool
 }
 
 // Dir is the mountpoint.
@@ -522,7 +529,7 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 	if err != nil {
 		return nil, err
 	}
-	m := &Mount{engine: e, sess: s, subtree: subtree, dir: real, log: e.log}
+	m := &Mount{engine: e, sess: s, subtree: subtree, dir: real, log: e.log, noAtime: opts.NoAtime || opts.ReadOnly}
 	m.root = m.wrap(rootNode)
 	m.rootIno = rootNode.ino
 	if err := e.addMount(m); err != nil {
@@ -932,6 +939,7 @@ func (e *Engine) Restore(ctx context.Context, session, spec string) error {
 	s.forgetKept()
 	s.dirtyMu.Lock()
 	s.dirty = make(map[*node]struct{})
+	clear(s.atimes)
 	s.dirtyMu.Unlock()
 	s.flushed = snap.Root
 	if err := s.durableAt(h.Gen, snap.Root); err != nil {
@@ -1023,6 +1031,7 @@ func (e *Engine) Close(ctx context.Context) error {
 // mountFS mounts m's root at dir, as fs.Mount does, with the file system
 // wrapped in m's rawGate.
 func (e *Engine) mountFS(dir string, m *Mount, opts *fs.Options) (*fuse.Server, error) {
+	mountFlags(&opts.MountOptions, m.noAtime)
 	raw := &rawGate{RawFileSystem: fs.NewNodeFS(m.root, opts), m: m, obs: e.obs}
 	m.gate = raw
 	if e.uringUsable(dir) {

@@ -29,6 +29,10 @@ func (s *Session) flushLocked(ctx context.Context, durable, all bool) (cas.Ref, 
 	s.dirtyMu.Lock()
 	dirty := s.dirty
 	s.dirty = make(map[*node]struct{})
+	for n := range s.atimes {
+		dirty[n] = struct{}{}
+	}
+	clear(s.atimes)
 	s.dirtyMu.Unlock()
 	if len(dirty) == 0 {
 		if durable {
@@ -204,7 +208,7 @@ func (s *Session) storeDir(ctx context.Context, batch cas.Batch, dir *node, stal
 		// No entry holds the root's attributes: its own tree does.
 		var e manifest.Entry
 		dir.entry("", &e)
-		t.Self = &manifest.DirAttr{Mode: e.Mode, UID: e.UID, GID: e.GID, MtimeNs: e.MtimeNs, CtimeNs: e.CtimeNs, Xattrs: e.Xattrs}
+		t.Self = &manifest.DirAttr{Mode: e.Mode, UID: e.UID, GID: e.GID, MtimeNs: e.MtimeNs, CtimeNs: e.CtimeNs, AtimeNs: e.AtimeNs, Xattrs: e.Xattrs}
 	}
 	ref, err := manifest.PutTree(ctx, batchPutter{batch}, t)
 	if err != nil {
@@ -226,6 +230,11 @@ func (n *node) entry(name string, e *manifest.Entry) {
 	e.GID = n.gid
 	e.MtimeNs = n.mtime
 	e.CtimeNs = n.ctime
+	if n.atime != n.mtime {
+		// Recorded only where it says more than the mtime: a tree whose
+		// atimes all equal their mtimes keeps its older encoding.
+		e.AtimeNs = n.atime
+	}
 	if len(n.xattrs) > 0 {
 		e.Xattrs = make([]manifest.Xattr, 0, len(n.xattrs))
 		for k, v := range n.xattrs {

@@ -251,7 +251,7 @@ func kindOf(mode uint32) manifest.Kind {
 func fillAttr(a Attr, out *fuse.Attr) {
 	out.Ino = a.Ino
 	out.Size = uint64(a.Size)
-	out.Blocks = (uint64(a.Size) + 511) / 512
+	out.Blocks = uint64(a.Blocks)
 	out.Blksize = 4096
 	out.Mode = typeBits(a.Kind) | a.Mode
 	out.Nlink = a.Nlink
@@ -534,13 +534,17 @@ func (f *fnode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, 
 	if err != nil {
 		return nil, 0, f.m.toErrno("open", f, err)
 	}
-	return h, keep, 0
+	return h, f.openedToRead(ctx, flags, keep, h), 0
 }
 
 func (f *fnode) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	k, err := f.sess().Read(ctx, f.n.Load(), dest, off)
+	n := f.n.Load()
+	k, err := f.sess().Read(ctx, n, dest, off)
 	if err != nil {
 		return nil, f.m.toErrno("read", f, err)
+	}
+	if !atimeOff(ctx) {
+		f.m.accessed(n)
 	}
 	return fuse.ReadResultData(dest[:k]), 0
 }
@@ -595,10 +599,12 @@ func (f *fnode) Symlink(ctx context.Context, target, name string, out *fuse.Entr
 }
 
 func (f *fnode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
-	t, err := f.sess().Readlink(f.n.Load())
+	n := f.n.Load()
+	t, err := f.sess().Readlink(n)
 	if err != nil {
 		return nil, f.m.toErrno("readlink", f, err)
 	}
+	f.m.accessed(n)
 	return []byte(t), 0
 }
 
@@ -682,10 +688,12 @@ func (f *fnode) CopyFileRange(ctx context.Context, _ fs.FileHandle, offIn uint64
 	if !ok || dst.m.sess != f.m.sess || flags != 0 {
 		return 0, syscall.EXDEV
 	}
-	k, err := f.sess().CopyRange(ctx, f.n.Load(), int64(offIn), dst.n.Load(), int64(offOut), int64(min(length, 1<<30)), dropFor(ctx))
+	src := f.n.Load()
+	k, err := f.sess().CopyRange(ctx, src, int64(offIn), dst.n.Load(), int64(offOut), int64(min(length, 1<<30)), dropFor(ctx))
 	if err != nil && k == 0 {
 		return 0, f.m.toErrno("copy_file_range", f, err)
 	}
+	f.m.accessed(src)
 	return uint32(k), 0
 }
 

@@ -85,6 +85,11 @@ type fileData struct {
 	// of the last flush; chunks is loaded from it on first use.
 	base   manifest.Entry
 	chunks *manifest.ChunkList
+	// indexBlocks is st_blocks of base's chunks, counted once while
+	// chunks is not loaded and base has an index (chunkBlocks);
+	// indexCounted says it was.
+	indexBlocks  int64
+	indexCounted bool
 	// dirty holds chunks written since the last flush, by chunk index.
 	dirty map[int]*dirtyChunk
 	// dirtyBytes and overlayBytes are the memory of dirty's whole buffers

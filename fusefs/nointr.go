@@ -112,7 +112,7 @@ func (g *rawGate) Open(cancel <-chan struct{}, input *fuse.OpenIn, out *fuse.Ope
 
 func (g *rawGate) Read(cancel <-chan struct{}, input *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
 	t := g.begin()
-	r, st := g.RawFileSystem.Read(nil, input, buf)
+	r, st := g.RawFileSystem.Read(readMode(input), input, buf)
 	return r, g.end(OpRead, t, st)
 }
 

@@ -986,29 +986,45 @@ type Attr struct {
 	Mode                uint32
 	UID, GID            uint32
 	Size                int64
+	Blocks              int64 // st_blocks: 512-byte units allocated (sparse.go)
 	Nlink               uint32
 	Rdev                uint32 // device nodes
 	Atime, Mtime, Ctime int64
 }
 
-// Getattr returns n's attributes.
+// Getattr returns n's attributes, a backed file's st_blocks from its
+// backing file.
 func (s *Session) Getattr(ctx context.Context, n *node) (Attr, error) {
-	staged, err := s.observeStaged(n)
+	if err := s.observeBacked(ctx, n); err != nil {
+		return Attr{}, err
+	}
+	blocks, backed := n.backedBlocks() // and its passthrough reads: before attrs
+	a, err := s.attrs(ctx, n)
 	if err != nil {
 		return Attr{}, err
 	}
-	if staged < 0 {
-		if _, err := s.ingestNode(ctx, n); err != nil {
-			return Attr{}, err
-		}
+	if backed {
+		a.Blocks = blocks
 	}
-	return s.attrs(ctx, n)
+	return a, nil
+}
+
+// observeBacked takes in what passthrough writers wrote to n's backing
+// file, if it has one (its size and times; an appender's bytes), so that
+// what follows sees it and is dated after it.
+func (s *Session) observeBacked(ctx context.Context, n *node) error {
+	staged, err := s.observeStaged(n)
+	if err == nil && staged < 0 {
+		_, err = s.ingestNode(ctx, n)
+	}
+	return err
 }
 
 // attrs returns n's attributes as the session holds them, without
 // looking at a backing file first: Getattr does, and Setattr just did (a
 // second fstat of the staging file cost a chmod, chown or utimens of a
-// new file another system call, three per file of an untar).
+// new file another system call, three per file of an untar). A backed
+// file's st_blocks is then its size's, which never understates it.
 func (s *Session) attrs(ctx context.Context, n *node) (Attr, error) {
 	var nlink uint32 = 1
 	if n.isDir() {
@@ -1036,6 +1052,7 @@ func (s *Session) attrs(ctx context.Context, n *node) (Attr, error) {
 	case manifest.KindDir:
 		a.Size = 4096
 	}
+	a.Blocks = n.blocks(ctx, a.Size)
 	return a, nil
 }
 

@@ -72,6 +72,12 @@ type backing struct {
 	// the flush that keeps f once more for that reason (ingestAll).
 	fresh bool
 
+	// watch is set once a reader that sets atimes was passed through to
+	// f: its reads show only in f's own atime, which was atime when last
+	// looked at (atime.go).
+	watch bool
+	atime int64
+
 	// rdwr is set once a passthrough open that can both read and write
 	// f (O_RDWR) joined it: it may map f shared and writable (mappable).
 	// unsure is set while the last look at f's content may have missed
@@ -309,7 +315,9 @@ func (s *Session) makeBackingFile() (*os.File, error) {
 		s.backed.dirMade = true
 		s.backed.mu.Unlock()
 	}
-	fd, err := unix.Open(s.backingDir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	// O_NOATIME: the daemon's reads of the file leave its atime to the
+	// passthrough readers' (atime.go).
+	fd, err := unix.Open(s.backingDir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOATIME, 0o600)
 	if err == nil {
 		return os.NewFile(uintptr(fd), filepath.Join(s.backingDir, "(unnamed)")), nil
 	}
@@ -322,6 +330,7 @@ func (s *Session) makeBackingFile() (*os.File, error) {
 		f.Close()
 		return nil, fmt.Errorf("create backing file: %w", err)
 	}
+	noAtime(f)
 	return f, nil
 }
 
@@ -616,7 +625,9 @@ func (n *node) ingest(ctx context.Context) (int64, error) {
 		}
 		// Privileges set since the open were dropped when the writer
 		// wrote: the kernel asks for it (an empty SETATTR, Setattr).
-		n.mtime, n.ctime = mtime, mtime
+		if mtime != b.mtime {
+			n.wroteAt(mtime)
+		}
 		b.ingested, b.mtime, b.fresh, b.unsure = size, mtime, true, mapped
 		if err := n.sess.maybeSpill(ctx, n, -1); err != nil {
 			return 0, err
@@ -675,17 +686,28 @@ func (n *node) writeThrough(ctx context.Context, off, end int64, truncated bool)
 	return nil
 }
 
-// copyOut writes n's content in [off, end) into f at the same offsets.
-// Called with n.mu held.
+// copyOut writes n's content in [off, end) into f at the same offsets,
+// its holes as holes (writeOut). Called with n.mu held.
 func (n *node) copyOut(ctx context.Context, f *os.File, off, end int64) error {
-	buf := make([]byte, min(max(end-off, 0), 1<<20))
+	if off >= end {
+		return nil
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("backing file: %w", err)
+	}
+	fsize := st.Size()
+	buf := make([]byte, min(end-off, 1<<20))
 	for off < end {
 		k, err := n.readAt(ctx, buf[:min(int64(len(buf)), end-off)], off)
-		if err == nil {
-			_, err = f.WriteAt(buf[:k], off)
-		}
 		if err != nil {
 			return fmt.Errorf("copy into backing file: %w", err)
+		}
+		if k == 0 {
+			return nil
+		}
+		if err := n.writeOut(f, buf[:k], off, &fsize); err != nil {
+			return err
 		}
 		off += int64(k)
 	}
@@ -909,6 +931,7 @@ func (n *node) ingestForFlush(ctx context.Context, all, named bool, absorbed map
 	if b == nil {
 		return nil, nil
 	}
+	n.sawReadsNow() // the flush holds what passthrough readers read
 	if b.staged && !absorbed[n] && !b.absorbDue(all, named) {
 		return nil, nil
 	}
@@ -980,6 +1003,7 @@ func (n *node) dropBacking() {
 // recycles it, which the caller runs once it holds no lock. Called with
 // n.mu held.
 func (n *node) detachBacking() (dispose func()) {
+	n.sawReadsNow()
 	b := n.data.backing
 	dispose = func() { n.sess.recycleBacking(b.f) }
 	if b.readable || b.linked {

@@ -44,6 +44,10 @@ type Session struct {
 
 	dirtyMu sync.Mutex
 	dirty   map[*node]struct{} // nodes whose entry changed; GUARDED_BY(dirtyMu)
+	// atimes holds the nodes whose atime alone changed (atime.go): the
+	// next flush stores them, which they do not make due.
+	// GUARDED_BY(dirtyMu)
+	atimes map[*node]struct{}
 	// metaDirty is set by every change but a write to a file (and by a
 	// flush until the head holding it is durable): while it is set, an
 	// fsync must flush, because the journal only replays writes at paths
@@ -216,6 +220,7 @@ func newSession(name string, store cas.Store, cache *chunkCache, inos *atomic.Ui
 		log:      log,
 		links:    make(map[uint64]*node),
 		dirty:    make(map[*node]struct{}),
+		atimes:   make(map[*node]struct{}),
 		flushed:  root,
 		synced:   root,
 	}
@@ -291,7 +296,7 @@ func (s *Session) nodeFromEntry(e *manifest.Entry) *node {
 		gid:   e.GID,
 		mtime: e.MtimeNs,
 		ctime: e.CtimeNs,
-		atime: e.MtimeNs,
+		atime: e.Atime(),
 	}
 	if len(e.Xattrs) > 0 {
 		n.xattrs = make(map[string][]byte, len(e.Xattrs))
@@ -329,7 +334,7 @@ func (s *Session) load(ctx context.Context, dir *node) error {
 	if a := t.Self; a != nil && dir == s.root {
 		dir.mu.Lock()
 		dir.mode, dir.uid, dir.gid = a.Mode, a.UID, a.GID
-		dir.mtime, dir.ctime, dir.atime = a.MtimeNs, a.CtimeNs, a.MtimeNs
+		dir.mtime, dir.ctime, dir.atime = a.MtimeNs, a.CtimeNs, a.Atime()
 		dir.xattrs = nil
 		if len(a.Xattrs) > 0 {
 			dir.xattrs = make(map[string][]byte, len(a.Xattrs))

@@ -137,7 +137,7 @@ func (n *node) noteWrite(b *backing, fp fingerprint) {
 	if fp.mtime == b.mtime {
 		return
 	}
-	n.mtime, n.ctime = fp.mtime, fp.mtime
+	n.wroteAt(fp.mtime)
 	b.mtime = fp.mtime
 }
 
@@ -177,7 +177,7 @@ func (n *node) absorb(ctx context.Context) (fingerprint, error) {
 		} else if same {
 			continue
 		}
-		if err := n.writeAt(ctx, p, off); err != nil {
+		if err := n.putBack(ctx, p, off); err != nil {
 			return fp, err
 		}
 		n.sess.markWritten(n, off, off+int64(len(p)))

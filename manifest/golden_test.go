@@ -112,6 +112,13 @@ func TestGolden(t *testing.T) {
 	}
 	checkGolden(t, "tree-special.bin", sp)
 	checkGolden(t, "tree-special.txt", []byte(fmt.Sprintf("# tree node %s, %d bytes\n%s", cas.Sum(sp), len(sp), dumpTree(special))))
+	atimes := fixtureAtimeTree()
+	ab, err := EncodeTree(atimes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "tree-atime.bin", ab)
+	checkGolden(t, "tree-atime.txt", []byte(fmt.Sprintf("# tree node %s, %d bytes\n%s", cas.Sum(ab), len(ab), dumpTree(atimes))))
 
 	ib, err := EncodeIndex(1, fixtureIndex())
 	if err != nil {

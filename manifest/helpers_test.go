@@ -118,6 +118,21 @@ func fixtureSpecialTree() *Tree {
 	}}
 }
 
+// fixtureAtimeTree records access times: a file read since its last
+// change, one never read (no atime recorded), a fifo, and the root's own.
+func fixtureAtimeTree() *Tree {
+	read := fileEntry("read", 1)
+	read.AtimeNs = fixedNs + 3600e9
+	return &Tree{
+		Entries: []Entry{
+			{Name: "fifo", Kind: KindFifo, Mode: 0o600, MtimeNs: fixedNs, CtimeNs: fixedNs, AtimeNs: -1},
+			read,
+			fileEntry("unread", 2),
+		},
+		Self: &DirAttr{Mode: 0o755, MtimeNs: fixedNs, CtimeNs: fixedNs, AtimeNs: fixedNs + 86400e9},
+	}
+}
+
 // fixtureFiles is a small home directory for BuildTree, Walk and Diff.
 func fixtureFiles() map[string]Entry {
 	files := map[string]Entry{}
@@ -169,6 +184,9 @@ func dumpTree(t *Tree) string {
 	var b strings.Builder
 	for _, e := range t.Entries {
 		fmt.Fprintf(&b, "%-8v %q mode=%04o uid=%d gid=%d mtime=%d ctime=%d", e.Kind, e.Name, e.Mode, e.UID, e.GID, e.MtimeNs, e.CtimeNs)
+		if e.AtimeNs != 0 {
+			fmt.Fprintf(&b, " atime=%d", e.AtimeNs)
+		}
 		switch e.Kind {
 		case KindFile:
 			fmt.Fprintf(&b, " size=%d", e.Size)
@@ -190,6 +208,13 @@ func dumpTree(t *Tree) string {
 		}
 		if e.LinkID != 0 {
 			fmt.Fprintf(&b, " link=%d nlink=%d", e.LinkID, e.Nlink)
+		}
+		b.WriteByte('\n')
+	}
+	if a := t.Self; a != nil {
+		fmt.Fprintf(&b, "self mode=%04o uid=%d gid=%d mtime=%d ctime=%d", a.Mode, a.UID, a.GID, a.MtimeNs, a.CtimeNs)
+		if a.AtimeNs != 0 {
+			fmt.Fprintf(&b, " atime=%d", a.AtimeNs)
 		}
 		b.WriteByte('\n')
 	}

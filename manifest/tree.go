@@ -9,7 +9,8 @@ import (
 )
 
 // Every node starts with a 4-byte magic naming its type, then one byte of
-// FormatVersion (SpecialTreeVersion for a tree holding special files).
+// FormatVersion (for a tree: SpecialTreeVersion if it holds special files,
+// AtimeTreeVersion if it records an access time).
 const (
 	treeMagic  = "HFST"
 	indexMagic = "HFSI"
@@ -27,10 +28,11 @@ const minEntryLen = 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1
 // minimal; refs are 32 raw bytes):
 //
 //	"HFST" version:byte count:uvarint entry* [self]
-//	       (version is 2 if an entry is a special file, else 1)
+//	       (version is 3 if an entry or self has an atime, else 2 if an
+//	       entry is a special file, else 1)
 //	entry = nameLen:uvarint name kind:byte mode uid gid:uvarint
-//	        mtime ctime:varint body xattrCount:uvarint xattr* linkID:uvarint [nlink:uvarint if linkID != 0]
-//	self  = 0x01 mode uid gid:uvarint mtime ctime:varint xattrCount:uvarint xattr*   (only if Self is set)
+//	        mtime ctime [atime if version 3]:varint body xattrCount:uvarint xattr* linkID:uvarint [nlink:uvarint if linkID != 0]
+//	self  = 0x01 mode uid gid:uvarint mtime ctime [atime if version 3]:varint xattrCount:uvarint xattr*   (only if Self is set)
 //	body  = file:    size:uvarint depth:byte (ChunkCount(size) refs if depth == 0 | index ref)
 //	        dir:     tree ref
 //	        symlink: targetLen:uvarint target   (size is len(target))
@@ -41,23 +43,32 @@ func EncodeTree(t *Tree) ([]byte, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
+	return encodeTree(t, treeVersion(t))
+}
+
+// encodeTree encodes a valid t in the given version's layout.
+func encodeTree(t *Tree, version byte) ([]byte, error) {
+	atimes := version == AtimeTreeVersion
 	size := headerLen + uvarintLen(uint64(len(t.Entries)))
 	for i := range t.Entries {
-		size += encodedEntryLen(&t.Entries[i])
+		size += encodedEntryLen(&t.Entries[i], atimes)
 	}
 	if a := t.Self; a != nil {
 		size += 1 + uvarintLen(uint64(a.Mode)) + uvarintLen(uint64(a.UID)) + uvarintLen(uint64(a.GID)) +
 			varintLen(a.MtimeNs) + varintLen(a.CtimeNs) + xattrsLen(a.Xattrs)
+		if atimes {
+			size += varintLen(a.AtimeNs)
+		}
 	}
 	if size > MaxNodeSize {
 		return nil, errf(ErrTooLarge, "tree: encoding of %d bytes, over %d", size, MaxNodeSize)
 	}
 	b := make([]byte, 0, size)
 	b = append(b, treeMagic...)
-	b = append(b, treeVersion(t))
+	b = append(b, version)
 	b = binary.AppendUvarint(b, uint64(len(t.Entries)))
 	for i := range t.Entries {
-		b = appendEntry(b, &t.Entries[i])
+		b = appendEntry(b, &t.Entries[i], atimes)
 	}
 	if a := t.Self; a != nil {
 		b = append(b, selfMarker)
@@ -66,6 +77,9 @@ func EncodeTree(t *Tree) ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(a.GID))
 		b = binary.AppendVarint(b, a.MtimeNs)
 		b = binary.AppendVarint(b, a.CtimeNs)
+		if atimes {
+			b = binary.AppendVarint(b, a.AtimeNs)
+		}
 		b = appendXattrs(b, a.Xattrs)
 	}
 	return b, nil
@@ -75,9 +89,12 @@ func EncodeTree(t *Tree) ([]byte, error) {
 const selfMarker = 0x01
 
 // encodedEntryLen is the exact length appendEntry writes for e.
-func encodedEntryLen(e *Entry) int {
+func encodedEntryLen(e *Entry, atimes bool) int {
 	n := strLen(e.Name) + 1 + uvarintLen(uint64(e.Mode)) + uvarintLen(uint64(e.UID)) + uvarintLen(uint64(e.GID)) +
 		varintLen(e.MtimeNs) + varintLen(e.CtimeNs)
+	if atimes {
+		n += varintLen(e.AtimeNs)
+	}
 	switch e.Kind {
 	case KindFile:
 		n += uvarintLen(uint64(e.Size)) + 1
@@ -110,7 +127,7 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-func appendEntry(b []byte, e *Entry) []byte {
+func appendEntry(b []byte, e *Entry, atimes bool) []byte {
 	b = appendString(b, e.Name)
 	b = append(b, byte(e.Kind))
 	b = binary.AppendUvarint(b, uint64(e.Mode))
@@ -118,6 +135,9 @@ func appendEntry(b []byte, e *Entry) []byte {
 	b = binary.AppendUvarint(b, uint64(e.GID))
 	b = binary.AppendVarint(b, e.MtimeNs)
 	b = binary.AppendVarint(b, e.CtimeNs)
+	if atimes {
+		b = binary.AppendVarint(b, e.AtimeNs)
+	}
 	switch e.Kind {
 	case KindFile:
 		b = binary.AppendUvarint(b, uint64(e.Size))
@@ -169,10 +189,11 @@ func DecodeTree(b []byte) (*Tree, error) {
 	if len(b) > MaxNodeSize {
 		return nil, errf(ErrTooLarge, "tree: %d bytes, over %d", len(b), MaxNodeSize)
 	}
-	if err := checkHeader(b, treeMagic, "tree", SpecialTreeVersion); err != nil {
+	if err := checkHeader(b, treeMagic, "tree", AtimeTreeVersion); err != nil {
 		return nil, err
 	}
 	version := b[len(treeMagic)]
+	atimes := version == AtimeTreeVersion
 	// One copy of the input; names and targets are substrings of it.
 	d := decoder{s: string(b[headerLen:])}
 	count := d.uvarint(MaxTreeEntries)
@@ -187,13 +208,31 @@ func DecodeTree(b []byte) (*Tree, error) {
 	// blocks.
 	var refs []cas.Ref
 	for i := range t.Entries {
-		if err := d.entry(&t.Entries[i], i, &refs); err != nil {
-			return nil, err
+		e := &t.Entries[i]
+		e.Name = d.str(MaxNameLen)
+		e.Kind = Kind(d.byte())
+		e.Mode = uint32(d.uvarint(math.MaxUint32))
+		e.UID = uint32(d.uvarint(math.MaxUint32))
+		e.GID = uint32(d.uvarint(math.MaxUint32))
+		e.MtimeNs = d.varint()
+		e.CtimeNs = d.varint()
+		if atimes {
+			e.AtimeNs = d.varint()
+		}
+		if !d.body(e, &refs) && d.err == nil {
+			return nil, errf(ErrInvalid, "tree: entry %d %q: unknown kind %d", i, e.Name, e.Kind)
+		}
+		e.Xattrs = d.xattrs()
+		if e.LinkID = d.uvarint(math.MaxUint64); e.LinkID != 0 {
+			e.Nlink = uint32(d.uvarint(math.MaxUint32))
+		}
+		if d.err != nil {
+			return nil, d.fail("tree: entry %d", i)
 		}
 	}
 	if len(d.s) != 0 && d.s[0] == selfMarker {
 		d.s = d.s[1:]
-		if t.Self = d.dirAttr(); d.err != nil {
+		if t.Self = d.dirAttr(atimes); d.err != nil {
 			return nil, d.fail("tree: own attributes")
 		}
 	}
@@ -209,19 +248,29 @@ func DecodeTree(b []byte) (*Tree, error) {
 	return t, nil
 }
 
-// entry decodes entry i of a tree into e. Inline chunk refs are appended
-// to *refs, whose backing array the entries share.
-func (d *decoder) entry(e *Entry, i int, refs *[]cas.Ref) error {
-	e.Name = d.str(MaxNameLen)
-	e.Kind = Kind(d.byte())
-	e.Mode = uint32(d.uvarint(math.MaxUint32))
-	e.UID = uint32(d.uvarint(math.MaxUint32))
-	e.GID = uint32(d.uvarint(math.MaxUint32))
-	e.MtimeNs = d.varint()
-	e.CtimeNs = d.varint()
+// body reads e's content by its kind, and reports whether the kind is
+// known. refs is where inline chunk refs are appended (see DecodeTree).
+func (d *decoder) body(e *Entry, refs *[]cas.Ref) bool {
 	switch e.Kind {
 	case KindFile:
-		d.content(e, refs)
+		e.Size = int64(d.uvarint(math.MaxInt64))
+		e.Depth = d.byte()
+		if e.Depth != 0 {
+			e.Index = d.ref()
+			break
+		}
+		n := ChunkCount(e.Size)
+		if n == 0 || n > MaxInlineChunks {
+			break // validation reports n > MaxInlineChunks
+		}
+		if len(*refs)+n > cap(*refs) {
+			*refs = make([]cas.Ref, 0, max(256, n))
+		}
+		start := len(*refs)
+		for range n {
+			*refs = append(*refs, d.ref())
+		}
+		e.Chunks = (*refs)[start:len(*refs):len(*refs)]
 	case KindDir:
 		e.Tree = d.ref()
 	case KindSymlink:
@@ -231,52 +280,22 @@ func (d *decoder) entry(e *Entry, i int, refs *[]cas.Ref) error {
 	case KindCharDev, KindBlockDev:
 		e.Rdev = uint32(d.uvarint(math.MaxUint32))
 	default:
-		if d.err == nil {
-			return errf(ErrInvalid, "tree: entry %d %q: unknown kind %d", i, e.Name, e.Kind)
-		}
+		return false
 	}
-	e.Xattrs = d.xattrs()
-	if e.LinkID = d.uvarint(math.MaxUint64); e.LinkID != 0 {
-		e.Nlink = uint32(d.uvarint(math.MaxUint32))
-	}
-	if d.err != nil {
-		return d.fail("tree: entry %d", i)
-	}
-	return nil
+	return true
 }
 
-// content decodes a file entry's size and its index ref or inline chunk
-// refs. The refs are appended to *refs, allocated in blocks of at least
-// 256 so that small files do not each allocate.
-func (d *decoder) content(e *Entry, refs *[]cas.Ref) {
-	e.Size = int64(d.uvarint(math.MaxInt64))
-	e.Depth = d.byte()
-	if e.Depth != 0 {
-		e.Index = d.ref()
-		return
-	}
-	n := ChunkCount(e.Size)
-	if n == 0 || n > MaxInlineChunks {
-		return // validation reports n > MaxInlineChunks
-	}
-	if len(*refs)+n > cap(*refs) {
-		*refs = make([]cas.Ref, 0, max(256, n))
-	}
-	start := len(*refs)
-	for range n {
-		*refs = append(*refs, d.ref())
-	}
-	e.Chunks = (*refs)[start:len(*refs):len(*refs)]
-}
-
-// dirAttr decodes a directory's own attributes.
-func (d *decoder) dirAttr() *DirAttr {
+// dirAttr reads a tree's own attributes, after its marker.
+func (d *decoder) dirAttr(atimes bool) *DirAttr {
 	a := &DirAttr{}
 	a.Mode = uint32(d.uvarint(math.MaxUint32))
 	a.UID = uint32(d.uvarint(math.MaxUint32))
 	a.GID = uint32(d.uvarint(math.MaxUint32))
 	a.MtimeNs = d.varint()
 	a.CtimeNs = d.varint()
+	if atimes {
+		a.AtimeNs = d.varint()
+	}
 	a.Xattrs = d.xattrs()
 	return a
 }
@@ -284,12 +303,19 @@ func (d *decoder) dirAttr() *DirAttr {
 // treeVersion is the format version of t's encoding: the lowest that
 // holds its entries, so that every tree has one encoding.
 func treeVersion(t *Tree) byte {
+	if t.Self != nil && t.Self.AtimeNs != 0 {
+		return AtimeTreeVersion
+	}
+	version := byte(FormatVersion)
 	for i := range t.Entries {
-		if t.Entries[i].Kind.IsSpecial() {
-			return SpecialTreeVersion
+		switch e := &t.Entries[i]; {
+		case e.AtimeNs != 0:
+			return AtimeTreeVersion
+		case e.Kind.IsSpecial():
+			version = SpecialTreeVersion
 		}
 	}
-	return FormatVersion
+	return version
 }
 
 // checkHeader checks b's magic and that its version is FormatVersion or

@@ -21,6 +21,11 @@ const SnapshotLayoutVersion = 2
 // refs).
 const SpecialTreeVersion = 2
 
+// AtimeTreeVersion is the version of a tree node that records an access
+// time (Entry.AtimeNs, DirAttr.AtimeNs); it may hold special files too.
+// Tree nodes that record none stay version 1 or 2 (and keep their refs).
+const AtimeTreeVersion = 3
+
 // ChunkSize is the fixed size of file chunks: chunk i of a file covers
 // bytes [i*ChunkSize, min((i+1)*ChunkSize, size)), and a stored chunk holds
 // exactly those bytes (ChunkLen, CheckChunk). See docs/ARCHITECTURE.md for
@@ -67,6 +72,10 @@ type Entry struct {
 	Size    int64 // file: bytes; symlink: len(Target); others: 0
 	MtimeNs int64 // modification time, nanoseconds since the Unix epoch
 	CtimeNs int64 // status change time, nanoseconds since the Unix epoch
+	// AtimeNs is the access time, nanoseconds since the Unix epoch; 0 when
+	// none is recorded, which reads as MtimeNs (Atime), so an access time
+	// of exactly the epoch is not kept.
+	AtimeNs int64
 
 	// File content: Chunks inline (at most MaxInlineChunks), or Index
 	// pointing at an index node of the given Depth (>= 1). A stored chunk
@@ -112,7 +121,21 @@ type DirAttr struct {
 	Mode             uint32 // permission bits and setuid/setgid/sticky (07777)
 	UID, GID         uint32
 	MtimeNs, CtimeNs int64
+	AtimeNs          int64   // as Entry.AtimeNs
 	Xattrs           []Xattr // sorted by name, unique
+}
+
+// Atime is e's access time: AtimeNs, or MtimeNs when none is recorded.
+func (e *Entry) Atime() int64 { return atime(e.AtimeNs, e.MtimeNs) }
+
+// Atime is a's access time: AtimeNs, or MtimeNs when none is recorded.
+func (a *DirAttr) Atime() int64 { return atime(a.AtimeNs, a.MtimeNs) }
+
+func atime(a, m int64) int64 {
+	if a == 0 {
+		return m
+	}
+	return a
 }
 
 // Handle is a provider session id and the turn it is valid through.

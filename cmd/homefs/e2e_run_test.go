@@ -234,8 +234,9 @@ func pgrep(s string) bool {
 }
 
 // TestUnprivilegedDaemon: a daemon run by an ordinary user mounts through
-// fusermount3; without it, or without user_allow_other in /etc/fuse.conf
-// for a mount other users may enter, the error says what is missing.
+// fusermount3 (--noatime too); without it, or without user_allow_other in
+// /etc/fuse.conf for a mount other users may enter, the error says what is
+// missing.
 func TestUnprivilegedDaemon(t *testing.T) {
 	e := newEnv(t)
 	openUp(t, e.dir)
@@ -292,6 +293,27 @@ func TestUnprivilegedDaemon(t *testing.T) {
 	// Private: not even root may enter a FUSE mount of another user.
 	_, err = os.ReadFile(filepath.Join(mnt, "f"))
 	require.ErrorIs(t, err, os.ErrPermission)
+	r = cli("unmount", mnt)
+	require.Equal(t, 0, r.code, r.stderr)
+
+	// --noatime reaches the kernel through fusermount3 too, and reads set
+	// no atime, also the first one after a write.
+	r = cli("mount", "s", mnt, "--private", "--noatime")
+	require.Equal(t, 0, r.code, r.stderr)
+	table, err := os.ReadFile("/proc/self/mountinfo")
+	require.NoError(t, err)
+	var opts []string
+	for _, line := range strings.Split(string(table), "\n") {
+		if f := strings.Fields(line); len(f) > 5 && f[4] == mnt {
+			opts = strings.Split(f[5], ",")
+		}
+	}
+	require.Contains(t, opts, "noatime", "mount options %v", opts)
+	out, err = as(nobody, mnt, "echo more >> f && stat -c %x f && cat f >/dev/null && stat -c %x f")
+	require.NoError(t, err, out)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2, out)
+	require.Equal(t, lines[0], lines[1], "a read on a noatime mount set the atime")
 	r = cli("unmount", mnt)
 	require.Equal(t, 0, r.code, r.stderr)
 }

@@ -21,6 +21,7 @@ type mountOptions struct {
 	lease    string
 	private  bool
 	dev      bool
+	noAtime  bool
 	owner    *daemon.Owner
 	json     bool
 }
@@ -51,6 +52,8 @@ mount is nodev: opening a device node on it fails (EACCES), whoever made
 it. --dev lets device nodes open their devices; only a daemon running as
 root may mount so (exit 2 otherwise). Making a device node needs
 CAP_MKNOD, as on ext4.
+Reads set access times as relatime does on ext4 (the first read after a
+change, or a day after the last); --noatime makes them set none.
 --lease REMOTE takes the session's lease on REMOTE before mounting (see
 "homefs lease"): while another host holds it the mount is refused (exit 4,
 naming the holder). The daemon renews the lease while it runs; the last
@@ -68,6 +71,7 @@ unmount of the session that holds it releases it.
 			&cli.StringFlag{Name: "lease", Usage: "take the session's lease on this `REMOTE` first (refused, exit 4, while another host holds it); the unmount releases it"},
 			&cli.BoolFlag{Name: "private", Usage: "only the daemon's user may enter the mount"},
 			&cli.BoolFlag{Name: "dev", Usage: "let device nodes on the mount open their devices (a root daemon only)"},
+			&cli.BoolFlag{Name: "noatime", Usage: "reads set no access time (mount -o noatime)"},
 			ownerFlag("owner of the mount's root directory"),
 			jsonFlag,
 		},
@@ -82,7 +86,7 @@ unmount of the session that holds it releases it.
 			return runMount(c.Context, client(c), os.Stdout, mountOptions{
 				session: c.Args().Get(0), dir: c.Args().Get(1),
 				readOnly: c.Bool("read-only"), snapshot: c.String("snapshot"), remote: c.String("remote"), lease: c.String("lease"), json: c.Bool("json"),
-				private: c.Bool("private"), dev: c.Bool("dev"), owner: owner,
+				private: c.Bool("private"), dev: c.Bool("dev"), noAtime: c.Bool("noatime"), owner: owner,
 			})
 		},
 	}
@@ -93,7 +97,7 @@ func runMount(ctx context.Context, cl *daemon.Client, out io.Writer, o mountOpti
 	if err != nil {
 		return err
 	}
-	m, err := cl.Mount(ctx, daemon.MountRequest{Session: o.session, Dir: dir, ReadOnly: o.readOnly, Snapshot: o.snapshot, Remote: o.remote, Lease: o.lease, Private: o.private, Dev: o.dev, Owner: o.owner})
+	m, err := cl.Mount(ctx, daemon.MountRequest{Session: o.session, Dir: dir, ReadOnly: o.readOnly, Snapshot: o.snapshot, Remote: o.remote, Lease: o.lease, Private: o.private, Dev: o.dev, NoAtime: o.noAtime, Owner: o.owner})
 	if err != nil {
 		return err
 	}

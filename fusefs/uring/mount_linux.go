@@ -47,6 +47,9 @@ func Mount(dir string, raw fuse.RawFileSystem, opts *fuse.MountOptions, log *slo
 		fmt.Sprintf("max_read=%d", mo.MaxWrite),
 	}
 	var flags uintptr = syscall.MS_NOSUID | syscall.MS_NODEV
+	if mo.DirectMountFlags != 0 {
+		flags = mo.DirectMountFlags // as go-fuse's direct mount takes them (mountFlags)
+	}
 	for _, o := range mo.Options {
 		// The kernel takes these as flags, not as options.
 		switch o {

@@ -146,6 +146,9 @@ type MountRequest struct {
 	// Dev lets device nodes on the mount open their devices (a daemon
 	// running as root only); mounts are nodev otherwise.
 	Dev bool `json:"dev,omitempty"`
+	// NoAtime makes reads set no access time (mount -o noatime);
+	// otherwise they set it as relatime does.
+	NoAtime bool `json:"noatime,omitempty"`
 	// Owner, when set, owns the mount's root directory.
 	Owner *Owner `json:"owner,omitempty"`
 	// Remote, when set, pulls the snapshot (Snapshot, else Session: an id
@@ -166,6 +169,7 @@ type MountInfo struct {
 	ReadOnly bool      `json:"read_only,omitempty"`
 	Private  bool      `json:"private,omitempty"`
 	Dev      bool      `json:"dev,omitempty"`
+	NoAtime  bool      `json:"noatime,omitempty"`
 	Remote   string    `json:"remote,omitempty"`
 	Lease    string    `json:"lease,omitempty"` // the remote whose lease the mount holds
 	Since    time.Time `json:"since"`

@@ -263,7 +263,7 @@ func (s *Service) Mount(ctx context.Context, req MountRequest) (*MountInfo, erro
 	} else if busy {
 		return nil, fmt.Errorf("%w: %s is already a mountpoint (unmount it first)", fusefs.ErrBusy, dir)
 	}
-	opts := fusefs.MountOptions{ReadOnly: req.ReadOnly, AllowOther: !req.Private, Dev: req.Dev}
+	opts := fusefs.MountOptions{ReadOnly: req.ReadOnly, AllowOther: !req.Private, Dev: req.Dev, NoAtime: req.NoAtime}
 	if o := req.Owner; o != nil {
 		opts.Owner = &fusefs.Owner{UID: o.UID, GID: o.GID}
 	}
@@ -271,7 +271,7 @@ func (s *Service) Mount(ctx context.Context, req MountRequest) (*MountInfo, erro
 		return nil, usagef("mount --lease holds a session for writing: not with --snapshot or --remote")
 	}
 	var m *fusefs.Mount
-	info := MountInfo{Session: req.Session, Subtree: req.Subtree, ReadOnly: req.ReadOnly, Private: req.Private, Dev: req.Dev, Since: time.Now()}
+	info := MountInfo{Session: req.Session, Subtree: req.Subtree, ReadOnly: req.ReadOnly, Private: req.Private, Dev: req.Dev, NoAtime: req.NoAtime, Since: time.Now()}
 	switch {
 	case req.Remote != "":
 		id, session, name, err := s.pullForMount(ctx, req)
@@ -552,9 +552,10 @@ func (s *Service) Diff(ctx context.Context, a, b string) (*DiffResult, error) {
 				return nil
 			}
 			// A change of ctime alone is not one a user made (an import or
-			// an extraction cannot keep ctime).
+			// an extraction cannot keep ctime), nor is one of atime (a
+			// read).
 			o := *old
-			o.CtimeNs = new.CtimeNs
+			o.CtimeNs, o.AtimeNs = new.CtimeNs, new.AtimeNs
 			if reflect.DeepEqual(&o, new) {
 				return nil
 			}
