@@ -138,6 +138,9 @@ func (im *importer) entry(hdr *tar.Header) error {
 			return fmt.Errorf("%w: %q is below %q, a symlink", ErrUnsafe, hdr.Name, d)
 		}
 	}
+	if err := checkSparse(hdr); err != nil {
+		return err
+	}
 	e := headerEntry(hdr)
 	switch hdr.Typeflag {
 	case tar.TypeDir:
@@ -190,6 +193,9 @@ func headerEntry(hdr *tar.Header) manifest.Entry {
 func (im *importer) file(p string, hdr *tar.Header, e *manifest.Entry) error {
 	if p == "" {
 		return fmt.Errorf("%w: a file named %q", ErrMalformed, hdr.Name)
+	}
+	if hdr.Size > MaxFileSize {
+		return fmt.Errorf("%w: %q: %d bytes, over the %d GiB a homefs file holds", ErrUnsupported, hdr.Name, hdr.Size, MaxFileSize>>30)
 	}
 	e.Kind = manifest.KindFile
 	n, err := storeContent(im.ctx, im.b, im.put, im.tr, im.buf, e)
