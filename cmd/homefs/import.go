@@ -27,7 +27,9 @@ func importCommand() *cli.Command {
 		Description: `Stores every file (chunked, deduplicated) and creates SESSION at the end, in
 one step: on any error nothing is created. Refused: entries with ".." or
 absolute names, entries below a symlink, hard links to anything but an
-earlier non-directory, and malformed archives. Fifos are kept; device nodes
+earlier non-directory, malformed archives, files over 64 GiB (the most a
+homefs file holds) and sparse files (made by tar --sparse: archive them
+without it; their holes are stored as holes all the same). Fifos are kept; device nodes
 only with --devices (an archive from elsewhere should not make them: a
 --dev mount would open their devices). Sockets are skipped when DIR is read,
 as GNU tar skips them, and tar has no type for them.

@@ -1,6 +1,7 @@
 package archive
 
 import (
+	"archive/tar"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,10 +16,35 @@ var (
 	// ErrMalformed: a stream that is not a valid tar archive, or entries
 	// that contradict each other.
 	ErrMalformed = errors.New("archive: malformed tar stream")
-	// ErrUnsupported: an entry of a kind homefs does not store (device,
-	// fifo, socket).
-	ErrUnsupported = errors.New("archive: unsupported entry type")
+	// ErrUnsupported: an entry homefs does not store: a tar type it has no
+	// kind for, a device node unless allowed, a sparse file, a file over
+	// MaxFileSize.
+	ErrUnsupported = errors.New("archive: unsupported entry")
 )
+
+// MaxFileSize bounds a file of an imported archive: it is the most a
+// homefs file holds, as the live filesystem keeps a file's chunk list in
+// memory and refuses to grow one further, so a bigger file could be
+// stored but not written to.
+const MaxFileSize = 64 << 30
+
+// checkSparse refuses a sparse file: GNU's own type, or a file with any
+// GNU.sparse PAX record. archive/tar makes up a sparse file's holes as
+// zeros without reading a byte of input, and cannot skip them, so a
+// header of a few hundred bytes could claim 2^63 bytes of content that
+// take hours to read (and, for Extract, as much disk). Refused, every
+// entry's content costs what its bytes in the stream do. An archive made
+// without --sparse imports the same: all-zero chunks are stored as holes.
+func checkSparse(hdr *tar.Header) error {
+	sparse := hdr.Typeflag == tar.TypeGNUSparse
+	for k := range hdr.PAXRecords {
+		sparse = sparse || strings.HasPrefix(k, "GNU.sparse.")
+	}
+	if sparse {
+		return fmt.Errorf("%w: %q is a sparse file, which homefs does not read (archive it without --sparse: its holes are still stored as holes)", ErrUnsupported, hdr.Name)
+	}
+	return nil
+}
 
 // Progress is told the entries and content bytes handled so far.
 type Progress func(entries, bytes int64)

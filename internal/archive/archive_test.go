@@ -390,3 +390,28 @@ func TestExportChunkLength(t *testing.T) {
 		})
 	}
 }
+
+func TestIsZero(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		n    int // length
+		at   int // where a non-zero byte is, or -1
+		want bool
+	}{
+		{"empty", 0, -1, true},
+		{"one chunk", manifest.ChunkSize, -1, true},
+		{"longer than a chunk", 3*manifest.ChunkSize + 5, -1, true},
+		{"first byte", 100, 0, false},
+		{"last byte", manifest.ChunkSize, manifest.ChunkSize - 1, false},
+		{"past the first chunk", 3*manifest.ChunkSize + 5, 2*manifest.ChunkSize + 7, false},
+		{"the very end", 3*manifest.ChunkSize + 5, 3*manifest.ChunkSize + 4, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := make([]byte, tc.n)
+			if tc.at >= 0 {
+				b[tc.at] = 1
+			}
+			require.Equal(t, tc.want, isZero(b))
+		})
+	}
+}

@@ -13,9 +13,14 @@
 //     does). A symlink is kept with
 //     its target byte for byte, wherever it points (absolute, or out of
 //     the tree): it is never followed. A malformed stream is refused whole.
+//     So is a file over MaxFileSize, by its header, and a sparse file
+//     (tar --sparse), whose holes archive/tar would make up as zeros
+//     without reading input: every entry costs what its bytes in the
+//     stream cost.
 //   - Export writes the tree at a root as a PAX tar stream, reading every
 //     chunk through the store, which verifies it.
 //   - TarDir and Extract are the local halves used by the CLI: a directory
 //     into a tar stream (symlinks as links), and a tar stream into an
-//     empty directory without ever following a symlink it created.
+//     empty directory without ever following a symlink it created;
+//     it refuses sparse files as Import does.
 package archive

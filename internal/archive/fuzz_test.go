@@ -5,8 +5,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"homefs/cas"
 	"homefs/manifest"
@@ -36,10 +41,9 @@ func seedTar(f *testing.F, entries []tar.Header, body string) []byte {
 	return buf.Bytes()
 }
 
-// FuzzImport feeds arbitrary bytes to Import: it must never panic, never
-// accept a tree with an invalid path or a symlink leaving the tree, and
-// what it accepts must export and import again to the same root.
-func FuzzImport(f *testing.F) {
+// addSeeds seeds a tar fuzz target: the kinds of entry, entries to
+// refuse, a sparse file's claim, and no tar at all.
+func addSeeds(f *testing.F) {
 	f.Add(seedTar(f, []tar.Header{
 		{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755},
 		{Name: "d/f", Typeflag: tar.TypeReg, Mode: 0o644},
@@ -63,6 +67,15 @@ func FuzzImport(f *testing.F) {
 		{Name: "p2", Typeflag: tar.TypeLink, Linkname: "p"},
 	}, ""))
 	f.Add([]byte("not a tar stream"))
+	f.Add(sparseClaim(f, 1<<40))
+}
+
+// FuzzImport feeds arbitrary bytes to Import: it must never panic, never
+// accept a tree with an invalid path, a symlink leaving the tree or a file
+// bigger than the stream, and what it accepts must export and import
+// again to the same root.
+func FuzzImport(f *testing.F) {
+	addSeeds(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ctx := context.Background()
 		store := cas.NewMemory()
@@ -80,6 +93,10 @@ func FuzzImport(f *testing.F) {
 		err = manifest.Walk(ctx, store, res.Root, func(p string, e *manifest.Entry) error {
 			if err := manifest.ValidatePath(p); err != nil {
 				t.Fatalf("accepted path %q: %v", p, err)
+			}
+			// Every byte of a file comes from the stream: no content made up.
+			if e.Kind == manifest.KindFile && e.Size > int64(len(data)) {
+				t.Fatalf("accepted file %q of %d bytes from a stream of %d", p, e.Size, len(data))
 			}
 			if e.Kind == manifest.KindSymlink {
 				if err := checkTarget(p, e.Target); err != nil {
@@ -101,6 +118,51 @@ func FuzzImport(f *testing.F) {
 		}
 		if again.Root != res.Root {
 			t.Fatalf("export and import changed the tree: %s → %s", res.Root.Short(), again.Root.Short())
+		}
+	})
+}
+
+// FuzzExtract feeds arbitrary bytes to Extract: it must never panic,
+// never write beside its directory, and never write more file content
+// than the stream holds (a hard-linked file counted once).
+func FuzzExtract(f *testing.F) {
+	addSeeds(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		base := t.TempDir()
+		dst := filepath.Join(base, "out")
+		_ = Extract(context.Background(), bytes.NewReader(data), dst, nil)
+		if ents, err := os.ReadDir(base); err != nil || len(ents) != 1 {
+			t.Fatalf("beside the directory: %v %v", ents, err)
+		}
+		seen := make(map[uint64]bool)
+		var content int64
+		err := filepath.WalkDir(dst, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				// Its mode came from the stream: let the walk (and, as
+				// another user than root, the cleanup) in.
+				return os.Chmod(p, 0o700)
+			}
+			if !d.Type().IsRegular() {
+				return nil
+			}
+			var st unix.Stat_t
+			if err := unix.Lstat(p, &st); err != nil {
+				return err
+			}
+			if !seen[st.Ino] {
+				seen[st.Ino] = true
+				content += st.Size
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("walk: %v", err)
+		}
+		if content > int64(len(data)) {
+			t.Fatalf("wrote %d bytes of files from a stream of %d", content, len(data))
 		}
 	})
 }

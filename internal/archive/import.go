@@ -2,6 +2,7 @@ package archive
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -138,6 +139,9 @@ func (im *importer) entry(hdr *tar.Header) error {
 			return fmt.Errorf("%w: %q is below %q, a symlink", ErrUnsafe, hdr.Name, d)
 		}
 	}
+	if err := checkSparse(hdr); err != nil {
+		return err
+	}
 	e := headerEntry(hdr)
 	switch hdr.Typeflag {
 	case tar.TypeDir:
@@ -190,6 +194,9 @@ func headerEntry(hdr *tar.Header) manifest.Entry {
 func (im *importer) file(p string, hdr *tar.Header, e *manifest.Entry) error {
 	if p == "" {
 		return fmt.Errorf("%w: a file named %q", ErrMalformed, hdr.Name)
+	}
+	if hdr.Size > MaxFileSize {
+		return fmt.Errorf("%w: %q: %d bytes, over the %d GiB a homefs file holds", ErrUnsupported, hdr.Name, hdr.Size, MaxFileSize>>30)
 	}
 	e.Kind = manifest.KindFile
 	n, err := storeContent(im.ctx, im.b, im.put, im.tr, im.buf, e)
@@ -350,11 +357,18 @@ func storeContent(ctx context.Context, b cas.Batch, put batchPutter, r io.Reader
 	return size, nil
 }
 
+// zeros is what isZero compares with: bytes.Equal is vectorised, where a
+// loop over the bytes checked the holes of an archive at a quarter of the
+// speed.
+var zeros [manifest.ChunkSize]byte
+
 func isZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
+	for len(b) > 0 {
+		n := min(len(b), len(zeros))
+		if !bytes.Equal(b[:n], zeros[:n]) {
 			return false
 		}
+		b = b[n:]
 	}
 	return true
 }

@@ -246,6 +246,9 @@ func (x *extractor) entry(hdr *tar.Header) error {
 		return nil
 	}
 	target := filepath.FromSlash(rel) // relative to root
+	if err := checkSparse(hdr); err != nil {
+		return err
+	}
 	if err := noSymlinkParents(x.root, rel); err != nil {
 		return err
 	}
