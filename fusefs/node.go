@@ -744,8 +744,6 @@ func isZero(b []byte) bool {
 	return true
 }
 
-// maxFileSize bounds a file. A live file keeps its chunk list in memory
-// (32 bytes per 64 KiB chunk, holes included), so a write or truncate far
-// past the end must not make the daemon allocate without bound: 64 GiB is
-// 32 MiB of refs, and far beyond what an agent home holds.
-const maxFileSize = 64 << 30
+// maxFileSize bounds a file (manifest.MaxFileSize says why): a write or
+// truncate past it fails with EFBIG.
+const maxFileSize = manifest.MaxFileSize

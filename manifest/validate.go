@@ -25,6 +25,13 @@ const (
 	// MaxIndexDepth is the deepest index: IndexFanout^5 chunks cover any
 	// int64 size.
 	MaxIndexDepth = 5
+	// MaxFileSize is the most a homefs file holds. The encoding holds any
+	// int64 size, but a live file keeps its chunk list in memory (32 bytes
+	// per 64 KiB chunk, holes included), so that a write or truncate far
+	// past the end cannot make the daemon allocate without bound: 64 GiB
+	// is 32 MiB of refs, and far beyond what an agent home holds. Import
+	// refuses a bigger file, which could be stored but not written to.
+	MaxFileSize = 64 << 30
 )
 
 // ChunkCount returns the number of chunks of a file of size bytes (0 for

@@ -23,10 +23,8 @@ var (
 )
 
 // MaxFileSize bounds a file of an imported archive: it is the most a
-// homefs file holds, as the live filesystem keeps a file's chunk list in
-// memory and refuses to grow one further, so a bigger file could be
-// stored but not written to.
-const MaxFileSize = 64 << 30
+// homefs file holds (manifest.MaxFileSize).
+const MaxFileSize = manifest.MaxFileSize
 
 // checkSparse refuses a sparse file: GNU's own type, or a file with any
 // GNU.sparse PAX record. archive/tar makes up a sparse file's holes as
