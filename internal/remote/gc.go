@@ -39,6 +39,9 @@ type GCResult struct {
 // (PushOptions.NoHead) is not reached and is deleted.
 func GC(ctx context.Context, r *Remote) (*GCResult, error) {
 	start := time.Now()
+	if err := r.refuseEncrypted(ctx); err != nil {
+		return nil, fmt.Errorf("gc %s: %w", r.cfg.Name, err)
+	}
 	l, waited, err := r.lockGCFor(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("gc %s: %w", r.cfg.Name, err)
@@ -95,52 +98,62 @@ func (r *Remote) gc(ctx context.Context, l *lock, res *GCResult) error {
 	}
 
 	// Sweep records first: a record left while its tree goes would break
-	// "a record implies its tree".
-	ids, err := r.Snapshots(ctx, "")
+	// "a record implies its tree". Both sweeps go by object name, so they
+	// read nothing more on an encrypted remote.
+	names, err := r.recordNames(ctx)
 	if err != nil {
 		return err
 	}
+	kept := make(map[string]bool, len(keep))
+	for id := range keep {
+		kept[r.objectName(snapshotsDir, id)] = true
+	}
 	var dropRecords []string
-	for _, id := range ids {
-		if keep[id] {
+	for _, name := range names {
+		if kept[name] {
 			res.Records++
 		} else {
-			dropRecords = append(dropRecords, id)
+			dropRecords = append(dropRecords, name)
 		}
 	}
 	if err := l.check(); err != nil {
 		return err
 	}
-	if err := r.deleteRecords(ctx, dropRecords); err != nil {
+	if err := r.deleteNames(ctx, snapshotsDir, dropRecords); err != nil {
 		return err
 	}
 	res.DeletedRecords = len(dropRecords)
+	return r.sweepChunks(ctx, l, reached, res)
+}
 
+// sweepChunks deletes every chunk not in reached, in batches, re-checking
+// the lock between them.
+func (r *Remote) sweepChunks(ctx context.Context, l *lock, reached map[cas.Ref]struct{}, res *GCResult) error {
 	sizes, err := r.chunkSizes(ctx)
 	if err != nil {
 		return err
 	}
-	var drop []cas.Ref
-	for ref, n := range sizes {
-		if _, ok := reached[ref]; ok {
+	names := make(map[string]struct{}, len(reached))
+	for ref := range reached {
+		names[r.chunkName(ref)] = struct{}{}
+	}
+	var drop []string
+	for name, n := range sizes {
+		if _, ok := names[name]; ok {
 			res.Chunks++
 			res.Kept += n
 		} else {
-			drop = append(drop, ref)
+			drop = append(drop, name)
 			res.DeletedBytes += n
 		}
 	}
-	// Delete in batches, re-checking the lock between them.
 	const batch = 1000
 	for len(drop) > 0 {
 		if err := l.check(); err != nil {
 			return err
 		}
 		n := min(batch, len(drop))
-		part := drop[:n]
-		if err := parallel(ctx, r.parallel, n, func(ctx context.Context, i int) error {
-			return r.deleteObject(ctx, r.chunkKey(part[i]))
-		}); err != nil {
+		if err := r.deleteNames(ctx, chunksDir, drop[:n]); err != nil {
 			return err
 		}
 		res.DeletedChunks += n
