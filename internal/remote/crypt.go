@@ -141,9 +141,10 @@ func runKeyCommand(ctx context.Context, command string) ([]byte, error) {
 }
 
 // parseKey accepts exactly 32 raw bytes, or 64 hex digits or the base64
-// of 32 bytes with blanks around them.
+// of 32 bytes with blanks around them. 32 printable characters are a
+// passphrase, not a key (32 random bytes are all printable once in 10^14).
 func parseKey(b []byte) ([]byte, error) {
-	if len(b) == 32 {
+	if len(b) == 32 && slices.ContainsFunc(b, func(c byte) bool { return c < ' ' || c > '~' }) {
 		return bytes.Clone(b), nil
 	}
 	s := strings.TrimSpace(string(b))

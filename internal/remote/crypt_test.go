@@ -160,6 +160,7 @@ func TestParseKey(t *testing.T) {
 		"33 bytes":    append(bytes.Clone(k), 0),
 		"short hex":   []byte(hex.EncodeToString(k[:31])),
 		"passphrase":  []byte("correct horse battery staple\n"),
+		"32 letters":  []byte("abcdefghijklmnopqrstuvwxyz012345"),
 		"long base64": []byte(base64.StdEncoding.EncodeToString(append(bytes.Clone(k), 1))),
 	}
 	for name, in := range bad {
