@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 
 	"homefs/cas"
 	"homefs/internal/daemon"
+	"homefs/internal/remote/s3test"
 )
 
 // The end-to-end tests build the binary once and drive it as a user does:
@@ -126,6 +128,9 @@ func (e *env) start(extra ...string) {
 	e.logs = &syncBuffer{}
 	cmd := exec.Command(homefsBin, append([]string{"serve", "--log-level", "debug", "--fuse-uring=on"}, extra...)...)
 	cmd.Env = append(os.Environ(), "HOMEFS_ROOT="+e.root, "GORACE=atexit_sleep_ms=0")
+	if s3test.Encrypted() {
+		cmd.Env = append(cmd.Env, s3test.KeyEnv+"="+s3test.TestKey)
+	}
 	cmd.Env = append(cmd.Env, e.daemonEnv...)
 	if e.daemonCred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: e.daemonCred}
@@ -211,8 +216,15 @@ func (e *env) runAs(cred *syscall.Credential, stdin []byte, args ...string) resu
 
 // runEnv is runAs with extra environment variables, which override the
 // env's own.
+//
+// With s3test.Encrypted, a remote add that names no encryption of its own
+// adds an encrypted remote (key s3test.TestKey, from the daemon's
+// environment), so that every remote test runs encrypted too.
 func (e *env) runEnv(cred *syscall.Credential, stdin []byte, extraEnv []string, args ...string) result {
 	e.t.Helper()
+	if s3test.Encrypted() && len(args) > 2 && args[0] == "remote" && args[1] == "add" && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--encrypt") }) {
+		args = append(slices.Clone(args), "--encrypt", "--key-env", s3test.KeyEnv)
+	}
 	cmd := exec.Command(homefsBin, args...)
 	cmd.Env = append(os.Environ(), "HOMEFS_ROOT="+e.root, "GORACE=atexit_sleep_ms=0")
 	cmd.Env = append(cmd.Env, extraEnv...)

@@ -84,7 +84,9 @@ func classify(err error) Code {
 		errors.Is(err, fork.ErrUnknownProvider), errors.Is(err, fork.ErrInvalid),
 		errors.Is(err, fork.ErrAmbiguous), errors.Is(err, fork.ErrNative),
 		errors.Is(err, fork.ErrTooLarge), errors.Is(err, remote.ErrNoCredentials),
-		errors.Is(err, remote.ErrNotS3):
+		errors.Is(err, remote.ErrNotS3), errors.Is(err, remote.ErrWrongKey),
+		errors.Is(err, remote.ErrKeySource), errors.Is(err, remote.ErrEncrypted),
+		errors.Is(err, remote.ErrNotEncrypted):
 		return CodeUsage
 	case errors.Is(err, cas.ErrNoSpace), errors.Is(err, syscall.ENOSPC):
 		return CodeNoSpace

@@ -8,8 +8,9 @@ import (
 )
 
 // AddRemote configures a remote. The daemon checks the config and that
-// its own environment or credentials file holds keys; the keys are never
-// stored nor returned.
+// its own environment or credentials file holds keys, and reads an
+// encrypted remote's key and checks it against the remote; the keys are
+// never stored nor returned.
 func (s *Service) AddRemote(ctx context.Context, cfg remote.Config) (*remote.Config, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, usagef("%v", err)
@@ -17,7 +18,7 @@ func (s *Service) AddRemote(ctx context.Context, cfg remote.Config) (*remote.Con
 	if err := s.remotes.Add(ctx, cfg); err != nil {
 		return nil, err
 	}
-	s.log.Info("remote added", "remote", cfg.Name, "url", cfg.URL, "endpoint", cfg.Endpoint)
+	s.log.Info("remote added", "remote", cfg.Name, "url", cfg.URL, "endpoint", cfg.Endpoint, "encryption", cfg.Encryption.String())
 	return &cfg, nil
 }
 

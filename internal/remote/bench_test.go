@@ -14,6 +14,8 @@ package remote_test
 //     it cannot read lazily); first-byte time reported beside it.
 //   - LazyRead: on a fresh host, read the whole rollout through the mount,
 //     chunks fetched on demand with read-ahead (MB/s).
+//   - PushEncrypted, SecondPushEncrypted, TTFB/homefsEncrypted,
+//     LazyReadEncrypted: the same against an encrypted remote.
 //
 // The rollout is 1 GiB of JSONL (fixed seed); HOMEFS_BENCH_SCALE=small
 // makes it 64 MiB. Run:
@@ -156,191 +158,238 @@ func (h *benchHost) captureFiles(tb testing.TB, session string, fs map[string]st
 	return id
 }
 
+// benchRemote is what the sub-benchmarks share.
+type benchRemote struct {
+	srv     *s3test.Server
+	size    int64
+	rollout string            // the rollout's local file
+	fs      map[string]string // the session's files
+	a       *benchHost        // the pushing host
+	id      string            // its snapshot
+	keyFile string
+	seq     int // sessions made by SecondPush
+}
+
+// open returns a client for bucket, encrypted (with s3test.TestKey) or
+// plain.
+func (e *benchRemote) open(b *testing.B, bucket string, encrypted bool) *remote.Remote {
+	cfg := remote.Config{Name: "bench", URL: "s3://" + bucket + "/fleet", Endpoint: e.srv.Endpoint}
+	if encrypted {
+		cfg.Encryption = remote.Encryption{KeyFile: e.keyFile}
+	}
+	r, err := remote.Open(context.Background(), cfg, remote.Options{Credentials: e.srv.Credentials()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return r
+}
+
+// BenchmarkRemote runs every figure on a plain remote and again on an
+// encrypted one (…Encrypted): what sealing, opening and naming by HMAC
+// cost beside the same work in the same run.
 func BenchmarkRemote(b *testing.B) {
 	ctx := context.Background()
-	srv := s3test.Start(b)
-	size := rolloutSize()
+	e := &benchRemote{srv: s3test.Start(b), size: rolloutSize(), keyFile: s3test.WriteKeyFile(b, s3test.TestKey)}
 	dir := b.TempDir()
-	rolloutPath := filepath.Join(dir, "rollout.jsonl")
-	writeRollout(b, rolloutPath, size)
+	e.rollout = filepath.Join(dir, "rollout.jsonl")
+	writeRollout(b, e.rollout, e.size)
 	notes := filepath.Join(dir, "AGENTS.md")
 	if err := os.WriteFile(notes, []byte("be nice\n"), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	open := func(bucket string) *remote.Remote {
-		r, err := remote.Open(ctx, remote.Config{Name: "bench", URL: "s3://" + bucket + "/fleet", Endpoint: srv.Endpoint},
-			remote.Options{Credentials: srv.Credentials()})
+	e.a = newBenchHost(b)
+	e.fs = map[string]string{"sessions/rollout.jsonl": e.rollout, "AGENTS.md": notes}
+	e.id = e.a.captureFiles(b, "agent", e.fs)
+
+	// The shared buckets the read benchmarks use, one of each kind.
+	plainBucket := e.srv.Bucket(b)
+	shared := map[bool]*remote.Remote{false: e.open(b, plainBucket, false), true: e.open(b, e.srv.Bucket(b), true)}
+	for _, r := range shared {
+		if _, err := remote.Push(ctx, e.a.store, e.a.cat, r, e.id, remote.PushOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// Each plain figure right before its encrypted one: the machine's
+	// load drifts less between the two.
+	kinds := map[string]bool{"": false, "Encrypted": true}
+	for _, suffix := range []string{"", "Encrypted"} {
+		b.Run("Push"+suffix, func(b *testing.B) { e.push(b, kinds[suffix]) })
+	}
+	for _, suffix := range []string{"", "Encrypted"} {
+		b.Run("SecondPush"+suffix, func(b *testing.B) { e.secondPush(b, kinds[suffix]) })
+	}
+	for _, suffix := range []string{"", "Encrypted"} {
+		b.Run("TTFB/homefs"+suffix, func(b *testing.B) { e.ttfb(b, shared[kinds[suffix]]) })
+	}
+	b.Run("TTFB/whole-object", func(b *testing.B) { e.wholeObject(b, plainBucket) })
+	for _, suffix := range []string{"", "Encrypted"} {
+		b.Run("LazyRead"+suffix, func(b *testing.B) { e.lazyRead(b, shared[kinds[suffix]]) })
+	}
+}
+
+func (e *benchRemote) push(b *testing.B, encrypted bool) {
+	ctx := context.Background()
+	b.SetBytes(e.size)
+	for range b.N {
+		b.StopTimer()
+		r := e.open(b, e.srv.Bucket(b), encrypted)
+		b.StartTimer()
+		res, err := remote.Push(ctx, e.a.store, e.a.cat, r, e.id, remote.PushOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}
-		return r
+		b.ReportMetric(float64(res.UploadedBytes)/float64(e.size), "stored/plain")
 	}
-	a := newBenchHost(b)
-	fs := map[string]string{"sessions/rollout.jsonl": rolloutPath, "AGENTS.md": notes}
-	id := a.captureFiles(b, "agent", fs)
+}
 
-	// The shared bucket the read benchmarks use.
-	shared := srv.Bucket(b)
-	rs := open(shared)
-	if _, err := remote.Push(ctx, a.store, a.cat, rs, id, remote.PushOptions{}); err != nil {
+func (e *benchRemote) secondPush(b *testing.B, encrypted bool) {
+	ctx := context.Background()
+	for range b.N {
+		// A session of its own each time, so that no earlier run's
+		// snapshot is its parent.
+		e.seq++
+		session := fmt.Sprintf("second-%d", e.seq)
+		b.StopTimer()
+		r := e.open(b, e.srv.Bucket(b), encrypted)
+		if _, err := remote.Push(ctx, e.a.store, e.a.cat, r, e.id, remote.PushOptions{NoHead: true}); err != nil {
+			b.Fatal(err)
+		}
+		f, err := os.OpenFile(e.rollout, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		f.WriteString(`{"seq":-1,"role":"user","text":"one more turn"}` + "\n")
+		f.Close()
+		e.a.captureFiles(b, session, e.fs)
+		before := r.Stats()
+		b.StartTimer()
+		res, err := remote.Push(ctx, e.a.store, e.a.cat, r, session, remote.PushOptions{NoHead: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		after := r.Stats()
+		b.ReportMetric(float64(after.BytesOut-before.BytesOut), "bytes-uploaded")
+		b.ReportMetric(float64(res.Uploaded), "objects-uploaded")
+		b.ReportMetric(float64(after.Heads+after.Lists-before.Heads-before.Lists), "existence-requests")
+		if err := os.Truncate(e.rollout, e.size); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
+
+func (e *benchRemote) ttfb(b *testing.B, rs *remote.Remote) {
+	if os.Getuid() != 0 {
+		b.Skip("FUSE mounts need root")
+	}
+	ctx := context.Background()
+	for range b.N {
+		b.StopTimer()
+		h := newTestHostB(b, rs)
+		buf := make([]byte, 4096)
+		b.StartTimer()
+		start := time.Now()
+		pr, err := remote.Pull(ctx, h.rec, h.cat, rs, e.id, remote.PullOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		m, err := h.e.MountSnapshot(ctx, e.id, "", b.TempDir(), mountOpts())
+		if err != nil {
+			b.Fatal(err)
+		}
+		f, err := os.Open(filepath.Join(m.Dir(), "sessions/rollout.jsonl"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(f, buf); err != nil {
+			b.Fatal(err)
+		}
+		ttfb := time.Since(start)
+		b.StopTimer()
+		f.Close()
+		m.Unmount()
+		b.ReportMetric(float64(ttfb.Microseconds())/1000, "ms-to-first-4KiB")
+		b.ReportMetric(float64(pr.Nodes), "nodes-pulled")
+		b.StartTimer()
+	}
+}
+
+func (e *benchRemote) wholeObject(b *testing.B, bucket string) {
+	ctx := context.Background()
+	b.StopTimer()
+	client := e.srv.Client()
+	key := "whole/rollout.jsonl"
+	f, err := os.Open(e.rollout)
+	if err != nil {
 		b.Fatal(err)
 	}
-
-	b.Run("Push", func(b *testing.B) {
-		b.SetBytes(size)
-		for range b.N {
-			b.StopTimer()
-			r := open(srv.Bucket(b))
-			b.StartTimer()
-			res, err := remote.Push(ctx, a.store, a.cat, r, id, remote.PushOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(float64(res.UploadedBytes)/float64(size), "stored/plain")
+	_, err = client.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: f, ContentLength: aws.Int64(e.size)},
+		func(o *s3.Options) { o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired })
+	f.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(e.size)
+	b.StartTimer()
+	for range b.N {
+		start := time.Now()
+		out, err := client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+		if err != nil {
+			b.Fatal(err)
 		}
-	})
-
-	b.Run("SecondPush", func(b *testing.B) {
-		for range b.N {
-			b.StopTimer()
-			r := open(srv.Bucket(b))
-			if _, err := remote.Push(ctx, a.store, a.cat, r, id, remote.PushOptions{NoHead: true}); err != nil {
-				b.Fatal(err)
-			}
-			f, err := os.OpenFile(rolloutPath, os.O_APPEND|os.O_WRONLY, 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			f.WriteString(`{"seq":-1,"role":"user","text":"one more turn"}` + "\n")
-			f.Close()
-			a.captureFiles(b, "agent2", fs)
-			before := r.Stats()
-			b.StartTimer()
-			res, err := remote.Push(ctx, a.store, a.cat, r, "agent2", remote.PushOptions{NoHead: true})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.StopTimer()
-			after := r.Stats()
-			b.ReportMetric(float64(after.BytesOut-before.BytesOut), "bytes-uploaded")
-			b.ReportMetric(float64(res.Uploaded), "objects-uploaded")
-			b.ReportMetric(float64(after.Heads+after.Lists-before.Heads-before.Lists), "existence-requests")
-			if err := os.Truncate(rolloutPath, size); err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
+		buf := make([]byte, 4096)
+		if _, err := io.ReadFull(out.Body, buf); err != nil {
+			b.Fatal(err)
 		}
-	})
-
-	b.Run("TTFB/homefs", func(b *testing.B) {
-		if os.Getuid() != 0 {
-			b.Skip("FUSE mounts need root")
+		first := time.Since(start)
+		n, err := io.Copy(io.Discard, out.Body)
+		out.Body.Close()
+		if err != nil || n+4096 != e.size {
+			b.Fatalf("download: %d bytes, %v", n+4096, err)
 		}
-		for range b.N {
-			b.StopTimer()
-			h := newTestHostB(b, rs)
-			buf := make([]byte, 4096)
-			b.StartTimer()
-			start := time.Now()
-			pr, err := remote.Pull(ctx, h.rec, h.cat, rs, id, remote.PullOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			m, err := h.e.MountSnapshot(ctx, id, "", b.TempDir(), mountOpts())
-			if err != nil {
-				b.Fatal(err)
-			}
-			f, err := os.Open(filepath.Join(m.Dir(), "sessions/rollout.jsonl"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := io.ReadFull(f, buf); err != nil {
-				b.Fatal(err)
-			}
-			ttfb := time.Since(start)
-			b.StopTimer()
-			f.Close()
-			m.Unmount()
-			b.ReportMetric(float64(ttfb.Microseconds())/1000, "ms-to-first-4KiB")
-			b.ReportMetric(float64(pr.Nodes), "nodes-pulled")
-			b.StartTimer()
-		}
-	})
+		b.ReportMetric(float64(time.Since(start).Microseconds())/1000, "ms-whole-download")
+		b.ReportMetric(float64(first.Microseconds())/1000, "ms-to-first-4KiB")
+	}
+}
 
-	b.Run("TTFB/whole-object", func(b *testing.B) {
+func (e *benchRemote) lazyRead(b *testing.B, rs *remote.Remote) {
+	if os.Getuid() != 0 {
+		b.Skip("FUSE mounts need root")
+	}
+	ctx := context.Background()
+	b.SetBytes(e.size)
+	for range b.N {
 		b.StopTimer()
-		client := srv.Client()
-		key := "whole/rollout.jsonl"
-		f, err := os.Open(rolloutPath)
+		h := newTestHostB(b, rs)
+		if _, err := remote.Pull(ctx, h.rec, h.cat, rs, e.id, remote.PullOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		snap, _, err := h.cat.Snapshot(ctx, e.id)
 		if err != nil {
 			b.Fatal(err)
 		}
-		_, err = client.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(shared), Key: aws.String(key), Body: f, ContentLength: aws.Int64(size)},
-			func(o *s3.Options) { o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired })
-		f.Close()
+		if err := h.rt.Hint(ctx, snap.Root); err != nil {
+			b.Fatal(err)
+		}
+		m, err := h.e.MountSnapshot(ctx, e.id, "", b.TempDir(), mountOpts())
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.SetBytes(size)
 		b.StartTimer()
-		for range b.N {
-			start := time.Now()
-			out, err := client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(shared), Key: aws.String(key)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			buf := make([]byte, 4096)
-			if _, err := io.ReadFull(out.Body, buf); err != nil {
-				b.Fatal(err)
-			}
-			first := time.Since(start)
-			n, err := io.Copy(io.Discard, out.Body)
-			out.Body.Close()
-			if err != nil || n+4096 != size {
-				b.Fatalf("download: %d bytes, %v", n+4096, err)
-			}
-			b.ReportMetric(float64(time.Since(start).Microseconds())/1000, "ms-whole-download")
-			b.ReportMetric(float64(first.Microseconds())/1000, "ms-to-first-4KiB")
+		f, err := os.Open(filepath.Join(m.Dir(), "sessions/rollout.jsonl"))
+		if err != nil {
+			b.Fatal(err)
 		}
-	})
-
-	b.Run("LazyRead", func(b *testing.B) {
-		if os.Getuid() != 0 {
-			b.Skip("FUSE mounts need root")
+		n, err := io.Copy(io.Discard, f)
+		f.Close()
+		if err != nil || n != e.size {
+			b.Fatalf("read %d bytes: %v", n, err)
 		}
-		b.SetBytes(size)
-		for range b.N {
-			b.StopTimer()
-			h := newTestHostB(b, rs)
-			if _, err := remote.Pull(ctx, h.rec, h.cat, rs, id, remote.PullOptions{}); err != nil {
-				b.Fatal(err)
-			}
-			snap, _, err := h.cat.Snapshot(ctx, id)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := h.rt.Hint(ctx, snap.Root); err != nil {
-				b.Fatal(err)
-			}
-			m, err := h.e.MountSnapshot(ctx, id, "", b.TempDir(), mountOpts())
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
-			f, err := os.Open(filepath.Join(m.Dir(), "sessions/rollout.jsonl"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			n, err := io.Copy(io.Discard, f)
-			f.Close()
-			if err != nil || n != size {
-				b.Fatalf("read %d bytes: %v", n, err)
-			}
-			b.StopTimer()
-			st := h.rt.Stats()
-			b.ReportMetric(float64(st.Prefetched)/float64(st.Prefetched+st.Fetched), "read-ahead-share")
-			m.Unmount()
-			b.StartTimer()
-		}
-	})
+		b.StopTimer()
+		st := h.rt.Stats()
+		b.ReportMetric(float64(st.Prefetched)/float64(st.Prefetched+st.Fetched), "read-ahead-share")
+		m.Unmount()
+		b.StartTimer()
+	}
 }

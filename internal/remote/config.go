@@ -17,7 +17,8 @@ import (
 // credentials file holds keys for the remote.
 var ErrNoCredentials = errors.New("remote: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or write them to a shared credentials file (AWS_SHARED_CREDENTIALS_FILE, ~/.aws/credentials)")
 
-// Config describes one remote. It holds no secrets, so it can be stored
+// Config describes one remote. It holds no secrets (an encrypted
+// remote's key is named by its source, never held), so it can be stored
 // (remotes.json) and printed.
 type Config struct {
 	Name string `json:"name"`
@@ -31,6 +32,9 @@ type Config struct {
 	// Profile selects a section of the shared credentials file; empty
 	// means AWS_PROFILE or "default".
 	Profile string `json:"profile,omitempty"`
+	// Encryption, when set, seals every object and hides their names
+	// under a key from the named source (crypt.go).
+	Encryption Encryption `json:"encryption,omitzero"`
 }
 
 // ParseURL splits s3://BUCKET/PREFIX into bucket and prefix (without
@@ -66,7 +70,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("remote %s: endpoint %q: want http(s)://HOST[:PORT]", c.Name, c.Endpoint)
 		}
 	}
-	return nil
+	return c.Encryption.validate(c.Name)
 }
 
 func (c Config) region() string {

@@ -52,6 +52,12 @@
 //     missing ones from remotes, checking each one's hash before storing
 //     and returning it, and reading ahead along the files of pulled trees.
 //
+//   - An encrypted remote (Config.Encryption) seals every object with
+//     AES-256-GCM under a key from a file, the daemon's environment or a
+//     command, binds each to its name, and names chunks, records, heads
+//     and leases by an HMAC of their plain names; PREFIX/keycheck makes a
+//     wrong key fail at first use (ErrWrongKey). See crypt.go.
+//
 //   - Every request is bounded (Timeouts: connect, idle connection,
 //     attempt) and retried by Remote.do, with jittered backoff, for a
 //     budget of time that outlasts a server restart. A remote that stays

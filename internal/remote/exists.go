@@ -30,8 +30,8 @@ func (r *Remote) present(ctx context.Context, refs []cas.Ref) ([]bool, error) {
 			return nil, err
 		}
 		for i, ref := range refs {
-			switch h := ref.Hex(); {
-			case listed[ref]:
+			switch h := r.chunkName(ref); {
+			case listed[h]:
 				has[i] = true
 			case last != "" && h <= last:
 				// Listed range, not in it: absent.
@@ -58,16 +58,15 @@ func (r *Remote) present(ctx context.Context, refs []cas.Ref) ([]bool, error) {
 	return has, nil
 }
 
-// listChunks lists chunk keys for at most pages pages. It returns the refs
-// seen and the name of the last key covered: "" if nothing was listed, or
-// "~" (above every hex digit) if the listing reached the end.
-func (r *Remote) listChunks(ctx context.Context, pages int) (map[cas.Ref]bool, string, error) {
-	seen := make(map[cas.Ref]bool)
+// listChunks lists chunk keys for at most pages pages. It returns the
+// object names seen (chunkName of their refs) and the last name covered:
+// "" if nothing was listed, or "~" (above every hex digit) if the listing
+// reached the end.
+func (r *Remote) listChunks(ctx context.Context, pages int) (map[string]bool, string, error) {
+	seen := make(map[string]bool)
 	last := ""
 	complete, err := r.list(ctx, chunksDir, "", max(pages, 1), func(name string) error {
-		if ref, err := cas.ParseRef("sha256:" + name); err == nil {
-			seen[ref] = true
-		}
+		seen[name] = true
 		last = name
 		return nil
 	})

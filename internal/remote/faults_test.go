@@ -23,7 +23,7 @@ var quick = Timeouts{Connect: time.Second, Idle: 500 * time.Millisecond, Request
 // openAt returns a client for bucket on endpoint with timeouts to.
 func openAt(t testing.TB, endpoint, bucket string, to Timeouts) *Remote {
 	t.Helper()
-	r, err := Open(context.Background(), Config{Name: "test", URL: "s3://" + bucket + "/p", Endpoint: endpoint},
+	r, err := Open(context.Background(), Config{Name: "test", URL: "s3://" + bucket + "/p", Endpoint: endpoint, Encryption: Encryption{KeyFile: s3test.KeyFile(t)}},
 		Options{Credentials: credentials.NewStaticCredentialsProvider(s3test.AccessKey, s3test.SecretKey, ""), Timeouts: to, MaxBackoff: 200 * time.Millisecond, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)

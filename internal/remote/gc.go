@@ -40,6 +40,9 @@ type GCResult struct {
 // (PushOptions.NoHead) is not reached and is deleted.
 func GC(ctx context.Context, r *Remote) (*GCResult, error) {
 	start := time.Now()
+	if err := r.refuseEncrypted(ctx); err != nil {
+		return nil, fmt.Errorf("gc %s: %w", r.cfg.Name, err)
+	}
 	l, waited, err := r.lockGCFor(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("gc %s: %w", r.cfg.Name, err)
@@ -126,44 +129,53 @@ func (r *Remote) walkLineage(ctx context.Context, id string, seen map[string]boo
 	return visit(id, true)
 }
 
-// sweepRecords deletes every record that keep leaves out.
+// sweepRecords deletes every record that keep leaves out. It goes by
+// object name, so it reads nothing more on an encrypted remote.
 func (r *Remote) sweepRecords(ctx context.Context, l *lock, keep map[string]bool, res *GCResult) error {
-	ids, err := r.Snapshots(ctx, "")
+	names, err := r.recordNames(ctx)
 	if err != nil {
 		return err
 	}
+	kept := make(map[string]bool, len(keep))
+	for id := range keep {
+		kept[r.objectName(snapshotsDir, id)] = true
+	}
 	var drop []string
-	for _, id := range ids {
-		if keep[id] {
+	for _, name := range names {
+		if kept[name] {
 			res.Records++
 		} else {
-			drop = append(drop, id)
+			drop = append(drop, name)
 		}
 	}
 	if err := l.check(); err != nil {
 		return err
 	}
-	if err := r.deleteRecords(ctx, drop); err != nil {
+	if err := r.deleteNames(ctx, snapshotsDir, drop); err != nil {
 		return err
 	}
 	res.DeletedRecords = len(drop)
 	return nil
 }
 
-// sweepChunks deletes every chunk and node that is not reached, in
-// batches, re-checking the lock between them.
+// sweepChunks deletes every chunk and node that is not reached, by object
+// name, in batches, re-checking the lock between them.
 func (r *Remote) sweepChunks(ctx context.Context, l *lock, reached map[cas.Ref]struct{}, res *GCResult) error {
 	sizes, err := r.chunkSizes(ctx)
 	if err != nil {
 		return err
 	}
-	var drop []cas.Ref
-	for ref, n := range sizes {
-		if _, ok := reached[ref]; ok {
+	names := make(map[string]struct{}, len(reached))
+	for ref := range reached {
+		names[r.chunkName(ref)] = struct{}{}
+	}
+	var drop []string
+	for name, n := range sizes {
+		if _, ok := names[name]; ok {
 			res.Chunks++
 			res.Kept += n
 		} else {
-			drop = append(drop, ref)
+			drop = append(drop, name)
 			res.DeletedBytes += n
 		}
 	}
@@ -173,10 +185,7 @@ func (r *Remote) sweepChunks(ctx context.Context, l *lock, reached map[cas.Ref]s
 			return err
 		}
 		n := min(batch, len(drop))
-		part := drop[:n]
-		if err := parallel(ctx, r.parallel, n, func(ctx context.Context, i int) error {
-			return r.deleteObject(ctx, r.chunkKey(part[i]))
-		}); err != nil {
+		if err := r.deleteNames(ctx, chunksDir, drop[:n]); err != nil {
 			return err
 		}
 		res.DeletedChunks += n

@@ -39,11 +39,13 @@ func testLogger() *slog.Logger {
 }
 
 // openRemote returns a client for a new bucket (prefix "p") on srv, with
-// few, quick retries so fault tests end fast.
+// few, quick retries so fault tests end fast; encrypted with
+// s3test.TestKey when s3test.Encrypted.
 func openRemote(t testing.TB, srv *s3test.Server, bucket string) *Remote {
 	t.Helper()
 	r, err := Open(context.Background(), Config{
 		Name: "test", URL: "s3://" + bucket + "/p", Endpoint: srv.Endpoint,
+		Encryption: Encryption{KeyFile: s3test.KeyFile(t)},
 	}, Options{Credentials: srv.Credentials(), MaxAttempts: 2, MaxBackoff: 50 * time.Millisecond, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)

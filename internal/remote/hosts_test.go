@@ -143,7 +143,7 @@ func TestTwoHosts(t *testing.T) {
 	}
 
 	// One of A's chunks is then lost on the remote before B reads it.
-	if err := os.Remove(srv.ObjectPath(bucket, "fleet/chunks/"+cas.Sum(lost[manifest.ChunkSize:2*manifest.ChunkSize]).Hex())); err != nil {
+	if err := os.Remove(srv.ObjectPath(bucket, remote.ChunkKey(ra, cas.Sum(lost[manifest.ChunkSize:2*manifest.ChunkSize])))); err != nil {
 		t.Fatal(err)
 	}
 
@@ -230,7 +230,7 @@ func TestService(t *testing.T) {
 	bucket := srv.Bucket(t)
 	t.Setenv("AWS_ACCESS_KEY_ID", s3test.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", s3test.SecretKey)
-	cfg := remote.Config{Name: "origin", URL: "s3://" + bucket + "/homefs", Endpoint: srv.Endpoint}
+	cfg := remote.Config{Name: "origin", URL: "s3://" + bucket + "/homefs", Endpoint: srv.Endpoint, Encryption: remote.Encryption{KeyFile: s3test.KeyFile(t)}}
 
 	a := newTestHostB(t, nil)
 	rootA := t.TempDir()
@@ -275,8 +275,9 @@ func sharedRemotes(t *testing.T) (srv *s3test.Server, bucket string, ra, rb *rem
 	t.Helper()
 	srv = s3test.Start(t)
 	bucket = srv.Bucket(t)
+	enc := remote.Encryption{KeyFile: s3test.KeyFile(t)}
 	open := func() *remote.Remote {
-		r, err := remote.Open(context.Background(), remote.Config{Name: "shared", URL: "s3://" + bucket + "/fleet", Endpoint: srv.Endpoint},
+		r, err := remote.Open(context.Background(), remote.Config{Name: "shared", URL: "s3://" + bucket + "/fleet", Endpoint: srv.Endpoint, Encryption: enc},
 			remote.Options{Credentials: srv.Credentials(), MaxAttempts: 2, MaxBackoff: 50 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)

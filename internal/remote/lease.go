@@ -38,7 +38,9 @@ const (
 	DefaultLeaseTTL = 10 * time.Minute
 )
 
-func (r *Remote) leaseKey(session string) string { return r.prefix + leasesDir + session }
+func (r *Remote) leaseKey(session string) string {
+	return r.prefix + leasesDir + r.objectName(leasesDir, session)
+}
 
 // Holder names a lease's holder: a host name for people, and the stable
 // id of the daemon's root, which tells two daemons on one host apart.

@@ -39,7 +39,7 @@ func openSignaling(t *testing.T, srv *s3test.Server, bucket, msg string) (*Remot
 	t.Helper()
 	ch := make(chan struct{}, 1)
 	log := slog.New(signalHandler{Handler: testLogger().Handler(), msg: msg, ch: ch})
-	r, err := Open(context.Background(), Config{Name: "test", URL: "s3://" + bucket + "/p", Endpoint: srv.Endpoint},
+	r, err := Open(context.Background(), Config{Name: "test", URL: "s3://" + bucket + "/p", Endpoint: srv.Endpoint, Encryption: Encryption{KeyFile: s3test.KeyFile(t)}},
 		Options{Credentials: srv.Credentials(), Logger: log})
 	if err != nil {
 		t.Fatal(err)

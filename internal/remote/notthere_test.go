@@ -22,7 +22,7 @@ func TestHeadNoBucketNotS3(t *testing.T) {
 
 	web := httptest.NewServer(http.NotFoundHandler())
 	t.Cleanup(web.Close)
-	w, err := Open(context.Background(), Config{Name: "web", URL: "s3://b/p", Endpoint: web.URL}, Options{Credentials: srv.Credentials(), MaxAttempts: 1})
+	w, err := Open(context.Background(), Config{Name: "web", URL: "s3://b/p", Endpoint: web.URL, Encryption: Encryption{KeyFile: s3test.KeyFile(t)}}, Options{Credentials: srv.Credentials(), MaxAttempts: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

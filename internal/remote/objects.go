@@ -25,6 +25,9 @@ type object struct {
 
 // listObjects calls fn, in key order, with every object under dir.
 func (r *Remote) listObjects(ctx context.Context, dir string, fn func(object) error) error {
+	if err := r.keyReady(ctx); err != nil {
+		return err
+	}
 	p := r.prefix + dir
 	var token *string
 	for {
@@ -54,6 +57,9 @@ func (r *Remote) listObjects(ctx context.Context, dir string, fn func(object) er
 // deleteObject removes key; a missing key is success (S3 answers 204
 // either way).
 func (r *Remote) deleteObject(ctx context.Context, key string) error {
+	if err := r.keyReady(ctx); err != nil {
+		return err
+	}
 	err := r.do(ctx, "delete "+key, func(ctx context.Context) error {
 		_, err := r.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &r.bucket, Key: &key})
 		return err
@@ -64,22 +70,46 @@ func (r *Remote) deleteObject(ctx context.Context, key string) error {
 	return nil
 }
 
-// chunkSizes lists the chunks directory: every chunk's stored size.
-func (r *Remote) chunkSizes(ctx context.Context) (map[cas.Ref]int64, error) {
-	sizes := make(map[cas.Ref]int64)
+// chunkSizes lists the chunks directory: every chunk's stored size, by
+// object name (chunkName of its ref).
+func (r *Remote) chunkSizes(ctx context.Context) (map[string]int64, error) {
+	sizes := make(map[string]int64)
 	err := r.listObjects(ctx, chunksDir, func(o object) error {
-		if ref, err := cas.ParseRef("sha256:" + o.name); err == nil {
-			sizes[ref] = o.size
+		if isFullID(o.name) {
+			sizes[o.name] = o.size
 		}
 		return nil
 	})
 	return sizes, err
 }
 
+// recordNames lists the names of the records (their ids on a plain
+// remote).
+func (r *Remote) recordNames(ctx context.Context) ([]string, error) {
+	var names []string
+	_, err := r.list(ctx, snapshotsDir, "", 0, func(name string) error {
+		if isFullID(name) {
+			names = append(names, name)
+		}
+		return nil
+	})
+	return names, err
+}
+
+// deleteNames deletes the objects names under dir, Parallel at a time.
+func (r *Remote) deleteNames(ctx context.Context, dir string, names []string) error {
+	return parallel(ctx, r.parallel, len(names), func(ctx context.Context, i int) error {
+		return r.deleteObject(ctx, r.prefix+dir+names[i])
+	})
+}
+
 // records reads every snapshot record on the remote, by id. A record that
 // vanishes between the listing and its read (a forget on another host) is
 // left out.
 func (r *Remote) records(ctx context.Context) (map[string]*manifest.Snapshot, error) {
+	if r.crypt != nil {
+		return r.sealedRecords(ctx)
+	}
 	ids, err := r.Snapshots(ctx, "")
 	if err != nil {
 		return nil, err

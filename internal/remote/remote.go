@@ -69,6 +69,7 @@ type Remote struct {
 	client   *s3.Client
 	parallel int
 	log      *slog.Logger
+	crypt    *sealer // nil for a plain remote
 
 	timeouts    Timeouts
 	maxAttempts int
@@ -124,6 +125,18 @@ func Open(ctx context.Context, cfg Config, opts Options) (*Remote, error) {
 	if cfg.Endpoint != "" {
 		s3opts.BaseEndpoint = aws.String(cfg.Endpoint)
 	}
+	var crypt *sealer
+	if cfg.Encryption.Enabled() {
+		master, err := cfg.Encryption.load(ctx, cfg.Name)
+		if err != nil {
+			return nil, err
+		}
+		crypt, err = newSealer(master)
+		clear(master)
+		if err != nil {
+			return nil, err
+		}
+	}
 	return &Remote{
 		cfg:      cfg,
 		bucket:   bucket,
@@ -131,6 +144,7 @@ func Open(ctx context.Context, cfg Config, opts Options) (*Remote, error) {
 		client:   s3.New(s3opts),
 		parallel: parallel,
 		log:      log,
+		crypt:    crypt,
 
 		timeouts:    timeouts,
 		maxAttempts: opts.MaxAttempts,
@@ -159,9 +173,17 @@ const (
 	headsDir     = "heads/"
 )
 
-func (r *Remote) chunkKey(ref cas.Ref) string   { return r.prefix + chunksDir + ref.Hex() }
-func (r *Remote) recordKey(id string) string    { return r.prefix + snapshotsDir + id }
-func (r *Remote) headKey(session string) string { return r.prefix + headsDir + session }
+// Object names: a plain remote uses the plain names (a ref's hex, a
+// snapshot id, a session name), an encrypted one their HMACs
+// (objectName).
+func (r *Remote) chunkName(ref cas.Ref) string { return r.objectName(chunksDir, ref.Hex()) }
+func (r *Remote) chunkKey(ref cas.Ref) string  { return r.prefix + chunksDir + r.chunkName(ref) }
+func (r *Remote) recordKey(id string) string {
+	return r.prefix + snapshotsDir + r.objectName(snapshotsDir, id)
+}
+func (r *Remote) headKey(session string) string {
+	return r.prefix + headsDir + r.objectName(headsDir, session)
+}
 
 // maxStored bounds a chunk's stored form: the largest plain chunk plus the
 // codec header (zstd never grows a chunk: it is stored raw then).
@@ -225,8 +247,23 @@ func isPrecondition(err error) bool {
 	return errors.As(err, &ae) && ae.ErrorCode() == "PreconditionFailed"
 }
 
-// getObject returns an object's body (at most limit bytes) and ETag.
+// getObject returns an object's plain body (at most limit bytes) and
+// ETag.
 func (r *Remote) getObject(ctx context.Context, key string, limit int64) ([]byte, string, error) {
+	if err := r.keyReady(ctx); err != nil {
+		return nil, "", err
+	}
+	b, etag, err := r.fetch(ctx, key, limit+r.overhead())
+	if err != nil {
+		return nil, "", err
+	}
+	b, err = r.open(key, b)
+	return b, etag, err
+}
+
+// fetch returns an object's body as stored (at most limit bytes) and
+// ETag.
+func (r *Remote) fetch(ctx context.Context, key string, limit int64) ([]byte, string, error) {
 	var (
 		body []byte
 		etag string
@@ -265,9 +302,21 @@ func (r *Remote) getObject(ctx context.Context, key string, limit int64) ([]byte
 	return body, etag, nil
 }
 
-// putObject writes body under key. ifMatch "" and ifNoneMatch false make
-// it unconditional. It returns the new ETag.
+// putObject writes body under key (sealed, on an encrypted remote).
+// ifMatch "" and ifNoneMatch false make it unconditional. It returns the
+// new ETag.
 func (r *Remote) putObject(ctx context.Context, key string, body []byte, contentType, ifMatch string, ifNoneMatch bool) (string, error) {
+	if err := r.keyReady(ctx); err != nil {
+		return "", err
+	}
+	if r.crypt != nil {
+		body, contentType = r.seal(key, body), "application/octet-stream"
+	}
+	return r.store(ctx, key, body, contentType, ifMatch, ifNoneMatch)
+}
+
+// store writes body under key as it is.
+func (r *Remote) store(ctx context.Context, key string, body []byte, contentType, ifMatch string, ifNoneMatch bool) (string, error) {
 	var etag string
 	err := r.do(ctx, "put "+key, func(ctx context.Context) error {
 		in := &s3.PutObjectInput{
@@ -303,6 +352,9 @@ func (r *Remote) putObject(ctx context.Context, key string, body []byte, content
 
 // hasObject reports whether key exists.
 func (r *Remote) hasObject(ctx context.Context, key string) (bool, error) {
+	if err := r.keyReady(ctx); err != nil {
+		return false, err
+	}
 	err := r.do(ctx, "head "+key, func(ctx context.Context) error {
 		r.heads.Add(1)
 		_, err := r.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &r.bucket, Key: &key})
@@ -322,6 +374,9 @@ func (r *Remote) hasObject(ctx context.Context, key string) (bool, error) {
 // maxPages > 0 it stops after that many pages; complete reports whether it
 // reached the end.
 func (r *Remote) list(ctx context.Context, dir, start string, maxPages int, fn func(name string) error) (complete bool, err error) {
+	if err := r.keyReady(ctx); err != nil {
+		return false, err
+	}
 	p := r.prefix + dir + start
 	var token *string
 	for pages := 0; ; pages++ {
@@ -447,6 +502,9 @@ func (r *Remote) replaceSnapshot(ctx context.Context, id string, record []byte) 
 // Snapshots lists the ids of the remote's snapshots that start with
 // prefix (all of them for "").
 func (r *Remote) Snapshots(ctx context.Context, prefix string) ([]string, error) {
+	if r.crypt != nil {
+		return r.sealedSnapshots(ctx, prefix)
+	}
 	var ids []string
 	_, err := r.list(ctx, snapshotsDir, prefix, 0, func(name string) error {
 		if isFullID(name) {
@@ -478,10 +536,20 @@ type Head struct {
 // ETag would overwrite a racing host's write unseen. So it reads again
 // while they disagree; an ETag that is not an MD5 (SSE-KMS) is taken as it
 // is.
+//
+// On an encrypted remote the ETag is the sealed bytes' MD5, and so are
+// the conditions of later puts.
 func (r *Remote) getVersioned(ctx context.Context, key string) ([]byte, string, error) {
+	if err := r.keyReady(ctx); err != nil {
+		return nil, "", err
+	}
 	for attempt := 0; ; attempt++ {
-		b, etag, err := r.getObject(ctx, key, 64<<10)
-		if err != nil || etagMatches(etag, b) || attempt == 4 {
+		b, etag, err := r.fetch(ctx, key, 64<<10+r.overhead())
+		if err != nil {
+			return nil, "", err
+		}
+		if etagMatches(etag, b) || attempt == 4 {
+			b, err = r.open(key, b)
 			return b, etag, err
 		}
 		select {
@@ -505,13 +573,24 @@ func (r *Remote) Head(ctx context.Context, session string) (*Head, error) {
 	if err != nil {
 		return nil, err
 	}
-	var h Head
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&h); err != nil || h.Version != headVersion || h.Session != session || !isFullID(h.Snapshot) {
+	h, err := decodeHead(b)
+	if err != nil || h.Session != session {
 		return nil, fmt.Errorf("remote %s: head of %s: %w: undecodable or foreign head", r.cfg.Name, session, cas.ErrCorrupt)
 	}
 	h.ETag = etag
+	return h, nil
+}
+
+func decodeHead(b []byte) (*Head, error) {
+	var h Head
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&h); err != nil {
+		return nil, err
+	}
+	if h.Version != headVersion || !isFullID(h.Snapshot) {
+		return nil, errors.New("not a version 1 head")
+	}
 	return &h, nil
 }
 
@@ -558,8 +637,17 @@ func (r *Remote) SetHead(ctx context.Context, session, id string, prev *Head) (*
 	return h, nil
 }
 
-// Heads lists the sessions that have a head on the remote.
+// Heads lists the sessions that have a head on the remote. An encrypted
+// remote reads every head for its session's name.
 func (r *Remote) Heads(ctx context.Context) ([]string, error) {
+	if r.crypt != nil {
+		heads, err := r.sealedHeads(ctx)
+		names := make([]string, len(heads))
+		for i, h := range heads {
+			names[i] = h.Session
+		}
+		return names, err
+	}
 	var names []string
 	_, err := r.list(ctx, headsDir, "", 0, func(name string) error {
 		names = append(names, name)

@@ -264,8 +264,8 @@ func TestCorruptAndLostChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	c0, c1 := cas.Sum(good[:manifest.ChunkSize]), cas.Sum(good[manifest.ChunkSize:])
-	damage(t, srv.ObjectPath(bucket, "p/chunks/"+c0.Hex()))
-	if err := os.Remove(srv.ObjectPath(bucket, "p/chunks/"+c1.Hex())); err != nil {
+	damage(t, srv.ObjectPath(bucket, r.chunkKey(c0)))
+	if err := os.Remove(srv.ObjectPath(bucket, r.chunkKey(c1))); err != nil {
 		t.Fatal(err)
 	}
 	rt := NewReadThrough(b.store, ReadThroughOptions{ReadAhead: -1, Logger: testLogger()}, r)

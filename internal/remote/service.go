@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -37,10 +38,23 @@ func NewService(root string, rt *ReadThrough, opts Options) (*Service, error) {
 func (s *Service) Registry() *Registry { return s.reg }
 
 // Add configures a remote. It checks the config and that credentials can
-// be found, but does not contact the server.
+// be found. A plain remote's server is not contacted; an encrypted
+// remote's key is checked against the remote's key check object, which is
+// made on an empty prefix (and a prefix with other objects refused). A
+// remote that does not answer that one attempt is added all the same, as
+// a plain one is, and checked at its first use.
 func (s *Service) Add(ctx context.Context, cfg Config) error {
-	if _, err := Open(ctx, cfg, s.opts); err != nil {
+	opts := s.opts
+	opts.MaxAttempts = 1
+	r, err := Open(ctx, cfg, opts)
+	if err != nil {
 		return err
+	}
+	if err := r.keyReady(ctx); err != nil {
+		if !retryable(ctx, err) {
+			return err
+		}
+		r.log.Warn("remote does not answer: its encryption key is checked at first use", "remote", cfg.Name, "err", err)
 	}
 	return s.reg.Add(cfg)
 }
@@ -88,14 +102,16 @@ func (s *Service) Remote(ctx context.Context, name string) (*Remote, error) {
 }
 
 // OpenAll opens every configured remote, so that lazy reads of snapshots
-// pulled before a restart find their chunks.
+// pulled before a restart find their chunks. One that fails to open (an
+// encryption key that cannot be read) does not keep the others closed.
 func (s *Service) OpenAll(ctx context.Context) error {
+	var errs []error
 	for _, c := range s.reg.List() {
 		if _, err := s.Remote(ctx, c.Name); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Ping checks that the remote name answers (Remote.Ping).

@@ -38,7 +38,7 @@ type SessionInfo struct {
 // head or a record. It reads every head and record and every tree node
 // they reach (the listing of chunks gives their sizes).
 func (r *Remote) Sessions(ctx context.Context) ([]SessionInfo, error) {
-	heads, err := r.Heads(ctx)
+	heads, err := r.readHeads(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -57,15 +57,8 @@ func (r *Remote) Sessions(ctx context.Context) ([]SessionInfo, error) {
 		}
 		return by[s]
 	}
-	for _, s := range heads {
-		h, err := r.Head(ctx, s)
-		if errors.Is(err, ErrNoSnapshot) {
-			continue // removed since the listing
-		}
-		if err != nil {
-			return nil, err
-		}
-		in := info(s)
+	for _, h := range heads {
+		in := info(h.Session)
 		in.Head, in.HeadUpdated = h.Snapshot, time.Unix(0, h.UpdatedNs).UTC()
 	}
 	roots := make(map[string][]cas.Ref)
@@ -76,7 +69,7 @@ func (r *Remote) Sessions(ctx context.Context) ([]SessionInfo, error) {
 	sum := func(seen map[cas.Ref]struct{}) int64 {
 		var n int64
 		for ref := range seen {
-			n += sizes[ref]
+			n += sizes[r.chunkName(ref)]
 		}
 		return n
 	}
@@ -219,11 +212,28 @@ func (r *Remote) Purge(ctx context.Context, session string) ([]string, error) {
 
 // headSnapshots maps each head's snapshot to its session.
 func (r *Remote) headSnapshots(ctx context.Context) (map[string]string, error) {
+	heads, err := r.readHeads(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(heads))
+	for _, h := range heads {
+		out[h.Snapshot] = h.Session
+	}
+	return out, nil
+}
+
+// readHeads reads every session's head; one removed since the listing is
+// left out.
+func (r *Remote) readHeads(ctx context.Context) ([]*Head, error) {
+	if r.crypt != nil {
+		return r.sealedHeads(ctx)
+	}
 	names, err := r.Heads(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]string, len(names))
+	out := make([]*Head, 0, len(names))
 	for _, s := range names {
 		h, err := r.Head(ctx, s)
 		if errors.Is(err, ErrNoSnapshot) {
@@ -232,13 +242,15 @@ func (r *Remote) headSnapshots(ctx context.Context) (map[string]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		out[h.Snapshot] = s
+		out = append(out, h)
 	}
 	return out, nil
 }
 
 func (r *Remote) deleteRecords(ctx context.Context, ids []string) error {
-	return parallel(ctx, r.parallel, len(ids), func(ctx context.Context, i int) error {
-		return r.deleteObject(ctx, r.recordKey(ids[i]))
-	})
+	names := make([]string, len(ids))
+	for i, id := range ids {
+		names[i] = r.objectName(snapshotsDir, id)
+	}
+	return r.deleteNames(ctx, snapshotsDir, names)
 }

@@ -258,3 +258,37 @@ func (s *Server) Bucket(t testing.TB) string {
 func (s *Server) ObjectPath(bucket, key string) string {
 	return filepath.Join(s.Dir, bucket, filepath.FromSlash(key))
 }
+
+// TestKey is the encryption key of the remotes the tests make with
+// encryption (64 hex digits). Like AccessKey, it guards nothing but test
+// data.
+const TestKey = "a3c1f0e29b8d47566e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d"
+
+// KeyEnv is the variable that holds TestKey in the environment of the
+// end-to-end tests' daemons.
+const KeyEnv = "HOMEFS_TEST_REMOTE_KEY"
+
+// Encrypted reports whether the remote tests run against encrypted
+// remotes: HOMEFS_TEST_ENCRYPT set to anything but "" runs the suites
+// that use KeyFile (and the end-to-end tests' remote add) encrypted.
+func Encrypted() bool { return os.Getenv("HOMEFS_TEST_ENCRYPT") != "" }
+
+// KeyFile returns a new file holding TestKey when Encrypted, else "": a
+// remote.Encryption's KeyFile, which is plain when empty.
+func KeyFile(t testing.TB) string {
+	t.Helper()
+	if !Encrypted() {
+		return ""
+	}
+	return WriteKeyFile(t, TestKey)
+}
+
+// WriteKeyFile writes key to a new file of mode 0600 and returns its path.
+func WriteKeyFile(t testing.TB, key string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "remote.key")
+	if err := os.WriteFile(p, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
