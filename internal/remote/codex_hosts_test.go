@@ -214,9 +214,12 @@ func TestCodexResumeOnAnotherHost(t *testing.T) {
 	}
 }
 
+// mountSubtree mounts noatime: the test reads a host's files to check them
+// untouched, and with relatime those reads would set access times, which
+// a capture keeps, and move the root it checks.
 func (h *testHost) mountSubtree(t *testing.T, session, subtree string) string {
 	t.Helper()
-	m, err := h.e.Mount(context.Background(), session, subtree, t.TempDir(), fusefs.MountOptions{})
+	m, err := h.e.Mount(context.Background(), session, subtree, t.TempDir(), fusefs.MountOptions{NoAtime: true})
 	if err != nil {
 		t.Fatal(err)
 	}
