@@ -1,9 +1,15 @@
 package fusefs
 
 import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/hanwen/go-fuse/v2/posixtest"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // skipPosix lists the shared tests whose expectation differs from POSIX on
@@ -15,6 +21,33 @@ var skipPosix = map[string]string{
 	// which keeps POSIX per-process semantics (as ext4 does); the
 	// cross-process behaviour is tested in TestLocks.
 	"FcntlFlockLocksFile": "POSIX fcntl locks are per process; see TestLocks",
+	// It writes files of zeros and expects st_blocks to stay as it was.
+	// homefs stores an all-zero chunk as a hole when it stores the file
+	// (a flush, or the absorb right after a staged file's close), so the
+	// count of such a file drops to its holes' count then, as on
+	// filesystems that detect zeros. TestFstatUnlinked checks the rest.
+	"FstatDeleted": "written zeros become holes once stored; see TestFstatUnlinked",
+}
+
+// TestFstatUnlinked: an open descriptor of an unlinked file reports what a
+// stat reported before the unlink, but for ctime and a link count of 0.
+func TestFstatUnlinked(t *testing.T) {
+	e := NewTestEngine(t, nil)
+	m := MountForTest(t, e, "posix", "", MountOptions{})
+	for size := range 10 {
+		p := filepath.Join(m.Dir(), fmt.Sprint(size))
+		require.NoError(t, os.WriteFile(p, bytes.Repeat([]byte{'x'}, size), 0o644))
+		var before, after unix.Stat_t
+		require.NoError(t, unix.Stat(p, &before))
+		fd, err := unix.Open(p, unix.O_RDONLY, 0)
+		require.NoError(t, err)
+		t.Cleanup(func() { unix.Close(fd) })
+		require.NoError(t, unix.Unlink(p))
+		require.NoError(t, unix.Fstat(fd, &after))
+		require.Equal(t, uint64(0), uint64(after.Nlink), "size %d", size)
+		before.Nlink, before.Ctim, after.Ctim = 0, unix.Timespec{}, unix.Timespec{}
+		require.Equal(t, before, after, "size %d", size)
+	}
 }
 
 // TestPosix runs go-fuse's shared POSIX suite against a real kernel mount.
