@@ -205,6 +205,7 @@ func (e *Engine) live(ctx context.Context, name string) (*Session, error) {
 	}
 	s := newSession(name, e.store, e.cache, &e.inos, &e.buffers, h.Root, false, e.log)
 	s.gen = h.Gen
+	s.flushNow = func(ctx context.Context) error { return e.syncPartial(ctx, s) }
 	s.lastFlush.Store(h.UpdatedNs)
 	if e.storeDir != "" {
 		s.backingDir = backingDir(e.storeDir, name)
@@ -227,7 +228,6 @@ func (e *Engine) openJournal(ctx context.Context, s *Session) error {
 		return fmt.Errorf("session %s: %w", s.name, err)
 	}
 	s.journal = j
-	s.flushNow = func(ctx context.Context) error { return e.syncPartial(ctx, s) }
 	replayed, err := s.replayJournal(ctx, j.path)
 	if err != nil {
 		j.close()

@@ -562,7 +562,7 @@ func (f *fnode) Fsync(ctx context.Context, _ fs.FileHandle, _ uint32) syscall.Er
 	if f.sess().readOnly {
 		return 0
 	}
-	if err := f.m.engine.fsync(ctx, f.sess(), f.n.Load()); err != nil {
+	if err := f.sess().Fsync(ctx, f.n.Load()); err != nil {
 		return f.m.toErrno("fsync", f, err)
 	}
 	return 0

@@ -59,9 +59,11 @@ type Session struct {
 	// journal makes writes durable cheaply (journal.go); nil when the
 	// engine has no store directory or the session is read-only.
 	journal *journal
-	// flushNow makes every change durable (Engine.syncPartial); a write
-	// the journal could not take calls it before it is acknowledged. Set
-	// with journal.
+	// flushNow makes every change durable and moves the head to it
+	// (Engine.syncPartial: the flush, the catalog's commit, durableAt):
+	// the step of an fsync the journal cannot take, and of a write the
+	// journal refused, before it is acknowledged. The engine sets it when
+	// it makes the session live; nil for a read-only session.
 	flushNow func(context.Context) error
 	// replayed is what replaying the journal cost; written before the
 	// session is shown, read-only after.

@@ -636,7 +636,7 @@ func (s *Session) hasName(n *node) bool {
 
 // fsyncStaged makes n's staged content durable, if n is staged: it
 // reports false when it is not.
-func (e *Engine) fsyncStaged(ctx context.Context, s *Session, n *node) (bool, error) {
+func (s *Session) fsyncStaged(ctx context.Context, n *node) (bool, error) {
 	if n.kind != manifest.KindFile || s.journal == nil {
 		return false, nil
 	}
@@ -661,12 +661,12 @@ func (e *Engine) fsyncStaged(ctx context.Context, s *Session, n *node) (bool, er
 		return true, err
 	}
 	for range 3 {
-		done, err := e.journalStage(ctx, s, n, b, name, fp.size)
+		done, err := s.journalStage(ctx, n, b, name, fp.size)
 		if err != nil || done {
 			return true, err
 		}
 		// The namespace changed since the durable head: move it first.
-		if err := e.syncPartial(ctx, s); err != nil {
+		if err := s.flushNow(ctx); err != nil {
 			return true, err
 		}
 	}
@@ -676,7 +676,7 @@ func (e *Engine) fsyncStaged(ctx context.Context, s *Session, n *node) (bool, er
 		b.fsynced = true
 	}
 	n.mu.Unlock()
-	return true, e.syncPartial(ctx, s)
+	return true, s.flushNow(ctx)
 }
 
 // nameStaging gives b's file a durable name in the backing directory, if
@@ -729,7 +729,7 @@ func (s *Session) nameStaging(n *node, b *backing) (string, error) {
 // journalStage appends a stage record for n (staged in b, named name, size
 // bytes synced) to the journal. It reports false when the durable head does
 // not have n's path (the namespace changed since).
-func (e *Engine) journalStage(ctx context.Context, s *Session, n *node, b *backing, name string, size int64) (bool, error) {
+func (s *Session) journalStage(ctx context.Context, n *node, b *backing, name string, size int64) (bool, error) {
 	s.freeze.RLock()
 	defer s.freeze.RUnlock()
 	path, meta, named := s.durablePath(n)
@@ -740,7 +740,7 @@ func (e *Engine) journalStage(ctx context.Context, s *Session, n *node, b *backi
 	if n.data.backing != b || !b.staged {
 		// Unstaged meanwhile: the node holds the content now.
 		n.mu.Unlock()
-		done, err := e.journalFsync(ctx, s, n)
+		done, err := s.journalFsync(ctx, n)
 		if err != nil || done {
 			return true, err
 		}
@@ -755,7 +755,7 @@ func (e *Engine) journalStage(ctx context.Context, s *Session, n *node, b *backi
 	n.mu.Unlock()
 	err := s.journal.append([]journalRecord{{path: path, off: stageOff, size: size, data: []byte(name)}})
 	if errors.Is(err, errJournalFull) {
-		return true, e.syncPartial(ctx, s)
+		return true, s.flushNow(ctx)
 	}
 	// b.fsynced stays set: the journal holds the record only until the
 	// head next moves, and the flush that moves it absorbs the file.
