@@ -76,8 +76,8 @@
 // it with the reasons):
 //
 //	Engine.mu < Session.freeze < fnode.openMu < Session.treeMu < node.mu < Session.dirtyMu
-//	leaves: chunkCache.mu, pendingChunks.mu, orphans.mu, backedSet.mu, journal.mu,
-//	        Recorder.mu, dirStreams.mu
+//	leaves: chunkCache.mu, pendingChunks.mu, orphans.mu, backedSet.mu, sparePool.mu,
+//	        absorbQueue.mu, workers.mu, journal.mu, Recorder.mu, dirStreams.mu
 //
 // Session.freeze is held shared by every mutating operation and
 // exclusively by a flush, so a snapshot is one instant of the whole

@@ -784,7 +784,7 @@ func (e *Engine) syncLocked(ctx context.Context, s *Session, all bool) (err erro
 		// directory after its file, or of a file nobody wrote, costs nothing.
 		// Staging files dropped by this flush go now: the journal can
 		// start afresh, since every record in it is in the head.
-		if s.hasStaleBackings() && s.journal != nil {
+		if s.backed.hasStale() && s.journal != nil {
 			if err := s.journal.reset(s.gen); err != nil {
 				return err
 			}

@@ -577,25 +577,23 @@ func (s *Session) spillAll(ctx context.Context) error {
 
 // spillLater starts a goroutine that spills the session's write buffers,
 // unless one runs already or the session is closed.
+// One runs at a time: s.spilling is set from before it starts until it
+// ends, and is set back at once if it does not start.
 func (s *Session) spillLater() {
-	s.backed.mu.Lock()
-	defer s.backed.mu.Unlock()
-	if s.backed.spilling || s.backed.closed {
+	if !s.spilling.CompareAndSwap(false, true) {
 		return
 	}
-	s.backed.spilling = true
-	s.backed.work.Add(1)
-	go func() {
-		defer s.backed.work.Done()
+	started := s.workers.start(func() {
 		err := s.spillInSteps(context.Background())
-		s.backed.mu.Lock()
-		s.backed.spilling = false
-		s.backed.mu.Unlock()
+		s.spilling.Store(false)
 		if err != nil {
 			// The buffers stay; the next flush stores them or reports it.
 			s.log.Warn("spill write buffers", "session", s.name, "err", err)
 		}
-	}()
+	})
+	if !started {
+		s.spilling.Store(false)
+	}
 }
 
 // preflush does what it can of a flush's work with writers still running
@@ -608,7 +606,7 @@ func (s *Session) preflush(ctx context.Context, all bool) {
 		return
 	}
 	s.freeze.RLock()
-	for _, n := range s.backedNodes() {
+	for _, n := range s.backed.list() {
 		named := s.hasName(n)
 		n.mu.Lock()
 		if b := n.data.backing; b != nil && b.staged && b.absorbDue(all, named) {

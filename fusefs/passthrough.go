@@ -147,26 +147,120 @@ type spare struct {
 // for in its create. With an empty pool it makes one only if create is set,
 // and returns a zero spare otherwise; either way the pool is topped up.
 func (s *Session) newBackingFile(create bool) (spare, error) {
-	s.backed.mu.Lock()
-	if k := len(s.backed.pool); k > 0 {
-		sp := s.backed.pool[k-1]
-		s.backed.pool = s.backed.pool[:k-1]
-		refill := k-1 < backingPool/2 && s.backed.claimFill()
-		s.backed.mu.Unlock()
-		if refill {
-			go s.fillBackingPool()
-		}
-		return sp, nil
-	}
-	start := s.backed.claimFill()
-	s.backed.mu.Unlock()
-	if start {
+	sp, ok, fill := s.spares.take()
+	if fill {
 		go s.fillBackingPool()
 	}
-	if !create {
-		return spare{}, nil
+	if ok || !create {
+		return sp, nil
 	}
 	return s.makeSpare()
+}
+
+// sparePool is a session's empty backing files made ahead of the opens
+// that take them (newBackingFile); filling is set while a goroutine tops
+// it up. closed is the pool's own, not the session's workers': whoever
+// adds a file to the pool (recycleBacking, fillBackingPool) checks it
+// under the lock it appends under, the lock close takes the pool under,
+// so that no file lands in the pool after close took it, where nothing
+// would ever close it.
+type sparePool struct {
+	mu      sync.Mutex
+	spares  []spare // GUARDED_BY(mu)
+	filling bool    // GUARDED_BY(mu)
+	closed  bool    // GUARDED_BY(mu)
+}
+
+// take returns the last spare of the pool, if it has one (ok), and fill
+// reports whether the caller is to start topping the pool up: it is empty
+// or less than half full, and no fill runs yet.
+func (p *sparePool) take() (sp spare, ok, fill bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if k := len(p.spares); k > 0 {
+		sp = p.spares[k-1]
+		p.spares = p.spares[:k-1]
+		return sp, true, k-1 < backingPool/2 && p.claimFill()
+	}
+	return spare{}, false, p.claimFill()
+}
+
+// put adds sp to the pool unless the pool is closed or holds recycledPool
+// files; it reports whether it did.
+func (p *sparePool) put(sp spare) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.spares) >= recycledPool {
+		return false
+	}
+	p.spares = append(p.spares, sp)
+	return true
+}
+
+// claim reports whether the caller is to top the pool up, and then marks
+// a fill as running.
+func (p *sparePool) claim() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.claimFill()
+}
+
+// claimFill is claim, called with p.mu held.
+func (p *sparePool) claimFill() bool {
+	if p.filling || p.closed {
+		return false
+	}
+	p.filling = true
+	return true
+}
+
+// wants reports whether the running fill is to make one more spare, and
+// ends the fill if not.
+func (p *sparePool) wants() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.spares) >= backingPool {
+		p.filling = false
+		return false
+	}
+	return true
+}
+
+// filled adds the spare the running fill made (err: failed to), and
+// reports whether it did; if not, the fill ends.
+func (p *sparePool) filled(sp spare, err error) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil || p.closed {
+		p.filling = false
+		return false
+	}
+	p.spares = append(p.spares, sp)
+	return true
+}
+
+// trim takes the spares past the first keep out of the pool and returns
+// them.
+func (p *sparePool) trim(keep int) []spare {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var extra []spare
+	if len(p.spares) > keep {
+		extra = append(extra, p.spares[keep:]...)
+		p.spares = p.spares[:keep]
+	}
+	return extra
+}
+
+// close closes the pool, which takes no spare from then on, and returns
+// the spares it held.
+func (p *sparePool) close() []spare {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	spares := p.spares
+	p.spares = nil
+	return spares
 }
 
 // backingPool is how many empty backing files a session keeps ready (all
@@ -216,23 +310,14 @@ func (s *Session) recycleBacking(f *os.File) {
 			return
 		}
 	}
-	s.backed.mu.Lock()
-	keep := !s.backed.closed && len(s.backed.pool) < recycledPool
-	if keep {
-		s.backed.pool = append(s.backed.pool, spare{f: f, fp: fp})
-	}
-	s.backed.mu.Unlock()
-	if !keep {
+	if !s.spares.put(spare{f: f, fp: fp}) {
 		f.Close()
 	}
 }
 
 // primeBackingPool fills the pool before the session's first open.
 func (s *Session) primeBackingPool() {
-	s.backed.mu.Lock()
-	start := s.backed.claimFill()
-	s.backed.mu.Unlock()
-	if start {
+	if s.spares.claim() {
 		s.fillBackingPool()
 	}
 }
@@ -241,50 +326,21 @@ func (s *Session) primeBackingPool() {
 // backingPool: the pool grows past it over a burst of new files (as many
 // as the absorber has yet to give back), and each holds a descriptor.
 func (s *Session) trimBackingPool() {
-	s.backed.mu.Lock()
-	var extra []spare
-	if k := len(s.backed.pool); k > backingPool {
-		extra = append(extra, s.backed.pool[backingPool:]...)
-		s.backed.pool = s.backed.pool[:backingPool]
-	}
-	s.backed.mu.Unlock()
-	for _, sp := range extra {
+	for _, sp := range s.spares.trim(backingPool) {
 		sp.f.Close()
 	}
 }
 
-// claimFill reports whether the caller is to top the pool up, and then
-// marks a fill as running. Called with b.mu held.
-func (b *backedSet) claimFill() bool {
-	if b.filling || b.closed {
-		return false
-	}
-	b.filling = true
-	return true
-}
-
-// fillBackingPool tops the pool up; one runs at a time (backed.filling).
+// fillBackingPool tops the pool up; one runs at a time (sparePool.filling).
 func (s *Session) fillBackingPool() {
-	for {
-		s.backed.mu.Lock()
-		if s.backed.closed || len(s.backed.pool) >= backingPool {
-			s.backed.filling = false
-			s.backed.mu.Unlock()
-			return
-		}
-		s.backed.mu.Unlock()
+	for s.spares.wants() {
 		sp, err := s.makeSpare()
-		s.backed.mu.Lock()
-		if err != nil || s.backed.closed {
-			s.backed.filling = false
-			s.backed.mu.Unlock()
+		if !s.spares.filled(sp, err) {
 			if sp.f != nil {
 				sp.f.Close()
 			}
 			return
 		}
-		s.backed.pool = append(s.backed.pool, sp)
-		s.backed.mu.Unlock()
 	}
 }
 
@@ -304,16 +360,11 @@ func (s *Session) makeSpare() (spare, error) {
 
 // makeBackingFile makes an unnamed file in the backing directory.
 func (s *Session) makeBackingFile() (*os.File, error) {
-	s.backed.mu.Lock()
-	made := s.backed.dirMade
-	s.backed.mu.Unlock()
-	if !made {
+	if !s.backed.dirMade.Load() {
 		if err := os.MkdirAll(s.backingDir, 0o700); err != nil {
 			return nil, fmt.Errorf("backing directory: %w", err)
 		}
-		s.backed.mu.Lock()
-		s.backed.dirMade = true
-		s.backed.mu.Unlock()
+		s.backed.dirMade.Store(true)
 	}
 	// O_NOATIME: the daemon's reads of the file leave its atime to the
 	// passthrough readers' (atime.go).
@@ -549,7 +600,7 @@ func (n *node) openBacking(ctx context.Context, r route) (*backing, error) {
 	if r == routeStaged {
 		fp := sp.fp
 		d.backing = &backing{f: f, staged: true, absorbed: fp, mtime: fp.mtime}
-		n.sess.addBacked(n)
+		n.sess.backed.add(n)
 		return d.backing, nil
 	}
 	if err := n.copyOut(ctx, f, 0, d.size); err != nil {
@@ -566,7 +617,7 @@ func (n *node) openBacking(ctx context.Context, r route) (*backing, error) {
 		return nil, fmt.Errorf("backing file: %w", err)
 	}
 	d.backing = &backing{f: f, ingested: d.size, mtime: st.ModTime().UnixNano()}
-	n.sess.addBacked(n)
+	n.sess.backed.add(n)
 	return d.backing, nil
 }
 
@@ -714,52 +765,119 @@ func (n *node) copyOut(ctx context.Context, f *os.File, off, end int64) error {
 	return nil
 }
 
-// backedSet is the session's nodes that have a backing file.
+// backedSet is the session's nodes that have a backing file, and the
+// state of its backing directory: the names in it to remove, whether it
+// exists and whether its name is durable. The pool of empty backing files
+// (sparePool), the absorber's queue (absorbQueue) and the goroutines that
+// use the store (workers) have locks of their own.
 type backedSet struct {
 	mu    sync.Mutex
 	nodes map[*node]struct{} // GUARDED_BY(mu)
-	// stale names staging files to remove at the next journal reset;
-	// dirSynced is set once the backing directory's name is durable.
-	stale     []string // GUARDED_BY(mu)
-	dirSynced bool     // GUARDED_BY(mu)
-	dirMade   bool     // GUARDED_BY(mu)
-	// pool holds empty backing files made ahead; filling is set while a
-	// goroutine tops it up, closed once the session closed its files.
-	pool    []spare // GUARDED_BY(mu)
-	filling bool    // GUARDED_BY(mu)
-	closed  bool    // GUARDED_BY(mu)
-	seq     uint64  // numbers staging file names; GUARDED_BY(mu)
-	// queue holds closed staged files for the absorber goroutine, which
-	// runs while absorbing is set (staged.go).
-	queue     []queuedAbsorb // GUARDED_BY(mu)
-	absorbing bool           // GUARDED_BY(mu)
-	// spilling is set while a goroutine spills the session's write
-	// buffers (spillLater).
-	spilling bool // GUARDED_BY(mu)
-	// work counts the goroutines that use the store for the session (the
-	// absorber, a spill); one starts only while closed is unset, and the
-	// session's closer waits for them before the store may go.
-	work sync.WaitGroup
+	// stale names staging files to remove at the next journal reset.
+	stale []string // GUARDED_BY(mu)
+	// dirMade is set once the backing directory exists, dirSynced once its
+	// name is durable; seq numbers staging file names (nameStaging).
+	dirMade   atomic.Bool
+	dirSynced atomic.Bool
+	seq       atomic.Uint64
 }
 
-func (s *Session) addBacked(n *node) {
-	s.backed.mu.Lock()
-	defer s.backed.mu.Unlock()
-	if s.backed.nodes == nil {
-		s.backed.nodes = make(map[*node]struct{})
+func (b *backedSet) add(n *node) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.nodes == nil {
+		b.nodes = make(map[*node]struct{})
 	}
-	s.backed.nodes[n] = struct{}{}
+	b.nodes[n] = struct{}{}
 }
 
-func (s *Session) backedNodes() []*node {
-	s.backed.mu.Lock()
-	defer s.backed.mu.Unlock()
-	out := make([]*node, 0, len(s.backed.nodes))
-	for n := range s.backed.nodes {
+func (b *backedSet) remove(n *node) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.nodes, n)
+}
+
+// list returns the nodes with a backing file as of now.
+func (b *backedSet) list() []*node {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]*node, 0, len(b.nodes))
+	for n := range b.nodes {
 		out = append(out, n)
 	}
 	return out
 }
+
+// clear forgets every node (their backing files are closed).
+func (b *backedSet) clear() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.nodes = nil
+}
+
+// addStale records a staging file name to remove at the next journal
+// reset.
+func (b *backedSet) addStale(name string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stale = append(b.stale, name)
+}
+
+func (b *backedSet) hasStale() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.stale) > 0
+}
+
+// takeStale returns the names addStale recorded, and forgets them.
+func (b *backedSet) takeStale() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	stale := b.stale
+	b.stale = nil
+	return stale
+}
+
+// workers counts the goroutines that use the store for a session (the
+// absorber, a background spill): one starts only while the session is
+// open, and the session's closer waits for them before the store may go.
+type workers struct {
+	mu     sync.Mutex
+	closed bool // GUARDED_BY(mu)
+	wg     sync.WaitGroup
+}
+
+// start runs fn in a goroutine of its own, counted, unless the session is
+// closed; it reports whether it did.
+func (w *workers) start(fn func()) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return false
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		fn()
+	}()
+	return true
+}
+
+// isClosed reports whether close was called.
+func (w *workers) isClosed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closed
+}
+
+// close lets no more goroutines start; wait then waits for those started.
+func (w *workers) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+}
+
+func (w *workers) wait() { w.wg.Wait() }
 
 // exactPasses bounds the passes ingestAll makes to find one instant.
 const exactPasses = 4
@@ -783,7 +901,7 @@ const exactPasses = 4
 // their node took from them (ingestedAsIs). Called with freeze held
 // exclusively.
 func (s *Session) ingestAll(ctx context.Context, all bool) error {
-	nodes := s.backedNodes()
+	nodes := s.backed.list()
 	if len(nodes) == 0 {
 		return nil
 	}
@@ -894,7 +1012,7 @@ func (n *node) dropIdleBacking(gone, absorbed, keepRoom bool) {
 // closed and idle (ingestAll). (A staged file is marked when its last
 // handle closes, and the periodic flush absorbs it only then.)
 func (s *Session) appendersDue() bool {
-	for _, n := range s.backedNodes() {
+	for _, n := range s.backed.list() {
 		n.mu.Lock()
 		b := n.data.backing
 		due := b != nil && !b.staged && (b.opens == 0 || !n.ingestedAsIs())
@@ -1011,18 +1129,15 @@ func (n *node) detachBacking() (dispose func()) {
 	}
 	n.data.backing = nil
 	if b.name != "" {
-		n.sess.staleBacking(b.name)
+		n.sess.backed.addStale(b.name)
 	}
-	s := n.sess
-	s.backed.mu.Lock()
-	delete(s.backed.nodes, n)
-	s.backed.mu.Unlock()
+	n.sess.backed.remove(n)
 	return dispose
 }
 
 // closeBackings closes every backing file (the session is going away).
 func (s *Session) closeBackings() {
-	for _, n := range s.backedNodes() {
+	for _, n := range s.backed.list() {
 		n.mu.Lock()
 		if b := n.data.backing; b != nil {
 			b.f.Close()
@@ -1030,14 +1145,10 @@ func (s *Session) closeBackings() {
 		}
 		n.mu.Unlock()
 	}
-	s.backed.mu.Lock()
-	s.backed.nodes = nil
-	s.backed.closed = true
-	pool := s.backed.pool
-	s.backed.pool = nil
-	s.backed.mu.Unlock()
-	for _, sp := range pool {
+	s.backed.clear()
+	s.workers.close()
+	for _, sp := range s.spares.close() {
 		sp.f.Close()
 	}
-	s.backed.work.Wait()
+	s.workers.wait()
 }

@@ -73,9 +73,18 @@ type Session struct {
 	// orphans keeps the chunks of batches whose commit failed (orphans.go).
 	orphans orphans
 	// backingDir holds the backing files of passthrough opens; empty for
-	// none (no store directory). backed lists the nodes that have one.
+	// none (no store directory). backed lists the nodes that have one,
+	// spares holds empty ones made ahead, absorbs the closed staged files
+	// the absorber is to take (staged.go).
 	backingDir string
 	backed     backedSet
+	spares     sparePool
+	absorbs    absorbQueue
+	// workers counts the goroutines that use the store for the session:
+	// the absorber, and a spill of its write buffers (spillLater), which
+	// runs while spilling is set.
+	workers  workers
+	spilling atomic.Bool
 	// staging says whether files may be staged (staged.go); noStage
 	// turns it off.
 	noStage bool

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -228,7 +229,7 @@ func (n *node) unstage(ctx context.Context) error {
 	b.staged, b.wild, b.kept = false, true, false
 	if b.name != "" {
 		// A journal record may point at the file until the next reset.
-		n.sess.staleBacking(b.name)
+		n.sess.backed.addStale(b.name)
 		b.name = ""
 	}
 	return nil
@@ -267,7 +268,7 @@ const (
 // and reports whether one is due (idleState). One fstat each.
 func (s *Session) stagedIdle(now time.Time) bool {
 	due := false
-	for _, n := range s.backedNodes() {
+	for _, n := range s.backed.list() {
 		n.mu.Lock()
 		b := n.data.backing
 		if b != nil && b.staged && b.opens > 0 && !b.idle.due {
@@ -297,18 +298,72 @@ func (b *backing) idleAbsorbed(now time.Time) {
 // absorbLater queues n, a staged file whose last passthrough handle
 // closed, for the session's absorber, which absorbs and drops it under the
 // freeze lock held shared, as a writer would, rather than in a flush.
+// Once the session is closed nothing is queued and no absorber starts
+// (workers); one that runs ends at its next look at the queue, which it
+// empties.
 func (s *Session) absorbLater(n *node) {
-	s.backed.mu.Lock()
-	defer s.backed.mu.Unlock()
-	if s.backed.closed {
+	if s.workers.isClosed() {
 		return
 	}
-	s.backed.queue = append(s.backed.queue, queuedAbsorb{n: n, closed: time.Now(), epoch: s.keepEpoch.Load()})
-	if !s.backed.absorbing {
-		s.backed.absorbing = true
-		s.backed.work.Add(1)
-		go s.absorber()
+	q := queuedAbsorb{n: n, closed: time.Now(), epoch: s.keepEpoch.Load()}
+	if s.absorbs.add(q) && !s.workers.start(s.absorber) {
+		s.absorbs.stopped()
 	}
+}
+
+// absorbQueue holds the closed staged files waiting for the absorber
+// goroutine, which runs while running is set: the queue and the flag are
+// under one lock, so that a file queued as the absorber ends (it found
+// the queue empty) starts the next one.
+type absorbQueue struct {
+	mu      sync.Mutex
+	queue   []queuedAbsorb // GUARDED_BY(mu)
+	running bool           // GUARDED_BY(mu)
+}
+
+// add queues q and reports whether the caller is to start the absorber:
+// none runs (running is then set).
+func (a *absorbQueue) add(q queuedAbsorb) (start bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.queue = append(a.queue, q)
+	if a.running {
+		return false
+	}
+	a.running = true
+	return true
+}
+
+// take is the absorber's look at the queue: it empties it and returns
+// what it held, or reports end (running is then unset) when the session
+// closed, or when the queue was empty and the absorber lingered long
+// enough.
+func (a *absorbQueue) take(closed, lingered bool) (queue []queuedAbsorb, end bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	queue = a.queue
+	a.queue = nil
+	if closed || len(queue) == 0 && lingered {
+		a.running = false
+		return nil, true
+	}
+	return queue, false
+}
+
+// putBack puts the files the absorber held back at the queue's head.
+func (a *absorbQueue) putBack(held []queuedAbsorb) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.queue = append(held, a.queue...)
+}
+
+// stopped undoes add's claim of the absorber, which did not start (the
+// session closed): the queue is dropped.
+func (a *absorbQueue) stopped() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.queue = nil
+	a.running = false
 }
 
 // queuedAbsorb is a closed staged file waiting for the absorber: when its
@@ -347,19 +402,13 @@ const (
 // absorber takes over the queued nodes; it ends once the queue stayed
 // empty for absorbLinger, or the session closed.
 func (s *Session) absorber() {
-	defer s.backed.work.Done()
 	ctx := context.Background()
 	var idle time.Duration
 	for {
-		s.backed.mu.Lock()
-		queue := s.backed.queue
-		s.backed.queue = nil
-		if s.backed.closed || len(queue) == 0 && idle >= absorbLinger {
-			s.backed.absorbing = false
-			s.backed.mu.Unlock()
+		queue, end := s.absorbs.take(s.workers.isClosed(), idle >= absorbLinger)
+		if end {
 			return
 		}
-		s.backed.mu.Unlock()
 		if len(queue) == 0 {
 			time.Sleep(absorbPoll)
 			idle += absorbPoll
@@ -382,9 +431,7 @@ func (s *Session) absorber() {
 		if len(held) == 0 {
 			continue
 		}
-		s.backed.mu.Lock()
-		s.backed.queue = append(held, s.backed.queue...)
-		s.backed.mu.Unlock()
+		s.absorbs.putBack(held)
 		if !took {
 			time.Sleep(absorbHeldPoll)
 		}
@@ -508,7 +555,7 @@ func (s *Session) evictKept() {
 	}
 	var kept []keptCopy
 	var total int64
-	for _, n := range s.backedNodes() {
+	for _, n := range s.backed.list() {
 		n.mu.Lock()
 		if b := n.data.backing; b != nil && b.kept {
 			kept = append(kept, keptCopy{n, b.keptAt, b.size})
@@ -536,7 +583,7 @@ func (s *Session) evictKept() {
 // nothing the daemon sees until its close.
 func (s *Session) dropKeptIfFull() {
 	has := false
-	for _, n := range s.backedNodes() {
+	for _, n := range s.backed.list() {
 		n.mu.Lock()
 		has = has || n.data.backing != nil && n.data.backing.kept
 		n.mu.Unlock()
@@ -560,7 +607,7 @@ func (s *Session) forgetKept() {
 // dropKept drops every read copy of s that no handle uses. Called with
 // freeze held (shared or exclusively).
 func (s *Session) dropKept() {
-	for _, n := range s.backedNodes() {
+	for _, n := range s.backed.list() {
 		n.mu.Lock()
 		if b := n.data.backing; b != nil && b.kept && b.opens == 0 && n.ingestedAsIs() {
 			n.dropBacking()
@@ -569,28 +616,10 @@ func (s *Session) dropKept() {
 	}
 }
 
-// staleBacking records a staging file name to remove at the next journal
-// reset.
-func (s *Session) staleBacking(name string) {
-	s.backed.mu.Lock()
-	defer s.backed.mu.Unlock()
-	s.backed.stale = append(s.backed.stale, name)
-}
-
-func (s *Session) hasStaleBackings() bool {
-	s.backed.mu.Lock()
-	defer s.backed.mu.Unlock()
-	return len(s.backed.stale) > 0
-}
-
 // removeStaleBackings removes the staging files no journal record can
 // name any more.
 func (s *Session) removeStaleBackings() {
-	s.backed.mu.Lock()
-	stale := s.backed.stale
-	s.backed.stale = nil
-	s.backed.mu.Unlock()
-	s.removeBackingNames(stale)
+	s.removeBackingNames(s.backed.takeStale())
 }
 
 // clearBackingDir removes what an earlier daemon left in the backing
@@ -687,15 +716,10 @@ func (s *Session) nameStaging(n *node, b *backing) (string, error) {
 	if b.name != "" {
 		return b.name, nil
 	}
-	s.backed.mu.Lock()
-	dirSynced := s.backed.dirSynced
-	s.backed.mu.Unlock()
+	dirSynced := s.backed.dirSynced.Load()
 	var name string
 	for {
-		s.backed.mu.Lock()
-		s.backed.seq++
-		name = fmt.Sprintf("%d-%d", n.ino, s.backed.seq)
-		s.backed.mu.Unlock()
+		name = fmt.Sprintf("%d-%d", n.ino, s.backed.seq.Add(1))
 		err := unix.Linkat(unix.AT_FDCWD, procPath(b.f), unix.AT_FDCWD, filepath.Join(s.backingDir, name), unix.AT_SYMLINK_FOLLOW)
 		if err == nil {
 			break
@@ -719,9 +743,7 @@ func (s *Session) nameStaging(n *node, b *backing) (string, error) {
 			return "", fmt.Errorf("sync backing directory: %w", err)
 		}
 	}
-	s.backed.mu.Lock()
-	s.backed.dirSynced = true
-	s.backed.mu.Unlock()
+	s.backed.dirSynced.Store(true)
 	b.name, b.linked = name, true
 	return name, nil
 }
