@@ -17,7 +17,9 @@
 //     cost too much for (journal.go); replayed after a crash.
 //   - Backing file: a local file in <root>/backing/ that the kernel passes
 //     a descriptor's reads and writes through to (FUSE passthrough), so
-//     that they cost what the local disk costs.
+//     that they cost what the local disk costs. Its kind (appender, wild,
+//     staged, kept) and the transitions between them are the type
+//     backing's (passthrough.go).
 //   - Ingest: taking what a passed-through writer wrote into its backing
 //     file into the node (as if the daemon had been sent the writes).
 //   - Staged file: a new file being written write-only, whose content

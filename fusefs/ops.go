@@ -474,7 +474,7 @@ func (s *Session) Setattr(ctx context.Context, n *node, a SetAttr) error {
 		// Writes passed through before this change happened before it
 		// (a chmod +s after them keeps its bits).
 		var err error
-		if b.staged {
+		if b.isStaged() {
 			_, err = n.observe()
 		} else {
 			_, err = n.ingest(ctx)
@@ -609,7 +609,7 @@ func (s *Session) preflush(ctx context.Context, all bool) {
 	for _, n := range s.backed.list() {
 		named := s.hasName(n)
 		n.mu.Lock()
-		if b := n.data.backing; b != nil && b.staged && b.absorbDue(all, named) {
+		if b := n.data.backing; b != nil && b.isStaged() && b.absorbDue(all, named) {
 			_, _ = n.absorb(ctx)
 		}
 		n.mu.Unlock()
@@ -1042,8 +1042,8 @@ func (s *Session) attrs(ctx context.Context, n *node) (Attr, error) {
 	switch n.kind {
 	case manifest.KindFile:
 		a.Size = n.data.size
-		if b := n.data.backing; b != nil && b.staged {
-			a.Size = b.size
+		if b := n.data.backing; b != nil && b.isStaged() {
+			a.Size = b.stage.size
 		}
 	case manifest.KindSymlink:
 		a.Size = int64(len(n.target))
@@ -1061,7 +1061,7 @@ func (s *Session) observeStaged(n *node) (int64, error) {
 		return -1, nil
 	}
 	n.mu.Lock()
-	staged := n.data.backing != nil && n.data.backing.staged
+	staged := n.data.backing != nil && n.data.backing.isStaged()
 	n.mu.Unlock()
 	if !staged {
 		return -1, nil // without the freeze lock: a flush does not hold up stat
@@ -1070,7 +1070,7 @@ func (s *Session) observeStaged(n *node) (int64, error) {
 	defer s.freeze.RUnlock()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if b := n.data.backing; b == nil || !b.staged {
+	if b := n.data.backing; b == nil || !b.isStaged() {
 		return -1, nil
 	}
 	return n.observe()

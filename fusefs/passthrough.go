@@ -52,53 +52,179 @@ const maxBacked = 64 << 20
 
 // backing is a node's local copy that passthrough opens read and write.
 // GUARDED_BY(node.mu) for every field but f, which is fixed.
+//
+// Its kind says what f is to the node, and changes only through the
+// transitions below (join, makeWild, keep, unkeep, unstage); every kind
+// ends when the node drops f (detachBacking):
+//
+//	openBacking: a copy        openBacking: routeStaged
+//	      │                          │
+//	      ▼                          ▼          keep
+//	  appender ──makeWild──► wild ◄──unstage── staged ◄─────► kept
+//	                          ▲                         unkeep  │
+//	                          └───────────unstage───────────────┘
 type backing struct {
-	f        *os.File
-	ingested int64 // bytes of f the node's content holds
-	wild     bool  // a passthrough open may have written before ingested
-	mtime    int64 // f's mtime when last ingested
-	opens    int   // passthrough handles open, in every mount
-	// readable is set once a passthrough open could read f: only such an
-	// open can map it, and a mapping outlives every open, so f is then
-	// never recycled for another file (see recycleBacking).
-	readable bool
-	// linked is set once f got a name in the backing directory: an
-	// O_TMPFILE cannot be linked again once its name is gone, and a journal
-	// record may lead to the name until the next reset, so f is then never
-	// recycled either.
-	linked bool
+	f     *os.File
+	kind  backingKind
+	opens int // passthrough handles open, in every mount
 
-	// fresh is set when an ingest took new bytes from f, and cleared by
-	// the flush that keeps f once more for that reason (ingestAll).
-	fresh bool
+	// What the node took from f, as of the last ingest or absorb.
+	ingested int64       // bytes of f the node's content holds
+	mtime    int64       // f's mtime when last ingested
+	absorbed fingerprint // f as of the last absorb (staged, kept, and wild where fingerprints work)
+
+	// mapping is what a mapping of f may do, as far as the opens that
+	// joined it allow (a passthrough reader or O_RDWR opener, of any kind).
+	mapping mapState
+
+	// The two facts below are booleans because they are independent of
+	// the kind and of each other. fresh is set when an ingest took new
+	// bytes from f, and cleared by the flush that keeps f once more for
+	// that reason (dropIdleBacking; it matters to appender and wild
+	// files). linked is set once f got a name in the backing directory (a
+	// staged file's fsync: nameStaging), and stays after an unstage: an
+	// O_TMPFILE cannot be linked again once its name is gone, and a
+	// journal record may lead to the name until the next reset, so f is
+	// then never recycled (recyclable).
+	fresh  bool
+	linked bool
 
 	// watch is set once a reader that sets atimes was passed through to
 	// f: its reads show only in f's own atime, which was atime when last
-	// looked at (atime.go).
+	// looked at (atime.go). A boolean too: it holds of a file of any kind.
 	watch bool
 	atime int64
 
-	// rdwr is set once a passthrough open that can both read and write
-	// f (O_RDWR) joined it: it may map f shared and writable (mappable).
-	// unsure is set while the last look at f's content may have missed
-	// stores through such a mapping, so that the next look reads it all.
-	rdwr   bool
-	unsure bool
-
-	// A staged backing file (staged.go) holds the file's content; the
-	// node holds it only as of the last absorb.
-	staged   bool
-	name     string      // staged: the file's durable name in the backing directory, once an fsync gave it one
-	fsynced  bool        // staged: an fsync made content durable that no durable head holds
-	absorbed fingerprint // staged: f as of the last absorb
-	size     int64       // staged: f's size when last observed
-	idle     idleState   // staged: the periodic flush's watch on an open file
-	// kept is set on a closed staged file the absorber absorbed and kept
-	// as its node's read copy (Read copies, staged.go), keptAt when.
-	kept      bool
-	keptAt    time.Time
-	keptEpoch uint64 // Session.keepEpoch when kept
+	// stage applies to the staged and kept kinds only: nothing reads it
+	// for another (an absorb of a wild file updates size all the same).
+	stage stageState
 }
+
+// backingKind is what a backing file is to its node.
+type backingKind uint8
+
+const (
+	// backingAppender: a copy of the node's content that passthrough
+	// writers append to; an ingest takes its tail past ingested.
+	backingAppender backingKind = iota
+	// backingWild: a copy that a passthrough open may have written before
+	// ingested, or mapped; an ingest compares all of it.
+	backingWild
+	// backingStaged: a staging file (staged.go), which holds the file's
+	// content; the node holds it only as of the last absorb.
+	backingStaged
+	// backingKept: a closed staged file the absorber absorbed and kept as
+	// its node's read copy (Read copies, staged.go). Everything said of a
+	// staged file holds for it too (isStaged).
+	backingKept
+)
+
+// stageState is what a backing file of kind staged or kept has besides.
+type stageState struct {
+	name    string    // the durable name in the backing directory, once an fsync gave it one
+	fsynced bool      // an fsync made content durable that no durable head holds
+	size    int64     // f's size when last observed
+	idle    idleState // the periodic flush's watch on an open file
+	// keptAt is when the file was last kept, keptEpoch Session.keepEpoch
+	// then.
+	keptAt    time.Time
+	keptEpoch uint64
+}
+
+// isStaged reports whether b holds its node's content: it is a staging
+// file, or one kept as a read copy.
+func (b *backing) isStaged() bool { return b.kind == backingStaged || b.kind == backingKept }
+
+// join counts in b a passthrough descriptor opened with flags by route r.
+// Called with the node's mu held.
+func (b *backing) join(flags uint32, r route) {
+	b.opens++
+	acc := flags & syscall.O_ACCMODE
+	if acc != syscall.O_WRONLY && b.mapping == mapNone {
+		b.mapping = mapRead
+	}
+	if acc != syscall.O_RDONLY {
+		b.unkeep() // it may change: absorbed again on release
+	}
+	if acc == syscall.O_RDWR {
+		b.mapping = mapUnsure // it may map the file (mappable)
+	}
+	if r == routeWild {
+		b.makeWild() // may write before the end, or map the file
+	}
+}
+
+// makeWild turns an appender's file wild: a descriptor that may write
+// before its end, or map it, joined. A staged or kept file is left as it
+// is (openRoute gives its writers routeJoin): its fingerprint shows every
+// write.
+func (b *backing) makeWild() {
+	if b.kind == backingAppender {
+		b.kind = backingWild
+	}
+}
+
+// keep makes b, a staged file just absorbed, its node's read copy, kept
+// at at in keep epoch epoch.
+func (b *backing) keep(epoch uint64, at time.Time) {
+	b.kind = backingKept
+	b.stage.keptAt, b.stage.keptEpoch = at, epoch
+}
+
+// unkeep makes a read copy a staged file again: a writer joined it.
+func (b *backing) unkeep() {
+	if b.kind == backingKept {
+		b.kind = backingStaged
+	}
+}
+
+// unstage makes b, a staged or kept file whose content the node now
+// holds, wild, and returns the durable name it had, if any: a journal
+// record may point at it until the next reset, which is to remove it.
+func (b *backing) unstage() (name string) {
+	b.kind = backingWild
+	name, b.stage.name = b.stage.name, ""
+	return name
+}
+
+// mapState is what a mapping of a backing file may do (mmap needs read
+// access, and a shared writable one O_RDWR). Each state includes the ones
+// before it.
+type mapState uint8
+
+const (
+	// mapNone: every passthrough open of f was write-only, so nothing can
+	// map it.
+	mapNone mapState = iota
+	// mapRead: an open could read f, so map it, and a mapping outlives
+	// every open: f is never recycled for another file (recyclable).
+	mapRead
+	// mapShared: an O_RDWR open joined f: it may map f shared and
+	// writable (mappable); the last look at f's content saw every store.
+	mapShared
+	// mapUnsure: as mapShared, but the last look may have missed stores
+	// through such a mapping, so that the next look reads it all.
+	mapUnsure
+)
+
+// unsure reports whether the last look at f may have missed stores
+// through a mapping (mapUnsure).
+func (b *backing) unsure() bool { return b.mapping == mapUnsure }
+
+// looked records a look at f's content (an ingest or an absorb) that
+// found f mappable just before it (mapped) or not.
+func (b *backing) looked(mapped bool) {
+	switch {
+	case mapped:
+		b.mapping = mapUnsure
+	case b.mapping == mapUnsure:
+		b.mapping = mapShared
+	}
+}
+
+// recyclable reports whether b's file may go back to the pool once
+// dropped: no open could map it, and it never had a name (recycleBacking).
+func (b *backing) recyclable() bool { return b.mapping == mapNone && !b.linked }
 
 // mappable reports whether a shared writable mapping may still write
 // b's file: an O_RDWR passthrough open joined it, and a passthrough handle
@@ -109,7 +235,7 @@ type backing struct {
 // shows it, and it would reach a dropped backing file nowhere. Called with
 // the node's mu held.
 func (b *backing) mappable() bool {
-	return b.rdwr && (b.opens > 0 || openElsewhere(b.f))
+	return b.mapping >= mapShared && (b.opens > 0 || openElsewhere(b.f))
 }
 
 // openElsewhere reports whether f's file is open for writing other than
@@ -450,7 +576,7 @@ func (s *Session) openRoute(ctx context.Context, n *node, flags uint32, o mountO
 	r := routeJoin
 	switch {
 	case o.pt > 0:
-		if b := n.data.backing; (b == nil || !b.staged) && scribbles(flags) {
+		if b := n.data.backing; (b == nil || !b.isStaged()) && scribbles(flags) {
 			r = routeWild
 		}
 	case o.releasing.Load() != 0:
@@ -518,25 +644,6 @@ func scribbles(flags uint32) bool {
 	return acc != syscall.O_RDONLY && flags&syscall.O_APPEND == 0 || acc == syscall.O_RDWR
 }
 
-// join counts in b a passthrough descriptor opened with flags by route r.
-// Called with the node's mu held.
-func (b *backing) join(flags uint32, r route) {
-	b.opens++
-	acc := flags & syscall.O_ACCMODE
-	if acc != syscall.O_WRONLY {
-		b.readable = true
-	}
-	if acc != syscall.O_RDONLY {
-		b.kept = false // it may change: absorbed again on release
-	}
-	if acc == syscall.O_RDWR {
-		b.rdwr, b.unsure = true, true // it may map the file (mappable)
-	}
-	if r == routeWild {
-		b.wild = true // may write before the end, or map the file
-	}
-}
-
 // eligible returns the route of the first open with flags of n in a
 // mount: a write-only appender of a file up to maxBacked bytes passes
 // through, as does a write-only writer of an empty file (staged.go) and a
@@ -551,7 +658,7 @@ func (n *node) eligible(flags uint32) route {
 	if _, ok := n.xattrs[capabilityXattr]; ok {
 		return routeDaemon
 	}
-	if b := n.data.backing; b != nil && b.staged && flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+	if b := n.data.backing; b != nil && b.isStaged() && flags&syscall.O_ACCMODE == syscall.O_RDONLY {
 		// A reader of a staged file reads the staging file, rather than
 		// making the daemon take the content over.
 		return routeJoin
@@ -599,7 +706,7 @@ func (n *node) openBacking(ctx context.Context, r route) (*backing, error) {
 	f := sp.f
 	if r == routeStaged {
 		fp := sp.fp
-		d.backing = &backing{f: f, staged: true, absorbed: fp, mtime: fp.mtime}
+		d.backing = &backing{f: f, kind: backingStaged, absorbed: fp, mtime: fp.mtime}
 		n.sess.backed.add(n)
 		return d.backing, nil
 	}
@@ -616,7 +723,7 @@ func (n *node) openBacking(ctx context.Context, r route) (*backing, error) {
 		f.Close()
 		return nil, fmt.Errorf("backing file: %w", err)
 	}
-	d.backing = &backing{f: f, ingested: d.size, mtime: st.ModTime().UnixNano()}
+	d.backing = &backing{f: f, kind: backingAppender, ingested: d.size, mtime: st.ModTime().UnixNano()}
 	n.sess.backed.add(n)
 	return d.backing, nil
 }
@@ -630,13 +737,13 @@ func (n *node) ingest(ctx context.Context) (int64, error) {
 	if b == nil {
 		return d.size, nil
 	}
-	if b.staged {
+	if b.isStaged() {
 		// The daemon is about to use the content itself.
 		if err := n.unstage(ctx); err != nil {
 			return 0, err
 		}
 	}
-	if b.wild && n.sess.stagingOK() {
+	if b.kind == backingWild && n.sess.stagingOK() {
 		// Fingerprints tell whether anything changed, and what did.
 		fp, err := n.absorb(ctx)
 		return fp.size, err
@@ -648,11 +755,11 @@ func (n *node) ingest(ctx context.Context) (int64, error) {
 	}
 	size, mtime := st.Size(), st.ModTime().UnixNano()
 	from := b.ingested
-	if b.wild {
+	if b.kind == backingWild {
 		from = 0
 	}
 	from = min(from, size)
-	if size > from || mtime != b.mtime || b.unsure || mapped {
+	if size > from || mtime != b.mtime || b.unsure() || mapped {
 		buf := make([]byte, min(size-from, 1<<20))
 		for off := from; off < size; {
 			k, err := b.f.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
@@ -679,7 +786,8 @@ func (n *node) ingest(ctx context.Context) (int64, error) {
 		if mtime != b.mtime {
 			n.wroteAt(mtime)
 		}
-		b.ingested, b.mtime, b.fresh, b.unsure = size, mtime, true, mapped
+		b.ingested, b.mtime, b.fresh = size, mtime, true
+		b.looked(mapped)
 		if err := n.sess.maybeSpill(ctx, n, -1); err != nil {
 			return 0, err
 		}
@@ -990,8 +1098,8 @@ func (n *node) dropIdleBacking(gone, absorbed, keepRoom bool) {
 	switch {
 	case gone:
 		n.dropBacking()
-	case b.staged:
-		if absorbed && n.ingestedAsIs() && !(b.kept && keepRoom && b.keptEpoch == n.sess.keepEpoch.Load()) {
+	case b.isStaged():
+		if absorbed && n.ingestedAsIs() && !(b.kind == backingKept && keepRoom && b.stage.keptEpoch == n.sess.keepEpoch.Load()) {
 			n.dropBacking()
 		}
 	case b.fresh:
@@ -1015,7 +1123,7 @@ func (s *Session) appendersDue() bool {
 	for _, n := range s.backed.list() {
 		n.mu.Lock()
 		b := n.data.backing
-		due := b != nil && !b.staged && (b.opens == 0 || !n.ingestedAsIs())
+		due := b != nil && !b.isStaged() && (b.opens == 0 || !n.ingestedAsIs())
 		n.mu.Unlock()
 		if due {
 			return true
@@ -1029,10 +1137,10 @@ func (s *Session) appendersDue() bool {
 // Called with n.mu held.
 func (n *node) ingestedAsIs() bool {
 	b := n.data.backing
-	if b.unsure || b.mappable() {
+	if b.unsure() || b.mappable() {
 		return false
 	}
-	if b.staged || b.wild && n.sess.stagingOK() {
+	if b.isStaged() || b.kind == backingWild && n.sess.stagingOK() {
 		fp, err := fingerprintOf(b.f)
 		return err == nil && fp == b.absorbed
 	}
@@ -1050,17 +1158,17 @@ func (n *node) ingestForFlush(ctx context.Context, all, named bool, absorbed map
 		return nil, nil
 	}
 	n.sawReadsNow() // the flush holds what passthrough readers read
-	if b.staged && !absorbed[n] && !b.absorbDue(all, named) {
+	if b.isStaged() && !absorbed[n] && !b.absorbDue(all, named) {
 		return nil, nil
 	}
-	if b.staged || b.wild && n.sess.stagingOK() {
+	if b.isStaged() || b.kind == backingWild && n.sess.stagingOK() {
 		fp, err := n.absorb(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if b.staged {
+		if b.isStaged() {
 			absorbed[n] = true
-			b.fsynced = false // the head this flush makes holds it
+			b.stage.fsynced = false // the head this flush makes holds it
 		}
 		return func() (bool, error) {
 			now, err := fingerprintOf(b.f)
@@ -1101,7 +1209,7 @@ func (n *node) detachIngested(ctx context.Context) (dispose func(), err error) {
 	if _, err := n.ingest(ctx); err != nil {
 		return nil, err
 	}
-	if b.unsure {
+	if b.unsure() {
 		// A mapping may still write it: flushes look at it until none can.
 		return nil, nil
 	}
@@ -1124,12 +1232,12 @@ func (n *node) detachBacking() (dispose func()) {
 	n.sawReadsNow()
 	b := n.data.backing
 	dispose = func() { n.sess.recycleBacking(b.f) }
-	if b.readable || b.linked {
+	if !b.recyclable() {
 		dispose = func() { b.f.Close() }
 	}
 	n.data.backing = nil
-	if b.name != "" {
-		n.sess.backed.addStale(b.name)
+	if b.stage.name != "" {
+		n.sess.backed.addStale(b.stage.name)
 	}
 	n.sess.backed.remove(n)
 	return dispose

@@ -55,8 +55,8 @@ import (
 // file's name and the size synced) to the journal; a replay reads the
 // content back from the staging file. Every durable head move empties the
 // journal, so a flush absorbs every staged file with such content
-// (b.fsynced) first, and a staging file's name is removed only once a
-// journal reset follows its drop (removeStaleBackings).
+// (stageState.fsynced) first, and a staging file's name is removed only
+// once a journal reset follows its drop (removeStaleBackings).
 
 // fingerprint identifies a staging file's state: with multigrain
 // timestamps every write changes ctime.
@@ -127,7 +127,7 @@ func (n *node) observe() (int64, error) {
 		return 0, err
 	}
 	n.noteWrite(b, fp)
-	b.size = fp.size
+	b.stage.size = fp.size
 	return fp.size, nil
 }
 
@@ -154,8 +154,8 @@ func (n *node) absorb(ctx context.Context) (fingerprint, error) {
 	if err != nil {
 		return fp, err
 	}
-	if fp == b.absorbed && !b.unsure && !mapped {
-		b.idle.due = false
+	if fp == b.absorbed && !b.unsure() && !mapped {
+		b.stage.idle.due = false
 		return fp, nil
 	}
 	if fp.size < d.size {
@@ -193,7 +193,8 @@ func (n *node) absorb(ctx context.Context) (fingerprint, error) {
 		n.sess.markWritten(n, fp.size, fp.size)
 	}
 	n.noteWrite(b, fp)
-	b.absorbed, b.size, b.ingested, b.fresh, b.unsure = fp, fp.size, fp.size, true, mapped
+	b.absorbed, b.stage.size, b.ingested, b.fresh = fp, fp.size, fp.size, true
+	b.looked(mapped)
 	b.idleAbsorbed(time.Now())
 	return fp, nil
 }
@@ -226,11 +227,9 @@ func (n *node) unstage(ctx context.Context) error {
 	if _, err := n.absorb(ctx); err != nil {
 		return err
 	}
-	b.staged, b.wild, b.kept = false, true, false
-	if b.name != "" {
+	if name := b.unstage(); name != "" {
 		// A journal record may point at the file until the next reset.
-		n.sess.backed.addStale(b.name)
-		b.name = ""
+		n.sess.backed.addStale(name)
 	}
 	return nil
 }
@@ -240,7 +239,7 @@ func (n *node) unstage(ctx context.Context) error {
 // the file is closed or holds fsynced content no durable head has. Called
 // with the node's mu held.
 func (b *backing) absorbDue(all, named bool) bool {
-	return named && (all || b.opens == 0 || b.fsynced || b.idle.due)
+	return named && (all || b.opens == 0 || b.stage.fsynced || b.stage.idle.due)
 }
 
 // idleState is the periodic flush's watch on a staged file that stays
@@ -271,12 +270,13 @@ func (s *Session) stagedIdle(now time.Time) bool {
 	for _, n := range s.backed.list() {
 		n.mu.Lock()
 		b := n.data.backing
-		if b != nil && b.staged && b.opens > 0 && !b.idle.due {
+		if b != nil && b.isStaged() && b.opens > 0 && !b.stage.idle.due {
 			if fp, err := fingerprintOf(b.f); err == nil && fp != b.absorbed {
-				if fp == b.idle.seen && !now.Before(b.idle.next) {
-					b.idle.due, due = true, true
+				idle := &b.stage.idle
+				if fp == idle.seen && !now.Before(idle.next) {
+					idle.due, due = true, true
 				}
-				b.idle.seen = fp
+				idle.seen = fp
 			}
 		}
 		n.mu.Unlock()
@@ -287,12 +287,13 @@ func (s *Session) stagedIdle(now time.Time) bool {
 // idleAbsorbed records an absorb of b made because it was due. Called
 // with the node's mu held.
 func (b *backing) idleAbsorbed(now time.Time) {
-	if !b.idle.due {
+	idle := &b.stage.idle
+	if !idle.due {
 		return
 	}
-	b.idle.due = false
-	b.idle.gap = min(max(2*b.idle.gap, idleGapMin), idleGapMax)
-	b.idle.next = now.Add(b.idle.gap)
+	idle.due = false
+	idle.gap = min(max(2*idle.gap, idleGapMin), idleGapMax)
+	idle.next = now.Add(idle.gap)
 }
 
 // absorbLater queues n, a staged file whose last passthrough handle
@@ -455,12 +456,12 @@ func (s *Session) absorbQueued(ctx context.Context, q *queuedAbsorb) bool {
 	var err error
 	var dispose func()
 	evict := false
-	if b := n.data.backing; b != nil && b.staged && b.opens == 0 {
-		big := reachable && !b.kept && holdStaged(b) // one fstat
+	if b := n.data.backing; b != nil && b.isStaged() && b.opens == 0 {
+		big := reachable && b.kind != backingKept && holdStaged(b) // one fstat
 		switch {
 		case !reachable:
 			dispose = n.detachBacking() // unlinked and closed: nothing to keep
-		case b.kept:
+		case b.kind == backingKept:
 			// A read copy whose last reader closed: as it was.
 		case big && q.until.IsZero():
 			hold := absorbHold
@@ -473,7 +474,7 @@ func (s *Session) absorbQueued(ctx context.Context, q *queuedAbsorb) bool {
 			return false
 		case big && q.epoch == s.keepEpoch.Load() && s.keepRoom():
 			if _, err = n.absorb(ctx); err == nil {
-				b.kept, b.keptAt, b.keptEpoch = true, time.Now(), q.epoch
+				b.keep(q.epoch, time.Now())
 				evict = true
 			}
 		default:
@@ -509,7 +510,7 @@ func holdStaged(b *backing) bool {
 }
 
 // Read copies. A big staged file (absorbHoldMin) that the absorber takes
-// stays its node's backing file once absorbed, flagged kept: the node
+// stays its node's backing file once absorbed, of kind kept: the node
 // holds its content (into the store with the next flush) and the staging
 // file the same bytes, so a reader's open, at any later time, reads it
 // through passthrough at the page cache's speed rather than the daemon's
@@ -557,9 +558,9 @@ func (s *Session) evictKept() {
 	var total int64
 	for _, n := range s.backed.list() {
 		n.mu.Lock()
-		if b := n.data.backing; b != nil && b.kept {
-			kept = append(kept, keptCopy{n, b.keptAt, b.size})
-			total += b.size
+		if b := n.data.backing; b != nil && b.kind == backingKept {
+			kept = append(kept, keptCopy{n, b.stage.keptAt, b.stage.size})
+			total += b.stage.size
 		}
 		n.mu.Unlock()
 	}
@@ -569,7 +570,7 @@ func (s *Session) evictKept() {
 			return
 		}
 		c.n.mu.Lock()
-		if b := c.n.data.backing; b != nil && b.kept && b.keptAt.Equal(c.at) && b.opens == 0 && c.n.ingestedAsIs() {
+		if b := c.n.data.backing; b != nil && b.kind == backingKept && b.stage.keptAt.Equal(c.at) && b.opens == 0 && c.n.ingestedAsIs() {
 			c.n.dropBacking()
 			total -= c.size
 		}
@@ -585,7 +586,7 @@ func (s *Session) dropKeptIfFull() {
 	has := false
 	for _, n := range s.backed.list() {
 		n.mu.Lock()
-		has = has || n.data.backing != nil && n.data.backing.kept
+		has = has || n.data.backing != nil && n.data.backing.kind == backingKept
 		n.mu.Unlock()
 	}
 	if !has || s.keepRoom() {
@@ -609,7 +610,7 @@ func (s *Session) forgetKept() {
 func (s *Session) dropKept() {
 	for _, n := range s.backed.list() {
 		n.mu.Lock()
-		if b := n.data.backing; b != nil && b.kept && b.opens == 0 && n.ingestedAsIs() {
+		if b := n.data.backing; b != nil && b.kind == backingKept && b.opens == 0 && n.ingestedAsIs() {
 			n.dropBacking()
 		}
 		n.mu.Unlock()
@@ -671,7 +672,7 @@ func (s *Session) fsyncStaged(ctx context.Context, n *node) (bool, error) {
 	}
 	n.mu.Lock()
 	b := n.data.backing
-	staged := b != nil && b.staged
+	staged := b != nil && b.isStaged()
 	n.mu.Unlock()
 	if !staged {
 		return false, nil
@@ -701,8 +702,8 @@ func (s *Session) fsyncStaged(ctx context.Context, n *node) (bool, error) {
 	}
 	// The namespace keeps changing: let a flush absorb the file.
 	n.mu.Lock()
-	if b.staged {
-		b.fsynced = true
+	if b.isStaged() {
+		b.stage.fsynced = true
 	}
 	n.mu.Unlock()
 	return true, s.flushNow(ctx)
@@ -713,8 +714,8 @@ func (s *Session) fsyncStaged(ctx context.Context, n *node) (bool, error) {
 func (s *Session) nameStaging(n *node, b *backing) (string, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if b.name != "" {
-		return b.name, nil
+	if b.stage.name != "" {
+		return b.stage.name, nil
 	}
 	dirSynced := s.backed.dirSynced.Load()
 	var name string
@@ -744,7 +745,7 @@ func (s *Session) nameStaging(n *node, b *backing) (string, error) {
 		}
 	}
 	s.backed.dirSynced.Store(true)
-	b.name, b.linked = name, true
+	b.stage.name, b.linked = name, true
 	return name, nil
 }
 
@@ -759,7 +760,7 @@ func (s *Session) journalStage(ctx context.Context, n *node, b *backing, name st
 		return false, nil
 	}
 	n.mu.Lock()
-	if n.data.backing != b || !b.staged {
+	if n.data.backing != b || !b.isStaged() {
 		// Unstaged meanwhile: the node holds the content now.
 		n.mu.Unlock()
 		done, err := s.journalFsync(ctx, n)
@@ -773,14 +774,14 @@ func (s *Session) journalStage(ctx context.Context, n *node, b *backing, name st
 		return true, nil // no durable name: nothing to bring back
 	}
 	// Set first: should the append fail, a flush absorbs the file.
-	b.fsynced = true
+	b.stage.fsynced = true
 	n.mu.Unlock()
 	err := s.journal.append([]journalRecord{{path: path, off: stageOff, size: size, data: []byte(name)}})
 	if errors.Is(err, errJournalFull) {
 		return true, s.flushNow(ctx)
 	}
-	// b.fsynced stays set: the journal holds the record only until the
-	// head next moves, and the flush that moves it absorbs the file.
+	// b.stage.fsynced stays set: the journal holds the record only until
+	// the head next moves, and the flush that moves it absorbs the file.
 	return true, err
 }
 

@@ -31,7 +31,7 @@ func stagedState(t *testing.T, e *Engine, session, path string) (bool, int) {
 	if n.data.backing == nil {
 		return false, -1
 	}
-	return n.data.backing.staged, n.data.backing.opens
+	return n.data.backing.isStaged(), n.data.backing.opens
 }
 
 // readThroughBacking reads the file at p, name in session "s", whole and
@@ -314,13 +314,13 @@ func TestIdleGap(t *testing.T) {
 	now := time.Unix(1000, 0)
 	gaps := []time.Duration{}
 	for range 8 {
-		b.idle.due = true
+		b.stage.idle.due = true
 		b.idleAbsorbed(now)
-		gaps = append(gaps, b.idle.next.Sub(now))
+		gaps = append(gaps, b.stage.idle.next.Sub(now))
 	}
 	require.Equal(t, []time.Duration{10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second, 160 * time.Second, 5 * time.Minute, 5 * time.Minute, 5 * time.Minute}, gaps)
 	b.idleAbsorbed(now) // not due: nothing changes
-	require.Equal(t, 5*time.Minute, b.idle.next.Sub(now))
+	require.Equal(t, 5*time.Minute, b.stage.idle.next.Sub(now))
 }
 
 // TestStagedKillPriv: privileges set after a staged write stay; a write
@@ -726,7 +726,7 @@ func keptState(t *testing.T, e *Engine, session, path string) (bool, int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if b := n.data.backing; b != nil {
-		return b.kept, b.opens
+		return b.kind == backingKept, b.opens
 	}
 	return false, -1
 }

@@ -80,9 +80,9 @@ func (s *Session) state() SessionState {
 		if b := n.data.backing; b != nil && b.f != nil {
 			if fi, err := b.f.Stat(); err == nil {
 				switch size := fi.Size(); {
-				case size > b.ingested && !b.wild:
+				case size > b.ingested && b.kind != backingWild:
 					st.StagedBytes += size - b.ingested
-				case size != b.ingested || fi.ModTime().UnixNano() != b.mtime || b.wild:
+				case size != b.ingested || fi.ModTime().UnixNano() != b.mtime || b.kind == backingWild:
 					st.StagedBytes += size
 				}
 			}
