@@ -834,11 +834,9 @@ func (e *Engine) Capture(ctx context.Context, session, msg string, handles map[s
 	if err != nil {
 		return nil, "", err
 	}
-	snap, id, err := e.cat.Capture(ctx, session, root, msg, handles)
-	if err != nil {
-		return nil, "", err
-	}
-	h, err := e.cat.Head(ctx, session)
+	// The head the capture wrote has the generation the session's next
+	// flush expects.
+	snap, id, h, err := e.cat.CaptureHead(ctx, session, root, msg, handles)
 	if err != nil {
 		return nil, "", err
 	}
