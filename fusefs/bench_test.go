@@ -266,7 +266,7 @@ func (r *benchRig) stored(b *testing.B) {
 		s.freeze.Lock()
 		s.dropKept()
 		s.freeze.Unlock()
-		if len(s.backedNodes()) == 0 {
+		if len(s.backed.list()) == 0 {
 			return
 		}
 		time.Sleep(10 * time.Millisecond) // the kernel's release of the writer

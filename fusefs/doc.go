@@ -17,7 +17,9 @@
 //     cost too much for (journal.go); replayed after a crash.
 //   - Backing file: a local file in <root>/backing/ that the kernel passes
 //     a descriptor's reads and writes through to (FUSE passthrough), so
-//     that they cost what the local disk costs.
+//     that they cost what the local disk costs. Its kind (appender, wild,
+//     staged, kept) and the transitions between them are the type
+//     backing's (passthrough.go).
 //   - Ingest: taking what a passed-through writer wrote into its backing
 //     file into the node (as if the daemon had been sent the writes).
 //   - Staged file: a new file being written write-only, whose content
@@ -76,8 +78,8 @@
 // it with the reasons):
 //
 //	Engine.mu < Session.freeze < fnode.openMu < Session.treeMu < node.mu < Session.dirtyMu
-//	leaves: chunkCache.mu, pendingChunks.mu, orphans.mu, backedSet.mu, journal.mu,
-//	        Recorder.mu, dirStreams.mu
+//	leaves: chunkCache.mu, pendingChunks.mu, orphans.mu, backedSet.mu, sparePool.mu,
+//	        absorbQueue.mu, workers.mu, journal.mu, Recorder.mu, dirStreams.mu
 //
 // Session.freeze is held shared by every mutating operation and
 // exclusively by a flush, so a snapshot is one instant of the whole

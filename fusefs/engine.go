@@ -205,6 +205,7 @@ func (e *Engine) live(ctx context.Context, name string) (*Session, error) {
 	}
 	s := newSession(name, e.store, e.cache, &e.inos, &e.buffers, h.Root, false, e.log)
 	s.gen = h.Gen
+	s.flushNow = func(ctx context.Context) error { return e.syncPartial(ctx, s) }
 	s.lastFlush.Store(h.UpdatedNs)
 	if e.storeDir != "" {
 		s.backingDir = backingDir(e.storeDir, name)
@@ -227,7 +228,6 @@ func (e *Engine) openJournal(ctx context.Context, s *Session) error {
 		return fmt.Errorf("session %s: %w", s.name, err)
 	}
 	s.journal = j
-	s.flushNow = func(ctx context.Context) error { return e.syncPartial(ctx, s) }
 	replayed, err := s.replayJournal(ctx, j.path)
 	if err != nil {
 		j.close()
@@ -784,7 +784,7 @@ func (e *Engine) syncLocked(ctx context.Context, s *Session, all bool) (err erro
 		// directory after its file, or of a file nobody wrote, costs nothing.
 		// Staging files dropped by this flush go now: the journal can
 		// start afresh, since every record in it is in the head.
-		if s.hasStaleBackings() && s.journal != nil {
+		if s.backed.hasStale() && s.journal != nil {
 			if err := s.journal.reset(s.gen); err != nil {
 				return err
 			}
@@ -834,11 +834,9 @@ func (e *Engine) Capture(ctx context.Context, session, msg string, handles map[s
 	if err != nil {
 		return nil, "", err
 	}
-	snap, id, err := e.cat.Capture(ctx, session, root, msg, handles)
-	if err != nil {
-		return nil, "", err
-	}
-	h, err := e.cat.Head(ctx, session)
+	// The head the capture wrote has the generation the session's next
+	// flush expects.
+	snap, id, h, err := e.cat.CaptureHead(ctx, session, root, msg, handles)
 	if err != nil {
 		return nil, "", err
 	}

@@ -143,12 +143,12 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		n.mu.Lock()
 		if b := n.data.backing; b != nil {
 			b.opens--
-			if b.opens == 0 && b.staged {
+			if b.opens == 0 && b.isStaged() {
 				// Absorbed and dropped in the background, so that a flush
 				// (which holds writers back) seldom has to. A read copy
 				// only readers opened since it was kept is as it was: the
 				// absorber drops it only if the file lost its names.
-				if !b.kept {
+				if b.kind != backingKept {
 					n.sess.markContent(n)
 				}
 				n.sess.absorbLater(n)
@@ -562,7 +562,7 @@ func (f *fnode) Fsync(ctx context.Context, _ fs.FileHandle, _ uint32) syscall.Er
 	if f.sess().readOnly {
 		return 0
 	}
-	if err := f.m.engine.fsync(ctx, f.sess(), f.n.Load()); err != nil {
+	if err := f.sess().Fsync(ctx, f.n.Load()); err != nil {
 		return f.m.toErrno("fsync", f, err)
 	}
 	return 0

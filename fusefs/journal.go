@@ -471,7 +471,7 @@ func (s *Session) pathOf(n *node) (string, bool) {
 // journalFsync makes n's written bytes durable through the journal, when
 // that is enough: it reports false when the fsync needs a full flush (the
 // namespace changed, no journal, too much data).
-func (e *Engine) journalFsync(ctx context.Context, s *Session, n *node) (bool, error) {
+func (s *Session) journalFsync(ctx context.Context, n *node) (bool, error) {
 	if s.journal == nil || n.kind != manifest.KindFile {
 		return false, nil
 	}
@@ -703,18 +703,19 @@ func (s *Session) walkFile(ctx context.Context, path string) (*node, error) {
 	return n, nil
 }
 
-// fsync makes everything written to n durable: through the journal when
-// that is enough, else by flushing the whole session.
-func (e *Engine) fsync(ctx context.Context, s *Session, n *node) error {
-	if staged, err := e.fsyncStaged(ctx, s, n); staged || err != nil {
+// Fsync makes everything written to n durable: through the journal when
+// that is enough, else by a flush of the whole session that moves its head
+// (flushNow).
+func (s *Session) Fsync(ctx context.Context, n *node) error {
+	if staged, err := s.fsyncStaged(ctx, n); staged || err != nil {
 		return err
 	}
 	if _, err := s.ingestNode(ctx, n); err != nil {
 		return err
 	}
-	done, err := e.journalFsync(ctx, s, n)
+	done, err := s.journalFsync(ctx, n)
 	if err != nil || done {
 		return err
 	}
-	return e.syncPartial(ctx, s)
+	return s.flushNow(ctx)
 }

@@ -130,7 +130,7 @@ func TestMmapJoinStaged(t *testing.T) {
 	require.NoError(t, err)
 	n := fileNodeOf(t, e, "s", "f")
 	n.mu.Lock()
-	staged := n.data.backing != nil && n.data.backing.staged
+	staged := n.data.backing != nil && n.data.backing.isStaged()
 	n.mu.Unlock()
 	require.True(t, staged, "staged")
 	_, err = w.WriteString("0123456789abc")

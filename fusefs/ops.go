@@ -474,7 +474,7 @@ func (s *Session) Setattr(ctx context.Context, n *node, a SetAttr) error {
 		// Writes passed through before this change happened before it
 		// (a chmod +s after them keeps its bits).
 		var err error
-		if b.staged {
+		if b.isStaged() {
 			_, err = n.observe()
 		} else {
 			_, err = n.ingest(ctx)
@@ -577,25 +577,23 @@ func (s *Session) spillAll(ctx context.Context) error {
 
 // spillLater starts a goroutine that spills the session's write buffers,
 // unless one runs already or the session is closed.
+// One runs at a time: s.spilling is set from before it starts until it
+// ends, and is set back at once if it does not start.
 func (s *Session) spillLater() {
-	s.backed.mu.Lock()
-	defer s.backed.mu.Unlock()
-	if s.backed.spilling || s.backed.closed {
+	if !s.spilling.CompareAndSwap(false, true) {
 		return
 	}
-	s.backed.spilling = true
-	s.backed.work.Add(1)
-	go func() {
-		defer s.backed.work.Done()
+	started := s.workers.start(func() {
 		err := s.spillInSteps(context.Background())
-		s.backed.mu.Lock()
-		s.backed.spilling = false
-		s.backed.mu.Unlock()
+		s.spilling.Store(false)
 		if err != nil {
 			// The buffers stay; the next flush stores them or reports it.
 			s.log.Warn("spill write buffers", "session", s.name, "err", err)
 		}
-	}()
+	})
+	if !started {
+		s.spilling.Store(false)
+	}
 }
 
 // preflush does what it can of a flush's work with writers still running
@@ -608,10 +606,10 @@ func (s *Session) preflush(ctx context.Context, all bool) {
 		return
 	}
 	s.freeze.RLock()
-	for _, n := range s.backedNodes() {
+	for _, n := range s.backed.list() {
 		named := s.hasName(n)
 		n.mu.Lock()
-		if b := n.data.backing; b != nil && b.staged && b.absorbDue(all, named) {
+		if b := n.data.backing; b != nil && b.isStaged() && b.absorbDue(all, named) {
 			_, _ = n.absorb(ctx)
 		}
 		n.mu.Unlock()
@@ -1044,8 +1042,8 @@ func (s *Session) attrs(ctx context.Context, n *node) (Attr, error) {
 	switch n.kind {
 	case manifest.KindFile:
 		a.Size = n.data.size
-		if b := n.data.backing; b != nil && b.staged {
-			a.Size = b.size
+		if b := n.data.backing; b != nil && b.isStaged() {
+			a.Size = b.stage.size
 		}
 	case manifest.KindSymlink:
 		a.Size = int64(len(n.target))
@@ -1063,7 +1061,7 @@ func (s *Session) observeStaged(n *node) (int64, error) {
 		return -1, nil
 	}
 	n.mu.Lock()
-	staged := n.data.backing != nil && n.data.backing.staged
+	staged := n.data.backing != nil && n.data.backing.isStaged()
 	n.mu.Unlock()
 	if !staged {
 		return -1, nil // without the freeze lock: a flush does not hold up stat
@@ -1072,7 +1070,7 @@ func (s *Session) observeStaged(n *node) (int64, error) {
 	defer s.freeze.RUnlock()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if b := n.data.backing; b == nil || !b.staged {
+	if b := n.data.backing; b == nil || !b.isStaged() {
 		return -1, nil
 	}
 	return n.observe()

@@ -52,53 +52,179 @@ const maxBacked = 64 << 20
 
 // backing is a node's local copy that passthrough opens read and write.
 // GUARDED_BY(node.mu) for every field but f, which is fixed.
+//
+// Its kind says what f is to the node, and changes only through the
+// transitions below (join, makeWild, keep, unkeep, unstage); every kind
+// ends when the node drops f (detachBacking):
+//
+//	openBacking: a copy        openBacking: routeStaged
+//	      │                          │
+//	      ▼                          ▼          keep
+//	  appender ──makeWild──► wild ◄──unstage── staged ◄─────► kept
+//	                          ▲                         unkeep  │
+//	                          └───────────unstage───────────────┘
 type backing struct {
-	f        *os.File
-	ingested int64 // bytes of f the node's content holds
-	wild     bool  // a passthrough open may have written before ingested
-	mtime    int64 // f's mtime when last ingested
-	opens    int   // passthrough handles open, in every mount
-	// readable is set once a passthrough open could read f: only such an
-	// open can map it, and a mapping outlives every open, so f is then
-	// never recycled for another file (see recycleBacking).
-	readable bool
-	// linked is set once f got a name in the backing directory: an
-	// O_TMPFILE cannot be linked again once its name is gone, and a journal
-	// record may lead to the name until the next reset, so f is then never
-	// recycled either.
-	linked bool
+	f     *os.File
+	kind  backingKind
+	opens int // passthrough handles open, in every mount
 
-	// fresh is set when an ingest took new bytes from f, and cleared by
-	// the flush that keeps f once more for that reason (ingestAll).
-	fresh bool
+	// What the node took from f, as of the last ingest or absorb.
+	ingested int64       // bytes of f the node's content holds
+	mtime    int64       // f's mtime when last ingested
+	absorbed fingerprint // f as of the last absorb (staged, kept, and wild where fingerprints work)
+
+	// mapping is what a mapping of f may do, as far as the opens that
+	// joined it allow (a passthrough reader or O_RDWR opener, of any kind).
+	mapping mapState
+
+	// The two facts below are booleans because they are independent of
+	// the kind and of each other. fresh is set when an ingest took new
+	// bytes from f, and cleared by the flush that keeps f once more for
+	// that reason (dropIdleBacking; it matters to appender and wild
+	// files). linked is set once f got a name in the backing directory (a
+	// staged file's fsync: nameStaging), and stays after an unstage: an
+	// O_TMPFILE cannot be linked again once its name is gone, and a
+	// journal record may lead to the name until the next reset, so f is
+	// then never recycled (recyclable).
+	fresh  bool
+	linked bool
 
 	// watch is set once a reader that sets atimes was passed through to
 	// f: its reads show only in f's own atime, which was atime when last
-	// looked at (atime.go).
+	// looked at (atime.go). A boolean too: it holds of a file of any kind.
 	watch bool
 	atime int64
 
-	// rdwr is set once a passthrough open that can both read and write
-	// f (O_RDWR) joined it: it may map f shared and writable (mappable).
-	// unsure is set while the last look at f's content may have missed
-	// stores through such a mapping, so that the next look reads it all.
-	rdwr   bool
-	unsure bool
-
-	// A staged backing file (staged.go) holds the file's content; the
-	// node holds it only as of the last absorb.
-	staged   bool
-	name     string      // staged: the file's durable name in the backing directory, once an fsync gave it one
-	fsynced  bool        // staged: an fsync made content durable that no durable head holds
-	absorbed fingerprint // staged: f as of the last absorb
-	size     int64       // staged: f's size when last observed
-	idle     idleState   // staged: the periodic flush's watch on an open file
-	// kept is set on a closed staged file the absorber absorbed and kept
-	// as its node's read copy (Read copies, staged.go), keptAt when.
-	kept      bool
-	keptAt    time.Time
-	keptEpoch uint64 // Session.keepEpoch when kept
+	// stage applies to the staged and kept kinds only: nothing reads it
+	// for another (an absorb of a wild file updates size all the same).
+	stage stageState
 }
+
+// backingKind is what a backing file is to its node.
+type backingKind uint8
+
+const (
+	// backingAppender: a copy of the node's content that passthrough
+	// writers append to; an ingest takes its tail past ingested.
+	backingAppender backingKind = iota
+	// backingWild: a copy that a passthrough open may have written before
+	// ingested, or mapped; an ingest compares all of it.
+	backingWild
+	// backingStaged: a staging file (staged.go), which holds the file's
+	// content; the node holds it only as of the last absorb.
+	backingStaged
+	// backingKept: a closed staged file the absorber absorbed and kept as
+	// its node's read copy (Read copies, staged.go). Everything said of a
+	// staged file holds for it too (isStaged).
+	backingKept
+)
+
+// stageState is what a backing file of kind staged or kept has besides.
+type stageState struct {
+	name    string    // the durable name in the backing directory, once an fsync gave it one
+	fsynced bool      // an fsync made content durable that no durable head holds
+	size    int64     // f's size when last observed
+	idle    idleState // the periodic flush's watch on an open file
+	// keptAt is when the file was last kept, keptEpoch Session.keepEpoch
+	// then.
+	keptAt    time.Time
+	keptEpoch uint64
+}
+
+// isStaged reports whether b holds its node's content: it is a staging
+// file, or one kept as a read copy.
+func (b *backing) isStaged() bool { return b.kind == backingStaged || b.kind == backingKept }
+
+// join counts in b a passthrough descriptor opened with flags by route r.
+// Called with the node's mu held.
+func (b *backing) join(flags uint32, r route) {
+	b.opens++
+	acc := flags & syscall.O_ACCMODE
+	if acc != syscall.O_WRONLY && b.mapping == mapNone {
+		b.mapping = mapRead
+	}
+	if acc != syscall.O_RDONLY {
+		b.unkeep() // it may change: absorbed again on release
+	}
+	if acc == syscall.O_RDWR {
+		b.mapping = mapUnsure // it may map the file (mappable)
+	}
+	if r == routeWild {
+		b.makeWild() // may write before the end, or map the file
+	}
+}
+
+// makeWild turns an appender's file wild: a descriptor that may write
+// before its end, or map it, joined. A staged or kept file is left as it
+// is (openRoute gives its writers routeJoin): its fingerprint shows every
+// write.
+func (b *backing) makeWild() {
+	if b.kind == backingAppender {
+		b.kind = backingWild
+	}
+}
+
+// keep makes b, a staged file just absorbed, its node's read copy, kept
+// at at in keep epoch epoch.
+func (b *backing) keep(epoch uint64, at time.Time) {
+	b.kind = backingKept
+	b.stage.keptAt, b.stage.keptEpoch = at, epoch
+}
+
+// unkeep makes a read copy a staged file again: a writer joined it.
+func (b *backing) unkeep() {
+	if b.kind == backingKept {
+		b.kind = backingStaged
+	}
+}
+
+// unstage makes b, a staged or kept file whose content the node now
+// holds, wild, and returns the durable name it had, if any: a journal
+// record may point at it until the next reset, which is to remove it.
+func (b *backing) unstage() (name string) {
+	b.kind = backingWild
+	name, b.stage.name = b.stage.name, ""
+	return name
+}
+
+// mapState is what a mapping of a backing file may do (mmap needs read
+// access, and a shared writable one O_RDWR). Each state includes the ones
+// before it.
+type mapState uint8
+
+const (
+	// mapNone: every passthrough open of f was write-only, so nothing can
+	// map it.
+	mapNone mapState = iota
+	// mapRead: an open could read f, so map it, and a mapping outlives
+	// every open: f is never recycled for another file (recyclable).
+	mapRead
+	// mapShared: an O_RDWR open joined f: it may map f shared and
+	// writable (mappable); the last look at f's content saw every store.
+	mapShared
+	// mapUnsure: as mapShared, but the last look may have missed stores
+	// through such a mapping, so that the next look reads it all.
+	mapUnsure
+)
+
+// unsure reports whether the last look at f may have missed stores
+// through a mapping (mapUnsure).
+func (b *backing) unsure() bool { return b.mapping == mapUnsure }
+
+// looked records a look at f's content (an ingest or an absorb) that
+// found f mappable just before it (mapped) or not.
+func (b *backing) looked(mapped bool) {
+	switch {
+	case mapped:
+		b.mapping = mapUnsure
+	case b.mapping == mapUnsure:
+		b.mapping = mapShared
+	}
+}
+
+// recyclable reports whether b's file may go back to the pool once
+// dropped: no open could map it, and it never had a name (recycleBacking).
+func (b *backing) recyclable() bool { return b.mapping == mapNone && !b.linked }
 
 // mappable reports whether a shared writable mapping may still write
 // b's file: an O_RDWR passthrough open joined it, and a passthrough handle
@@ -109,7 +235,7 @@ type backing struct {
 // shows it, and it would reach a dropped backing file nowhere. Called with
 // the node's mu held.
 func (b *backing) mappable() bool {
-	return b.rdwr && (b.opens > 0 || openElsewhere(b.f))
+	return b.mapping >= mapShared && (b.opens > 0 || openElsewhere(b.f))
 }
 
 // openElsewhere reports whether f's file is open for writing other than
@@ -147,26 +273,120 @@ type spare struct {
 // for in its create. With an empty pool it makes one only if create is set,
 // and returns a zero spare otherwise; either way the pool is topped up.
 func (s *Session) newBackingFile(create bool) (spare, error) {
-	s.backed.mu.Lock()
-	if k := len(s.backed.pool); k > 0 {
-		sp := s.backed.pool[k-1]
-		s.backed.pool = s.backed.pool[:k-1]
-		refill := k-1 < backingPool/2 && s.backed.claimFill()
-		s.backed.mu.Unlock()
-		if refill {
-			go s.fillBackingPool()
-		}
-		return sp, nil
-	}
-	start := s.backed.claimFill()
-	s.backed.mu.Unlock()
-	if start {
+	sp, ok, fill := s.spares.take()
+	if fill {
 		go s.fillBackingPool()
 	}
-	if !create {
-		return spare{}, nil
+	if ok || !create {
+		return sp, nil
 	}
 	return s.makeSpare()
+}
+
+// sparePool is a session's empty backing files made ahead of the opens
+// that take them (newBackingFile); filling is set while a goroutine tops
+// it up. closed is the pool's own, not the session's workers': whoever
+// adds a file to the pool (recycleBacking, fillBackingPool) checks it
+// under the lock it appends under, the lock close takes the pool under,
+// so that no file lands in the pool after close took it, where nothing
+// would ever close it.
+type sparePool struct {
+	mu      sync.Mutex
+	spares  []spare // GUARDED_BY(mu)
+	filling bool    // GUARDED_BY(mu)
+	closed  bool    // GUARDED_BY(mu)
+}
+
+// take returns the last spare of the pool, if it has one (ok), and fill
+// reports whether the caller is to start topping the pool up: it is empty
+// or less than half full, and no fill runs yet.
+func (p *sparePool) take() (sp spare, ok, fill bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if k := len(p.spares); k > 0 {
+		sp = p.spares[k-1]
+		p.spares = p.spares[:k-1]
+		return sp, true, k-1 < backingPool/2 && p.claimFill()
+	}
+	return spare{}, false, p.claimFill()
+}
+
+// put adds sp to the pool unless the pool is closed or holds recycledPool
+// files; it reports whether it did.
+func (p *sparePool) put(sp spare) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.spares) >= recycledPool {
+		return false
+	}
+	p.spares = append(p.spares, sp)
+	return true
+}
+
+// claim reports whether the caller is to top the pool up, and then marks
+// a fill as running.
+func (p *sparePool) claim() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.claimFill()
+}
+
+// claimFill is claim, called with p.mu held.
+func (p *sparePool) claimFill() bool {
+	if p.filling || p.closed {
+		return false
+	}
+	p.filling = true
+	return true
+}
+
+// wants reports whether the running fill is to make one more spare, and
+// ends the fill if not.
+func (p *sparePool) wants() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.spares) >= backingPool {
+		p.filling = false
+		return false
+	}
+	return true
+}
+
+// filled adds the spare the running fill made (err: failed to), and
+// reports whether it did; if not, the fill ends.
+func (p *sparePool) filled(sp spare, err error) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil || p.closed {
+		p.filling = false
+		return false
+	}
+	p.spares = append(p.spares, sp)
+	return true
+}
+
+// trim takes the spares past the first keep out of the pool and returns
+// them.
+func (p *sparePool) trim(keep int) []spare {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var extra []spare
+	if len(p.spares) > keep {
+		extra = append(extra, p.spares[keep:]...)
+		p.spares = p.spares[:keep]
+	}
+	return extra
+}
+
+// close closes the pool, which takes no spare from then on, and returns
+// the spares it held.
+func (p *sparePool) close() []spare {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	spares := p.spares
+	p.spares = nil
+	return spares
 }
 
 // backingPool is how many empty backing files a session keeps ready (all
@@ -216,23 +436,14 @@ func (s *Session) recycleBacking(f *os.File) {
 			return
 		}
 	}
-	s.backed.mu.Lock()
-	keep := !s.backed.closed && len(s.backed.pool) < recycledPool
-	if keep {
-		s.backed.pool = append(s.backed.pool, spare{f: f, fp: fp})
-	}
-	s.backed.mu.Unlock()
-	if !keep {
+	if !s.spares.put(spare{f: f, fp: fp}) {
 		f.Close()
 	}
 }
 
 // primeBackingPool fills the pool before the session's first open.
 func (s *Session) primeBackingPool() {
-	s.backed.mu.Lock()
-	start := s.backed.claimFill()
-	s.backed.mu.Unlock()
-	if start {
+	if s.spares.claim() {
 		s.fillBackingPool()
 	}
 }
@@ -241,50 +452,21 @@ func (s *Session) primeBackingPool() {
 // backingPool: the pool grows past it over a burst of new files (as many
 // as the absorber has yet to give back), and each holds a descriptor.
 func (s *Session) trimBackingPool() {
-	s.backed.mu.Lock()
-	var extra []spare
-	if k := len(s.backed.pool); k > backingPool {
-		extra = append(extra, s.backed.pool[backingPool:]...)
-		s.backed.pool = s.backed.pool[:backingPool]
-	}
-	s.backed.mu.Unlock()
-	for _, sp := range extra {
+	for _, sp := range s.spares.trim(backingPool) {
 		sp.f.Close()
 	}
 }
 
-// claimFill reports whether the caller is to top the pool up, and then
-// marks a fill as running. Called with b.mu held.
-func (b *backedSet) claimFill() bool {
-	if b.filling || b.closed {
-		return false
-	}
-	b.filling = true
-	return true
-}
-
-// fillBackingPool tops the pool up; one runs at a time (backed.filling).
+// fillBackingPool tops the pool up; one runs at a time (sparePool.filling).
 func (s *Session) fillBackingPool() {
-	for {
-		s.backed.mu.Lock()
-		if s.backed.closed || len(s.backed.pool) >= backingPool {
-			s.backed.filling = false
-			s.backed.mu.Unlock()
-			return
-		}
-		s.backed.mu.Unlock()
+	for s.spares.wants() {
 		sp, err := s.makeSpare()
-		s.backed.mu.Lock()
-		if err != nil || s.backed.closed {
-			s.backed.filling = false
-			s.backed.mu.Unlock()
+		if !s.spares.filled(sp, err) {
 			if sp.f != nil {
 				sp.f.Close()
 			}
 			return
 		}
-		s.backed.pool = append(s.backed.pool, sp)
-		s.backed.mu.Unlock()
 	}
 }
 
@@ -304,16 +486,11 @@ func (s *Session) makeSpare() (spare, error) {
 
 // makeBackingFile makes an unnamed file in the backing directory.
 func (s *Session) makeBackingFile() (*os.File, error) {
-	s.backed.mu.Lock()
-	made := s.backed.dirMade
-	s.backed.mu.Unlock()
-	if !made {
+	if !s.backed.dirMade.Load() {
 		if err := os.MkdirAll(s.backingDir, 0o700); err != nil {
 			return nil, fmt.Errorf("backing directory: %w", err)
 		}
-		s.backed.mu.Lock()
-		s.backed.dirMade = true
-		s.backed.mu.Unlock()
+		s.backed.dirMade.Store(true)
 	}
 	// O_NOATIME: the daemon's reads of the file leave its atime to the
 	// passthrough readers' (atime.go).
@@ -399,7 +576,7 @@ func (s *Session) openRoute(ctx context.Context, n *node, flags uint32, o mountO
 	r := routeJoin
 	switch {
 	case o.pt > 0:
-		if b := n.data.backing; (b == nil || !b.staged) && scribbles(flags) {
+		if b := n.data.backing; (b == nil || !b.isStaged()) && scribbles(flags) {
 			r = routeWild
 		}
 	case o.releasing.Load() != 0:
@@ -467,25 +644,6 @@ func scribbles(flags uint32) bool {
 	return acc != syscall.O_RDONLY && flags&syscall.O_APPEND == 0 || acc == syscall.O_RDWR
 }
 
-// join counts in b a passthrough descriptor opened with flags by route r.
-// Called with the node's mu held.
-func (b *backing) join(flags uint32, r route) {
-	b.opens++
-	acc := flags & syscall.O_ACCMODE
-	if acc != syscall.O_WRONLY {
-		b.readable = true
-	}
-	if acc != syscall.O_RDONLY {
-		b.kept = false // it may change: absorbed again on release
-	}
-	if acc == syscall.O_RDWR {
-		b.rdwr, b.unsure = true, true // it may map the file (mappable)
-	}
-	if r == routeWild {
-		b.wild = true // may write before the end, or map the file
-	}
-}
-
 // eligible returns the route of the first open with flags of n in a
 // mount: a write-only appender of a file up to maxBacked bytes passes
 // through, as does a write-only writer of an empty file (staged.go) and a
@@ -500,7 +658,7 @@ func (n *node) eligible(flags uint32) route {
 	if _, ok := n.xattrs[capabilityXattr]; ok {
 		return routeDaemon
 	}
-	if b := n.data.backing; b != nil && b.staged && flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+	if b := n.data.backing; b != nil && b.isStaged() && flags&syscall.O_ACCMODE == syscall.O_RDONLY {
 		// A reader of a staged file reads the staging file, rather than
 		// making the daemon take the content over.
 		return routeJoin
@@ -548,8 +706,8 @@ func (n *node) openBacking(ctx context.Context, r route) (*backing, error) {
 	f := sp.f
 	if r == routeStaged {
 		fp := sp.fp
-		d.backing = &backing{f: f, staged: true, absorbed: fp, mtime: fp.mtime}
-		n.sess.addBacked(n)
+		d.backing = &backing{f: f, kind: backingStaged, absorbed: fp, mtime: fp.mtime}
+		n.sess.backed.add(n)
 		return d.backing, nil
 	}
 	if err := n.copyOut(ctx, f, 0, d.size); err != nil {
@@ -565,8 +723,8 @@ func (n *node) openBacking(ctx context.Context, r route) (*backing, error) {
 		f.Close()
 		return nil, fmt.Errorf("backing file: %w", err)
 	}
-	d.backing = &backing{f: f, ingested: d.size, mtime: st.ModTime().UnixNano()}
-	n.sess.addBacked(n)
+	d.backing = &backing{f: f, kind: backingAppender, ingested: d.size, mtime: st.ModTime().UnixNano()}
+	n.sess.backed.add(n)
 	return d.backing, nil
 }
 
@@ -579,13 +737,13 @@ func (n *node) ingest(ctx context.Context) (int64, error) {
 	if b == nil {
 		return d.size, nil
 	}
-	if b.staged {
+	if b.isStaged() {
 		// The daemon is about to use the content itself.
 		if err := n.unstage(ctx); err != nil {
 			return 0, err
 		}
 	}
-	if b.wild && n.sess.stagingOK() {
+	if b.kind == backingWild && n.sess.stagingOK() {
 		// Fingerprints tell whether anything changed, and what did.
 		fp, err := n.absorb(ctx)
 		return fp.size, err
@@ -597,11 +755,11 @@ func (n *node) ingest(ctx context.Context) (int64, error) {
 	}
 	size, mtime := st.Size(), st.ModTime().UnixNano()
 	from := b.ingested
-	if b.wild {
+	if b.kind == backingWild {
 		from = 0
 	}
 	from = min(from, size)
-	if size > from || mtime != b.mtime || b.unsure || mapped {
+	if size > from || mtime != b.mtime || b.unsure() || mapped {
 		buf := make([]byte, min(size-from, 1<<20))
 		for off := from; off < size; {
 			k, err := b.f.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
@@ -628,7 +786,8 @@ func (n *node) ingest(ctx context.Context) (int64, error) {
 		if mtime != b.mtime {
 			n.wroteAt(mtime)
 		}
-		b.ingested, b.mtime, b.fresh, b.unsure = size, mtime, true, mapped
+		b.ingested, b.mtime, b.fresh = size, mtime, true
+		b.looked(mapped)
 		if err := n.sess.maybeSpill(ctx, n, -1); err != nil {
 			return 0, err
 		}
@@ -714,52 +873,119 @@ func (n *node) copyOut(ctx context.Context, f *os.File, off, end int64) error {
 	return nil
 }
 
-// backedSet is the session's nodes that have a backing file.
+// backedSet is the session's nodes that have a backing file, and the
+// state of its backing directory: the names in it to remove, whether it
+// exists and whether its name is durable. The pool of empty backing files
+// (sparePool), the absorber's queue (absorbQueue) and the goroutines that
+// use the store (workers) have locks of their own.
 type backedSet struct {
 	mu    sync.Mutex
 	nodes map[*node]struct{} // GUARDED_BY(mu)
-	// stale names staging files to remove at the next journal reset;
-	// dirSynced is set once the backing directory's name is durable.
-	stale     []string // GUARDED_BY(mu)
-	dirSynced bool     // GUARDED_BY(mu)
-	dirMade   bool     // GUARDED_BY(mu)
-	// pool holds empty backing files made ahead; filling is set while a
-	// goroutine tops it up, closed once the session closed its files.
-	pool    []spare // GUARDED_BY(mu)
-	filling bool    // GUARDED_BY(mu)
-	closed  bool    // GUARDED_BY(mu)
-	seq     uint64  // numbers staging file names; GUARDED_BY(mu)
-	// queue holds closed staged files for the absorber goroutine, which
-	// runs while absorbing is set (staged.go).
-	queue     []queuedAbsorb // GUARDED_BY(mu)
-	absorbing bool           // GUARDED_BY(mu)
-	// spilling is set while a goroutine spills the session's write
-	// buffers (spillLater).
-	spilling bool // GUARDED_BY(mu)
-	// work counts the goroutines that use the store for the session (the
-	// absorber, a spill); one starts only while closed is unset, and the
-	// session's closer waits for them before the store may go.
-	work sync.WaitGroup
+	// stale names staging files to remove at the next journal reset.
+	stale []string // GUARDED_BY(mu)
+	// dirMade is set once the backing directory exists, dirSynced once its
+	// name is durable; seq numbers staging file names (nameStaging).
+	dirMade   atomic.Bool
+	dirSynced atomic.Bool
+	seq       atomic.Uint64
 }
 
-func (s *Session) addBacked(n *node) {
-	s.backed.mu.Lock()
-	defer s.backed.mu.Unlock()
-	if s.backed.nodes == nil {
-		s.backed.nodes = make(map[*node]struct{})
+func (b *backedSet) add(n *node) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.nodes == nil {
+		b.nodes = make(map[*node]struct{})
 	}
-	s.backed.nodes[n] = struct{}{}
+	b.nodes[n] = struct{}{}
 }
 
-func (s *Session) backedNodes() []*node {
-	s.backed.mu.Lock()
-	defer s.backed.mu.Unlock()
-	out := make([]*node, 0, len(s.backed.nodes))
-	for n := range s.backed.nodes {
+func (b *backedSet) remove(n *node) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.nodes, n)
+}
+
+// list returns the nodes with a backing file as of now.
+func (b *backedSet) list() []*node {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]*node, 0, len(b.nodes))
+	for n := range b.nodes {
 		out = append(out, n)
 	}
 	return out
 }
+
+// clear forgets every node (their backing files are closed).
+func (b *backedSet) clear() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.nodes = nil
+}
+
+// addStale records a staging file name to remove at the next journal
+// reset.
+func (b *backedSet) addStale(name string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stale = append(b.stale, name)
+}
+
+func (b *backedSet) hasStale() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.stale) > 0
+}
+
+// takeStale returns the names addStale recorded, and forgets them.
+func (b *backedSet) takeStale() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	stale := b.stale
+	b.stale = nil
+	return stale
+}
+
+// workers counts the goroutines that use the store for a session (the
+// absorber, a background spill): one starts only while the session is
+// open, and the session's closer waits for them before the store may go.
+type workers struct {
+	mu     sync.Mutex
+	closed bool // GUARDED_BY(mu)
+	wg     sync.WaitGroup
+}
+
+// start runs fn in a goroutine of its own, counted, unless the session is
+// closed; it reports whether it did.
+func (w *workers) start(fn func()) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return false
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		fn()
+	}()
+	return true
+}
+
+// isClosed reports whether close was called.
+func (w *workers) isClosed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closed
+}
+
+// close lets no more goroutines start; wait then waits for those started.
+func (w *workers) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+}
+
+func (w *workers) wait() { w.wg.Wait() }
 
 // exactPasses bounds the passes ingestAll makes to find one instant.
 const exactPasses = 4
@@ -783,7 +1009,7 @@ const exactPasses = 4
 // their node took from them (ingestedAsIs). Called with freeze held
 // exclusively.
 func (s *Session) ingestAll(ctx context.Context, all bool) error {
-	nodes := s.backedNodes()
+	nodes := s.backed.list()
 	if len(nodes) == 0 {
 		return nil
 	}
@@ -872,8 +1098,8 @@ func (n *node) dropIdleBacking(gone, absorbed, keepRoom bool) {
 	switch {
 	case gone:
 		n.dropBacking()
-	case b.staged:
-		if absorbed && n.ingestedAsIs() && !(b.kept && keepRoom && b.keptEpoch == n.sess.keepEpoch.Load()) {
+	case b.isStaged():
+		if absorbed && n.ingestedAsIs() && !(b.kind == backingKept && keepRoom && b.stage.keptEpoch == n.sess.keepEpoch.Load()) {
 			n.dropBacking()
 		}
 	case b.fresh:
@@ -894,10 +1120,10 @@ func (n *node) dropIdleBacking(gone, absorbed, keepRoom bool) {
 // closed and idle (ingestAll). (A staged file is marked when its last
 // handle closes, and the periodic flush absorbs it only then.)
 func (s *Session) appendersDue() bool {
-	for _, n := range s.backedNodes() {
+	for _, n := range s.backed.list() {
 		n.mu.Lock()
 		b := n.data.backing
-		due := b != nil && !b.staged && (b.opens == 0 || !n.ingestedAsIs())
+		due := b != nil && !b.isStaged() && (b.opens == 0 || !n.ingestedAsIs())
 		n.mu.Unlock()
 		if due {
 			return true
@@ -911,10 +1137,10 @@ func (s *Session) appendersDue() bool {
 // Called with n.mu held.
 func (n *node) ingestedAsIs() bool {
 	b := n.data.backing
-	if b.unsure || b.mappable() {
+	if b.unsure() || b.mappable() {
 		return false
 	}
-	if b.staged || b.wild && n.sess.stagingOK() {
+	if b.isStaged() || b.kind == backingWild && n.sess.stagingOK() {
 		fp, err := fingerprintOf(b.f)
 		return err == nil && fp == b.absorbed
 	}
@@ -932,17 +1158,17 @@ func (n *node) ingestForFlush(ctx context.Context, all, named bool, absorbed map
 		return nil, nil
 	}
 	n.sawReadsNow() // the flush holds what passthrough readers read
-	if b.staged && !absorbed[n] && !b.absorbDue(all, named) {
+	if b.isStaged() && !absorbed[n] && !b.absorbDue(all, named) {
 		return nil, nil
 	}
-	if b.staged || b.wild && n.sess.stagingOK() {
+	if b.isStaged() || b.kind == backingWild && n.sess.stagingOK() {
 		fp, err := n.absorb(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if b.staged {
+		if b.isStaged() {
 			absorbed[n] = true
-			b.fsynced = false // the head this flush makes holds it
+			b.stage.fsynced = false // the head this flush makes holds it
 		}
 		return func() (bool, error) {
 			now, err := fingerprintOf(b.f)
@@ -983,7 +1209,7 @@ func (n *node) detachIngested(ctx context.Context) (dispose func(), err error) {
 	if _, err := n.ingest(ctx); err != nil {
 		return nil, err
 	}
-	if b.unsure {
+	if b.unsure() {
 		// A mapping may still write it: flushes look at it until none can.
 		return nil, nil
 	}
@@ -1006,23 +1232,20 @@ func (n *node) detachBacking() (dispose func()) {
 	n.sawReadsNow()
 	b := n.data.backing
 	dispose = func() { n.sess.recycleBacking(b.f) }
-	if b.readable || b.linked {
+	if !b.recyclable() {
 		dispose = func() { b.f.Close() }
 	}
 	n.data.backing = nil
-	if b.name != "" {
-		n.sess.staleBacking(b.name)
+	if b.stage.name != "" {
+		n.sess.backed.addStale(b.stage.name)
 	}
-	s := n.sess
-	s.backed.mu.Lock()
-	delete(s.backed.nodes, n)
-	s.backed.mu.Unlock()
+	n.sess.backed.remove(n)
 	return dispose
 }
 
 // closeBackings closes every backing file (the session is going away).
 func (s *Session) closeBackings() {
-	for _, n := range s.backedNodes() {
+	for _, n := range s.backed.list() {
 		n.mu.Lock()
 		if b := n.data.backing; b != nil {
 			b.f.Close()
@@ -1030,14 +1253,10 @@ func (s *Session) closeBackings() {
 		}
 		n.mu.Unlock()
 	}
-	s.backed.mu.Lock()
-	s.backed.nodes = nil
-	s.backed.closed = true
-	pool := s.backed.pool
-	s.backed.pool = nil
-	s.backed.mu.Unlock()
-	for _, sp := range pool {
+	s.backed.clear()
+	s.workers.close()
+	for _, sp := range s.spares.close() {
 		sp.f.Close()
 	}
-	s.backed.work.Wait()
+	s.workers.wait()
 }

@@ -59,9 +59,11 @@ type Session struct {
 	// journal makes writes durable cheaply (journal.go); nil when the
 	// engine has no store directory or the session is read-only.
 	journal *journal
-	// flushNow makes every change durable (Engine.syncPartial); a write
-	// the journal could not take calls it before it is acknowledged. Set
-	// with journal.
+	// flushNow makes every change durable and moves the head to it
+	// (Engine.syncPartial: the flush, the catalog's commit, durableAt):
+	// the step of an fsync the journal cannot take, and of a write the
+	// journal refused, before it is acknowledged. The engine sets it when
+	// it makes the session live; nil for a read-only session.
 	flushNow func(context.Context) error
 	// replayed is what replaying the journal cost; written before the
 	// session is shown, read-only after.
@@ -71,9 +73,18 @@ type Session struct {
 	// orphans keeps the chunks of batches whose commit failed (orphans.go).
 	orphans orphans
 	// backingDir holds the backing files of passthrough opens; empty for
-	// none (no store directory). backed lists the nodes that have one.
+	// none (no store directory). backed lists the nodes that have one,
+	// spares holds empty ones made ahead, absorbs the closed staged files
+	// the absorber is to take (staged.go).
 	backingDir string
 	backed     backedSet
+	spares     sparePool
+	absorbs    absorbQueue
+	// workers counts the goroutines that use the store for the session:
+	// the absorber, and a spill of its write buffers (spillLater), which
+	// runs while spilling is set.
+	workers  workers
+	spilling atomic.Bool
 	// staging says whether files may be staged (staged.go); noStage
 	// turns it off.
 	noStage bool

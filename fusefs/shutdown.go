@@ -194,7 +194,7 @@ func (e *Engine) endMounts(ctx context.Context, mounts []*Mount) (busy map[*Sess
 // lost, and the failure is logged.
 func (s *Session) sealBackings() {
 	var failed error
-	for _, n := range s.backedNodes() {
+	for _, n := range s.backed.list() {
 		n.mu.Lock()
 		// Only a file a writer may still reach: a passthrough handle is
 		// open, or a mapping may outlive one. Sealing the others would

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -54,8 +55,8 @@ import (
 // file's name and the size synced) to the journal; a replay reads the
 // content back from the staging file. Every durable head move empties the
 // journal, so a flush absorbs every staged file with such content
-// (b.fsynced) first, and a staging file's name is removed only once a
-// journal reset follows its drop (removeStaleBackings).
+// (stageState.fsynced) first, and a staging file's name is removed only
+// once a journal reset follows its drop (removeStaleBackings).
 
 // fingerprint identifies a staging file's state: with multigrain
 // timestamps every write changes ctime.
@@ -126,7 +127,7 @@ func (n *node) observe() (int64, error) {
 		return 0, err
 	}
 	n.noteWrite(b, fp)
-	b.size = fp.size
+	b.stage.size = fp.size
 	return fp.size, nil
 }
 
@@ -153,8 +154,8 @@ func (n *node) absorb(ctx context.Context) (fingerprint, error) {
 	if err != nil {
 		return fp, err
 	}
-	if fp == b.absorbed && !b.unsure && !mapped {
-		b.idle.due = false
+	if fp == b.absorbed && !b.unsure() && !mapped {
+		b.stage.idle.due = false
 		return fp, nil
 	}
 	if fp.size < d.size {
@@ -192,7 +193,8 @@ func (n *node) absorb(ctx context.Context) (fingerprint, error) {
 		n.sess.markWritten(n, fp.size, fp.size)
 	}
 	n.noteWrite(b, fp)
-	b.absorbed, b.size, b.ingested, b.fresh, b.unsure = fp, fp.size, fp.size, true, mapped
+	b.absorbed, b.stage.size, b.ingested, b.fresh = fp, fp.size, fp.size, true
+	b.looked(mapped)
 	b.idleAbsorbed(time.Now())
 	return fp, nil
 }
@@ -225,11 +227,9 @@ func (n *node) unstage(ctx context.Context) error {
 	if _, err := n.absorb(ctx); err != nil {
 		return err
 	}
-	b.staged, b.wild, b.kept = false, true, false
-	if b.name != "" {
+	if name := b.unstage(); name != "" {
 		// A journal record may point at the file until the next reset.
-		n.sess.staleBacking(b.name)
-		b.name = ""
+		n.sess.backed.addStale(name)
 	}
 	return nil
 }
@@ -239,7 +239,7 @@ func (n *node) unstage(ctx context.Context) error {
 // the file is closed or holds fsynced content no durable head has. Called
 // with the node's mu held.
 func (b *backing) absorbDue(all, named bool) bool {
-	return named && (all || b.opens == 0 || b.fsynced || b.idle.due)
+	return named && (all || b.opens == 0 || b.stage.fsynced || b.stage.idle.due)
 }
 
 // idleState is the periodic flush's watch on a staged file that stays
@@ -267,15 +267,16 @@ const (
 // and reports whether one is due (idleState). One fstat each.
 func (s *Session) stagedIdle(now time.Time) bool {
 	due := false
-	for _, n := range s.backedNodes() {
+	for _, n := range s.backed.list() {
 		n.mu.Lock()
 		b := n.data.backing
-		if b != nil && b.staged && b.opens > 0 && !b.idle.due {
+		if b != nil && b.isStaged() && b.opens > 0 && !b.stage.idle.due {
 			if fp, err := fingerprintOf(b.f); err == nil && fp != b.absorbed {
-				if fp == b.idle.seen && !now.Before(b.idle.next) {
-					b.idle.due, due = true, true
+				idle := &b.stage.idle
+				if fp == idle.seen && !now.Before(idle.next) {
+					idle.due, due = true, true
 				}
-				b.idle.seen = fp
+				idle.seen = fp
 			}
 		}
 		n.mu.Unlock()
@@ -286,29 +287,84 @@ func (s *Session) stagedIdle(now time.Time) bool {
 // idleAbsorbed records an absorb of b made because it was due. Called
 // with the node's mu held.
 func (b *backing) idleAbsorbed(now time.Time) {
-	if !b.idle.due {
+	idle := &b.stage.idle
+	if !idle.due {
 		return
 	}
-	b.idle.due = false
-	b.idle.gap = min(max(2*b.idle.gap, idleGapMin), idleGapMax)
-	b.idle.next = now.Add(b.idle.gap)
+	idle.due = false
+	idle.gap = min(max(2*idle.gap, idleGapMin), idleGapMax)
+	idle.next = now.Add(idle.gap)
 }
 
 // absorbLater queues n, a staged file whose last passthrough handle
 // closed, for the session's absorber, which absorbs and drops it under the
 // freeze lock held shared, as a writer would, rather than in a flush.
+// Once the session is closed nothing is queued and no absorber starts
+// (workers); one that runs ends at its next look at the queue, which it
+// empties.
 func (s *Session) absorbLater(n *node) {
-	s.backed.mu.Lock()
-	defer s.backed.mu.Unlock()
-	if s.backed.closed {
+	if s.workers.isClosed() {
 		return
 	}
-	s.backed.queue = append(s.backed.queue, queuedAbsorb{n: n, closed: time.Now(), epoch: s.keepEpoch.Load()})
-	if !s.backed.absorbing {
-		s.backed.absorbing = true
-		s.backed.work.Add(1)
-		go s.absorber()
+	q := queuedAbsorb{n: n, closed: time.Now(), epoch: s.keepEpoch.Load()}
+	if s.absorbs.add(q) && !s.workers.start(s.absorber) {
+		s.absorbs.stopped()
 	}
+}
+
+// absorbQueue holds the closed staged files waiting for the absorber
+// goroutine, which runs while running is set: the queue and the flag are
+// under one lock, so that a file queued as the absorber ends (it found
+// the queue empty) starts the next one.
+type absorbQueue struct {
+	mu      sync.Mutex
+	queue   []queuedAbsorb // GUARDED_BY(mu)
+	running bool           // GUARDED_BY(mu)
+}
+
+// add queues q and reports whether the caller is to start the absorber:
+// none runs (running is then set).
+func (a *absorbQueue) add(q queuedAbsorb) (start bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.queue = append(a.queue, q)
+	if a.running {
+		return false
+	}
+	a.running = true
+	return true
+}
+
+// take is the absorber's look at the queue: it empties it and returns
+// what it held, or reports end (running is then unset) when the session
+// closed, or when the queue was empty and the absorber lingered long
+// enough.
+func (a *absorbQueue) take(closed, lingered bool) (queue []queuedAbsorb, end bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	queue = a.queue
+	a.queue = nil
+	if closed || len(queue) == 0 && lingered {
+		a.running = false
+		return nil, true
+	}
+	return queue, false
+}
+
+// putBack puts the files the absorber held back at the queue's head.
+func (a *absorbQueue) putBack(held []queuedAbsorb) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.queue = append(held, a.queue...)
+}
+
+// stopped undoes add's claim of the absorber, which did not start (the
+// session closed): the queue is dropped.
+func (a *absorbQueue) stopped() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.queue = nil
+	a.running = false
 }
 
 // queuedAbsorb is a closed staged file waiting for the absorber: when its
@@ -347,19 +403,13 @@ const (
 // absorber takes over the queued nodes; it ends once the queue stayed
 // empty for absorbLinger, or the session closed.
 func (s *Session) absorber() {
-	defer s.backed.work.Done()
 	ctx := context.Background()
 	var idle time.Duration
 	for {
-		s.backed.mu.Lock()
-		queue := s.backed.queue
-		s.backed.queue = nil
-		if s.backed.closed || len(queue) == 0 && idle >= absorbLinger {
-			s.backed.absorbing = false
-			s.backed.mu.Unlock()
+		queue, end := s.absorbs.take(s.workers.isClosed(), idle >= absorbLinger)
+		if end {
 			return
 		}
-		s.backed.mu.Unlock()
 		if len(queue) == 0 {
 			time.Sleep(absorbPoll)
 			idle += absorbPoll
@@ -382,9 +432,7 @@ func (s *Session) absorber() {
 		if len(held) == 0 {
 			continue
 		}
-		s.backed.mu.Lock()
-		s.backed.queue = append(held, s.backed.queue...)
-		s.backed.mu.Unlock()
+		s.absorbs.putBack(held)
 		if !took {
 			time.Sleep(absorbHeldPoll)
 		}
@@ -408,12 +456,12 @@ func (s *Session) absorbQueued(ctx context.Context, q *queuedAbsorb) bool {
 	var err error
 	var dispose func()
 	evict := false
-	if b := n.data.backing; b != nil && b.staged && b.opens == 0 {
-		big := reachable && !b.kept && holdStaged(b) // one fstat
+	if b := n.data.backing; b != nil && b.isStaged() && b.opens == 0 {
+		big := reachable && b.kind != backingKept && holdStaged(b) // one fstat
 		switch {
 		case !reachable:
 			dispose = n.detachBacking() // unlinked and closed: nothing to keep
-		case b.kept:
+		case b.kind == backingKept:
 			// A read copy whose last reader closed: as it was.
 		case big && q.until.IsZero():
 			hold := absorbHold
@@ -426,7 +474,7 @@ func (s *Session) absorbQueued(ctx context.Context, q *queuedAbsorb) bool {
 			return false
 		case big && q.epoch == s.keepEpoch.Load() && s.keepRoom():
 			if _, err = n.absorb(ctx); err == nil {
-				b.kept, b.keptAt, b.keptEpoch = true, time.Now(), q.epoch
+				b.keep(q.epoch, time.Now())
 				evict = true
 			}
 		default:
@@ -462,7 +510,7 @@ func holdStaged(b *backing) bool {
 }
 
 // Read copies. A big staged file (absorbHoldMin) that the absorber takes
-// stays its node's backing file once absorbed, flagged kept: the node
+// stays its node's backing file once absorbed, of kind kept: the node
 // holds its content (into the store with the next flush) and the staging
 // file the same bytes, so a reader's open, at any later time, reads it
 // through passthrough at the page cache's speed rather than the daemon's
@@ -508,11 +556,11 @@ func (s *Session) evictKept() {
 	}
 	var kept []keptCopy
 	var total int64
-	for _, n := range s.backedNodes() {
+	for _, n := range s.backed.list() {
 		n.mu.Lock()
-		if b := n.data.backing; b != nil && b.kept {
-			kept = append(kept, keptCopy{n, b.keptAt, b.size})
-			total += b.size
+		if b := n.data.backing; b != nil && b.kind == backingKept {
+			kept = append(kept, keptCopy{n, b.stage.keptAt, b.stage.size})
+			total += b.stage.size
 		}
 		n.mu.Unlock()
 	}
@@ -522,7 +570,7 @@ func (s *Session) evictKept() {
 			return
 		}
 		c.n.mu.Lock()
-		if b := c.n.data.backing; b != nil && b.kept && b.keptAt.Equal(c.at) && b.opens == 0 && c.n.ingestedAsIs() {
+		if b := c.n.data.backing; b != nil && b.kind == backingKept && b.stage.keptAt.Equal(c.at) && b.opens == 0 && c.n.ingestedAsIs() {
 			c.n.dropBacking()
 			total -= c.size
 		}
@@ -536,9 +584,9 @@ func (s *Session) evictKept() {
 // nothing the daemon sees until its close.
 func (s *Session) dropKeptIfFull() {
 	has := false
-	for _, n := range s.backedNodes() {
+	for _, n := range s.backed.list() {
 		n.mu.Lock()
-		has = has || n.data.backing != nil && n.data.backing.kept
+		has = has || n.data.backing != nil && n.data.backing.kind == backingKept
 		n.mu.Unlock()
 	}
 	if !has || s.keepRoom() {
@@ -560,37 +608,19 @@ func (s *Session) forgetKept() {
 // dropKept drops every read copy of s that no handle uses. Called with
 // freeze held (shared or exclusively).
 func (s *Session) dropKept() {
-	for _, n := range s.backedNodes() {
+	for _, n := range s.backed.list() {
 		n.mu.Lock()
-		if b := n.data.backing; b != nil && b.kept && b.opens == 0 && n.ingestedAsIs() {
+		if b := n.data.backing; b != nil && b.kind == backingKept && b.opens == 0 && n.ingestedAsIs() {
 			n.dropBacking()
 		}
 		n.mu.Unlock()
 	}
 }
 
-// staleBacking records a staging file name to remove at the next journal
-// reset.
-func (s *Session) staleBacking(name string) {
-	s.backed.mu.Lock()
-	defer s.backed.mu.Unlock()
-	s.backed.stale = append(s.backed.stale, name)
-}
-
-func (s *Session) hasStaleBackings() bool {
-	s.backed.mu.Lock()
-	defer s.backed.mu.Unlock()
-	return len(s.backed.stale) > 0
-}
-
 // removeStaleBackings removes the staging files no journal record can
 // name any more.
 func (s *Session) removeStaleBackings() {
-	s.backed.mu.Lock()
-	stale := s.backed.stale
-	s.backed.stale = nil
-	s.backed.mu.Unlock()
-	s.removeBackingNames(stale)
+	s.removeBackingNames(s.backed.takeStale())
 }
 
 // clearBackingDir removes what an earlier daemon left in the backing
@@ -636,13 +666,13 @@ func (s *Session) hasName(n *node) bool {
 
 // fsyncStaged makes n's staged content durable, if n is staged: it
 // reports false when it is not.
-func (e *Engine) fsyncStaged(ctx context.Context, s *Session, n *node) (bool, error) {
+func (s *Session) fsyncStaged(ctx context.Context, n *node) (bool, error) {
 	if n.kind != manifest.KindFile || s.journal == nil {
 		return false, nil
 	}
 	n.mu.Lock()
 	b := n.data.backing
-	staged := b != nil && b.staged
+	staged := b != nil && b.isStaged()
 	n.mu.Unlock()
 	if !staged {
 		return false, nil
@@ -661,22 +691,22 @@ func (e *Engine) fsyncStaged(ctx context.Context, s *Session, n *node) (bool, er
 		return true, err
 	}
 	for range 3 {
-		done, err := e.journalStage(ctx, s, n, b, name, fp.size)
+		done, err := s.journalStage(ctx, n, b, name, fp.size)
 		if err != nil || done {
 			return true, err
 		}
 		// The namespace changed since the durable head: move it first.
-		if err := e.syncPartial(ctx, s); err != nil {
+		if err := s.flushNow(ctx); err != nil {
 			return true, err
 		}
 	}
 	// The namespace keeps changing: let a flush absorb the file.
 	n.mu.Lock()
-	if b.staged {
-		b.fsynced = true
+	if b.isStaged() {
+		b.stage.fsynced = true
 	}
 	n.mu.Unlock()
-	return true, e.syncPartial(ctx, s)
+	return true, s.flushNow(ctx)
 }
 
 // nameStaging gives b's file a durable name in the backing directory, if
@@ -684,18 +714,13 @@ func (e *Engine) fsyncStaged(ctx context.Context, s *Session, n *node) (bool, er
 func (s *Session) nameStaging(n *node, b *backing) (string, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if b.name != "" {
-		return b.name, nil
+	if b.stage.name != "" {
+		return b.stage.name, nil
 	}
-	s.backed.mu.Lock()
-	dirSynced := s.backed.dirSynced
-	s.backed.mu.Unlock()
+	dirSynced := s.backed.dirSynced.Load()
 	var name string
 	for {
-		s.backed.mu.Lock()
-		s.backed.seq++
-		name = fmt.Sprintf("%d-%d", n.ino, s.backed.seq)
-		s.backed.mu.Unlock()
+		name = fmt.Sprintf("%d-%d", n.ino, s.backed.seq.Add(1))
 		err := unix.Linkat(unix.AT_FDCWD, procPath(b.f), unix.AT_FDCWD, filepath.Join(s.backingDir, name), unix.AT_SYMLINK_FOLLOW)
 		if err == nil {
 			break
@@ -719,17 +744,15 @@ func (s *Session) nameStaging(n *node, b *backing) (string, error) {
 			return "", fmt.Errorf("sync backing directory: %w", err)
 		}
 	}
-	s.backed.mu.Lock()
-	s.backed.dirSynced = true
-	s.backed.mu.Unlock()
-	b.name, b.linked = name, true
+	s.backed.dirSynced.Store(true)
+	b.stage.name, b.linked = name, true
 	return name, nil
 }
 
 // journalStage appends a stage record for n (staged in b, named name, size
 // bytes synced) to the journal. It reports false when the durable head does
 // not have n's path (the namespace changed since).
-func (e *Engine) journalStage(ctx context.Context, s *Session, n *node, b *backing, name string, size int64) (bool, error) {
+func (s *Session) journalStage(ctx context.Context, n *node, b *backing, name string, size int64) (bool, error) {
 	s.freeze.RLock()
 	defer s.freeze.RUnlock()
 	path, meta, named := s.durablePath(n)
@@ -737,10 +760,10 @@ func (e *Engine) journalStage(ctx context.Context, s *Session, n *node, b *backi
 		return false, nil
 	}
 	n.mu.Lock()
-	if n.data.backing != b || !b.staged {
+	if n.data.backing != b || !b.isStaged() {
 		// Unstaged meanwhile: the node holds the content now.
 		n.mu.Unlock()
-		done, err := e.journalFsync(ctx, s, n)
+		done, err := s.journalFsync(ctx, n)
 		if err != nil || done {
 			return true, err
 		}
@@ -751,14 +774,14 @@ func (e *Engine) journalStage(ctx context.Context, s *Session, n *node, b *backi
 		return true, nil // no durable name: nothing to bring back
 	}
 	// Set first: should the append fail, a flush absorbs the file.
-	b.fsynced = true
+	b.stage.fsynced = true
 	n.mu.Unlock()
 	err := s.journal.append([]journalRecord{{path: path, off: stageOff, size: size, data: []byte(name)}})
 	if errors.Is(err, errJournalFull) {
-		return true, e.syncPartial(ctx, s)
+		return true, s.flushNow(ctx)
 	}
-	// b.fsynced stays set: the journal holds the record only until the
-	// head next moves, and the flush that moves it absorbs the file.
+	// b.stage.fsynced stays set: the journal holds the record only until
+	// the head next moves, and the flush that moves it absorbs the file.
 	return true, err
 }
 

@@ -31,7 +31,7 @@ func stagedState(t *testing.T, e *Engine, session, path string) (bool, int) {
 	if n.data.backing == nil {
 		return false, -1
 	}
-	return n.data.backing.staged, n.data.backing.opens
+	return n.data.backing.isStaged(), n.data.backing.opens
 }
 
 // readThroughBacking reads the file at p, name in session "s", whole and
@@ -314,13 +314,13 @@ func TestIdleGap(t *testing.T) {
 	now := time.Unix(1000, 0)
 	gaps := []time.Duration{}
 	for range 8 {
-		b.idle.due = true
+		b.stage.idle.due = true
 		b.idleAbsorbed(now)
-		gaps = append(gaps, b.idle.next.Sub(now))
+		gaps = append(gaps, b.stage.idle.next.Sub(now))
 	}
 	require.Equal(t, []time.Duration{10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second, 160 * time.Second, 5 * time.Minute, 5 * time.Minute, 5 * time.Minute}, gaps)
 	b.idleAbsorbed(now) // not due: nothing changes
-	require.Equal(t, 5*time.Minute, b.idle.next.Sub(now))
+	require.Equal(t, 5*time.Minute, b.stage.idle.next.Sub(now))
 }
 
 // TestStagedKillPriv: privileges set after a staged write stay; a write
@@ -440,18 +440,18 @@ func poolLen(t *testing.T, e *Engine, session string) int {
 	t.Helper()
 	s, err := e.live(context.Background(), session)
 	require.NoError(t, err)
-	s.backed.mu.Lock()
-	defer s.backed.mu.Unlock()
-	return len(s.backed.pool)
+	s.spares.mu.Lock()
+	defer s.spares.mu.Unlock()
+	return len(s.spares.spares)
 }
 
 func pooled(t *testing.T, e *Engine, session string, f *os.File) bool {
 	t.Helper()
 	s, err := e.live(context.Background(), session)
 	require.NoError(t, err)
-	s.backed.mu.Lock()
-	defer s.backed.mu.Unlock()
-	for _, g := range s.backed.pool {
+	s.spares.mu.Lock()
+	defer s.spares.mu.Unlock()
+	for _, g := range s.spares.spares {
 		if g.f == f {
 			return true
 		}
@@ -548,12 +548,12 @@ func TestStagedPoolEmpty(t *testing.T) {
 	e, m, p := mountedFile(t, "f")
 	s, err := e.live(context.Background(), "s")
 	require.NoError(t, err)
-	s.backed.mu.Lock()
-	require.NotEmpty(t, s.backed.pool, "a mount starts with staging files ready")
-	pool := s.backed.pool
-	s.backed.pool = nil
-	s.backed.filling = true // no refill meanwhile
-	s.backed.mu.Unlock()
+	s.spares.mu.Lock()
+	require.NotEmpty(t, s.spares.spares, "a mount starts with staging files ready")
+	pool := s.spares.spares
+	s.spares.spares = nil
+	s.spares.filling = true // no refill meanwhile
+	s.spares.mu.Unlock()
 
 	w, err := openT(t, p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	require.NoError(t, err)
@@ -565,9 +565,9 @@ func TestStagedPoolEmpty(t *testing.T) {
 	require.NoError(t, w.Close())
 	require.Equal(t, "served by the daemon", read(t, p))
 
-	s.backed.mu.Lock()
-	s.backed.pool, s.backed.filling = pool, false
-	s.backed.mu.Unlock()
+	s.spares.mu.Lock()
+	s.spares.spares, s.spares.filling = pool, false
+	s.spares.mu.Unlock()
 	g := filepath.Join(m.Dir(), "g")
 	w, err = openT(t, g, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	require.NoError(t, err)
@@ -726,7 +726,7 @@ func keptState(t *testing.T, e *Engine, session, path string) (bool, int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if b := n.data.backing; b != nil {
-		return b.kept, b.opens
+		return b.kind == backingKept, b.opens
 	}
 	return false, -1
 }

@@ -75,14 +75,14 @@ func (s *Session) state() SessionState {
 	}
 	// Files with a backing file are the few open for writing through the
 	// kernel, or lately so: one fstat each.
-	for _, n := range s.backedNodes() {
+	for _, n := range s.backed.list() {
 		n.mu.Lock()
 		if b := n.data.backing; b != nil && b.f != nil {
 			if fi, err := b.f.Stat(); err == nil {
 				switch size := fi.Size(); {
-				case size > b.ingested && !b.wild:
+				case size > b.ingested && b.kind != backingWild:
 					st.StagedBytes += size - b.ingested
-				case size != b.ingested || fi.ModTime().UnixNano() != b.mtime || b.wild:
+				case size != b.ingested || fi.ModTime().UnixNano() != b.mtime || b.kind == backingWild:
 					st.StagedBytes += size
 				}
 			}

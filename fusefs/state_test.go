@@ -41,8 +41,8 @@ func TestSessionState(t *testing.T) {
 	st, _ = e.SessionState("s")
 	require.GreaterOrEqual(t, st.DirtyBytes, int64(100_000))
 	require.GreaterOrEqual(t, st.DirtyEntries, 3, "rw, out, d and the root")
-	t.Logf("staged files: %d, state %+v", len(m.sess.backedNodes()), st)
-	if len(m.sess.backedNodes()) > 0 { // staging needs O_TMPFILE where the store is
+	t.Logf("staged files: %d, state %+v", len(m.sess.backed.list()), st)
+	if len(m.sess.backed.list()) > 0 { // staging needs O_TMPFILE where the store is
 		require.Equal(t, int64(30_000), st.StagedBytes)
 	}
 

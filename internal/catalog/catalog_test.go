@@ -296,3 +296,22 @@ func TestSetHandles(t *testing.T) {
 	_, err = c.SetHandles(ctx, "missing", nil)
 	require.ErrorIs(t, err, ErrNoSession)
 }
+
+// TestCaptureHead: the head CaptureHead returns is the head it wrote, as
+// Head reads it back, one generation past the head before.
+func TestCaptureHead(t *testing.T) {
+	ctx := context.Background()
+	c, st := newTestCatalog(t)
+	before, err := c.CreateSession(ctx, "s", "")
+	require.NoError(t, err)
+	root := buildTree(t, st, "s", 2)
+	snap, id, h, err := c.CaptureHead(ctx, "s", root, "m", nil)
+	require.NoError(t, err)
+	require.Equal(t, before.Gen+1, h.Gen)
+	require.Equal(t, root, h.Root)
+	require.Equal(t, id, h.Snapshot)
+	require.Equal(t, root, snap.Root)
+	read, err := c.Head(ctx, "s")
+	require.NoError(t, err)
+	require.Equal(t, read, h)
+}

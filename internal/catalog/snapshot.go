@@ -22,12 +22,20 @@ import (
 // land or neither does (ErrConflict if the head moved). Cost: O(1) in the
 // size of the tree.
 func (c *Catalog) Capture(ctx context.Context, name string, root cas.Ref, msg string, handles map[string]manifest.Handle) (*manifest.Snapshot, string, error) {
+	snap, id, _, err := c.CaptureHead(ctx, name, root, msg, handles)
+	return snap, id, err
+}
+
+// CaptureHead is Capture, and also returns the head it wrote: a caller
+// that keeps the head's generation (a live session, whose flushes expect
+// it) takes it from there rather than reading the head again.
+func (c *Catalog) CaptureHead(ctx context.Context, name string, root cas.Ref, msg string, handles map[string]manifest.Handle) (*manifest.Snapshot, string, *Head, error) {
 	if root.IsZero() {
-		return nil, "", fmt.Errorf("catalog: capture %s: zero root", name)
+		return nil, "", nil, fmt.Errorf("catalog: capture %s: zero root", name)
 	}
 	h, raw, err := c.readHead(ctx, name)
 	if err != nil {
-		return nil, "", fmt.Errorf("catalog: capture: %w", err)
+		return nil, "", nil, fmt.Errorf("catalog: capture: %w", err)
 	}
 	now := c.nowNs()
 	merged := mergeHandles(h.Handles, handles)
@@ -50,15 +58,15 @@ func (c *Catalog) Capture(ctx context.Context, name string, root cas.Ref, msg st
 	}
 	enc, err := manifest.EncodeSnapshot(snap)
 	if err != nil {
-		return nil, "", fmt.Errorf("catalog: capture %s: %w", name, err)
+		return nil, "", nil, fmt.Errorf("catalog: capture %s: %w", name, err)
 	}
 	ref, err := c.store.Put(ctx, enc)
 	if err != nil {
-		return nil, "", fmt.Errorf("catalog: capture %s: put record: %w", name, err)
+		return nil, "", nil, fmt.Errorf("catalog: capture %s: put record: %w", name, err)
 	}
 	id := manifest.SnapshotID(enc)
 	if id != ref.Hex() {
-		return nil, "", fmt.Errorf("catalog: capture %s: store put the record as %s, its id is %s", name, ref.Short(), id)
+		return nil, "", nil, fmt.Errorf("catalog: capture %s: store put the record as %s, its id is %s", name, ref.Short(), id)
 	}
 	h.Root = root
 	h.Snapshot = id
@@ -69,9 +77,9 @@ func (c *Catalog) Capture(ctx context.Context, name string, root cas.Ref, msg st
 	// parent, time and content) has the same id and the same session.
 	index := cas.NameOp{Name: snapshotName(id), Value: []byte(name)}
 	if err := c.replaceHead(ctx, h, raw, []cas.NameOp{index}, true); err != nil {
-		return nil, "", fmt.Errorf("catalog: capture %s: %w", name, err)
+		return nil, "", nil, fmt.Errorf("catalog: capture %s: %w", name, err)
 	}
-	return snap, id, nil
+	return snap, id, h, nil
 }
 
 // Snapshot returns the snapshot named by id, a full id or a unique prefix
