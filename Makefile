@@ -15,7 +15,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 all: lint build test
 
 build:
-	$(GO) build -ldflags "-X homefs/internal/version.Version=$(VERSION)" -o $(BIN) ./cmd/homefs
+	$(GO) build -ldflags "-X github.com/homefs/homefs/internal/version.Version=$(VERSION)" -o $(BIN) ./cmd/homefs
 
 # The test command (README): every package, with the race detector; then
 # the mount's suite again over FUSE over io_uring (fusefs tests use

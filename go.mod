@@ -1,4 +1,4 @@
-module homefs
+module github.com/homefs/homefs
 
 go 1.26.0
 

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"homefs/cas"
-	"homefs/cas/castest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/castest"
 )
 
 func openBadger(t *testing.T, dir string) *cas.BadgerStore {

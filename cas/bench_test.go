@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"homefs/cas"
-	"homefs/cas/castest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/castest"
 )
 
 // Benchmarks run fast at -benchtime=1x (CI smoke); figures in

@@ -19,7 +19,7 @@ import (
 	"github.com/dgraph-io/ristretto/v2/z"
 	"golang.org/x/sys/unix"
 
-	"homefs/internal/atomicfile"
+	"github.com/homefs/homefs/internal/atomicfile"
 )
 
 // Badger meets damage in two ways that a store must not accept. At open it

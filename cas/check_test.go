@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // fillStore writes n incompressible chunks of 100 KiB (value log entries)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"homefs/cas/internal/gen"
+	"github.com/homefs/homefs/cas/internal/gen"
 )
 
 func TestEncodeChunkChoosesCodec(t *testing.T) {

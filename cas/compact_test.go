@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 func randomBytes(rng *rand.Rand, n int) []byte {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // procStatus reads a "kB" field of /proc/self/status in bytes.

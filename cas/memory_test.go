@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"homefs/cas"
-	"homefs/cas/castest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/castest"
 )
 
 func TestMemoryConformance(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 func TestParseRefErrors(t *testing.T) {

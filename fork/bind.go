@@ -10,8 +10,8 @@ import (
 	"slices"
 	"strings"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // BindRequest asks to bind provider session ID of Provider from session

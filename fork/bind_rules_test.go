@@ -8,10 +8,10 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"homefs/cas"
-	"homefs/fork"
-	"homefs/fork/forktest"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/fork"
+	"github.com/homefs/homefs/fork/forktest"
+	"github.com/homefs/homefs/manifest"
 )
 
 // fixtureEnv loads a fixture case into a MemEnv as sessions src and dst.

@@ -8,10 +8,10 @@ import (
 	"path/filepath"
 	"testing"
 
-	"homefs/cas"
-	"homefs/fork"
-	"homefs/fork/forktest"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/fork"
+	"github.com/homefs/homefs/fork/forktest"
+	"github.com/homefs/homefs/manifest"
 )
 
 var sentinels = map[string]error{

@@ -8,12 +8,12 @@ import (
 	"path/filepath"
 	"testing"
 
-	"homefs/cas"
-	"homefs/fork"
-	"homefs/fusefs"
-	"homefs/internal/codextest"
-	"homefs/internal/mockresponses"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/fork"
+	"github.com/homefs/homefs/fusefs"
+	"github.com/homefs/homefs/internal/codextest"
+	"github.com/homefs/homefs/internal/mockresponses"
+	"github.com/homefs/homefs/manifest"
 )
 
 // TestCodexBindResume runs the real Codex CLI (offline, against the mock

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // Content reads a stored file one chunk at a time: it holds at most one

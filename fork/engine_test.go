@@ -6,9 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"homefs/cas"
-	"homefs/fork"
-	"homefs/fusefs"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/fork"
+	"github.com/homefs/homefs/fusefs"
 )
 
 // TestBindWithEngine binds through the real fusefs.Engine: rollouts are

@@ -3,8 +3,8 @@ package fork
 import (
 	"context"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // Sessions is what binding needs of the sessions it works on. fusefs.Engine

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strings"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // rollout is a provider session's rollout found in a session tree.

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"testing"
 
-	"homefs/cas"
-	"homefs/fork"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/fork"
 )
 
 // seedFiles adds every regular file under dir (cut to limit bytes) as a

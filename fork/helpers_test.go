@@ -3,9 +3,9 @@ package fork_test
 import (
 	"context"
 
-	"homefs/cas"
-	"homefs/fork/forktest"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/fork/forktest"
+	"github.com/homefs/homefs/manifest"
 )
 
 func forktestEdit(ctx context.Context, store cas.Store, root cas.Ref, p string, e *manifest.Entry) (cas.Ref, error) {

@@ -8,8 +8,8 @@ import (
 	"slices"
 	"strings"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // A provider's home is found where the session's layout records it or, for

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"homefs/cas"
-	"homefs/fork"
-	"homefs/fork/forktest"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/fork"
+	"github.com/homefs/homefs/fork/forktest"
+	"github.com/homefs/homefs/manifest"
 )
 
 // treeOf stores a tree holding files (path → content; a path ending in

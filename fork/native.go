@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	"homefs/manifest"
+	"github.com/homefs/homefs/manifest"
 )
 
 // The native snapshot format of the TypeScript harness:

@@ -13,9 +13,9 @@ import (
 	"slices"
 	"strings"
 
-	"homefs/cas"
-	"homefs/internal/atomicfile"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/atomicfile"
+	"github.com/homefs/homefs/manifest"
 )
 
 // ImportNative reads a native snapshot (its JSON, and the blob directory

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"testing"
 
-	"homefs/cas"
-	"homefs/fork"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/fork"
+	"github.com/homefs/homefs/manifest"
 )
 
 const nativeDir = "../testdata/native"

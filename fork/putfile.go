@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"io"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // PutFile stores the bytes of r as a file, one manifest.ChunkSize chunk at

@@ -9,8 +9,8 @@ import (
 	"fmt"
 	"io"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // MaxLineSize bounds one rollout line. Codex writes tool output into its

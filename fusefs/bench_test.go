@@ -44,8 +44,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"homefs/cas"
-	"homefs/internal/catalog"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/catalog"
 )
 
 // benchSizes are the workload sizes of one scale.

@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"homefs/cas"
-	"homefs/internal/catalog"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/catalog"
 )
 
 // TestBufferBudget: while the engine's write buffers are under their

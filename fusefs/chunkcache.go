@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"sync"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // chunkCache keeps recently read chunks in their plain form, so that a

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"homefs/internal/archive"
-	"homefs/internal/fsck"
+	"github.com/homefs/homefs/internal/archive"
+	"github.com/homefs/homefs/internal/fsck"
 )
 
 // verifySnapshot runs the fsck verifier over snapshot id and exports it

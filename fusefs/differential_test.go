@@ -20,8 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"homefs/cas"
-	"homefs/internal/fsck"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/fsck"
 )
 
 // TestDifferential applies one random sequence of system calls to a

@@ -16,10 +16,10 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"homefs/cas"
-	"homefs/fusefs/uring"
-	"homefs/internal/catalog"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/fusefs/uring"
+	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/manifest"
 )
 
 // Errors of the Engine API.

@@ -7,7 +7,7 @@ import (
 	"net/url"
 	"syscall"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // toErrno is the one place where errors become kernel errnos. POSIX

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 func TestToErrno(t *testing.T) {

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"sort"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // batchPutter lets manifest helpers put into a batch.

@@ -15,7 +15,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"homefs/manifest"
+	"github.com/homefs/homefs/manifest"
 )
 
 // fnode is a node as one mount shows it. go-fuse keeps one inode tree per

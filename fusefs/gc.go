@@ -8,9 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"homefs/cas"
-	"homefs/internal/catalog"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/manifest"
 )
 
 // Garbage collection runs while sessions are mounted and written. Its

@@ -8,9 +8,9 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 
-	"homefs/cas"
-	"homefs/internal/catalog"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/manifest"
 )
 
 // Root returns the session's current root, durably flushed first when the

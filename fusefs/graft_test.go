@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"homefs/manifest"
+	"github.com/homefs/homefs/manifest"
 )
 
 // entryAt finds path in root.

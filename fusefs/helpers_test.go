@@ -20,8 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // helperEnv names the helper a re-executed test binary runs instead of

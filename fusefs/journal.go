@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"homefs/manifest"
+	"github.com/homefs/homefs/manifest"
 )
 
 // The journal makes the commonest fsync cheap: a process rewrote or

@@ -14,8 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"homefs/cas"
-	"homefs/internal/catalog"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/catalog"
 )
 
 func TestJournalRecords(t *testing.T) {

@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // node is one inode of a live session tree, shared by every mount of the

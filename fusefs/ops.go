@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"time"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // The operations below are the live tree's whole mutable surface; the FUSE

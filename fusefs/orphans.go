@@ -3,7 +3,7 @@ package fusefs
 import (
 	"sync"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // orphans are batches whose commit failed (a spill's or a flush's, when

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"homefs/manifest"
+	"github.com/homefs/homefs/manifest"
 )
 
 // TestOverlayModel drives small writes into stored chunks (overlays), reads,

@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"homefs/manifest"
+	"github.com/homefs/homefs/manifest"
 )
 
 // Write-only appenders (a rollout or transcript opened O_WRONLY|O_APPEND)

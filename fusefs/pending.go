@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // pendingChunks holds the plain bytes of chunks put into batches that have

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"homefs/internal/catalog"
+	"github.com/homefs/homefs/internal/catalog"
 )
 
 // RemoveSession deletes session name: its head goes, its snapshots stay.

@@ -18,8 +18,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // Session is the live, writable state of one session: a tree of nodes

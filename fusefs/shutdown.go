@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"homefs/internal/mountinfo"
+	"github.com/homefs/homefs/internal/mountinfo"
 )
 
 // The engine's end (Close) must leave no dead mount and lose no write it

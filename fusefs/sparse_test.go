@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"homefs/manifest"
+	"github.com/homefs/homefs/manifest"
 )
 
 // chunkBlocks512 is one chunk in st_blocks units: what homefs may count

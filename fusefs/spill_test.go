@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // TestSpillCanceled: a write whose request is interrupted (the kernel

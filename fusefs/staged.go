@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // Staged files. A write-only open of an empty file (a file being created,

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"homefs/cas"
-	"homefs/internal/catalog"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/catalog"
 )
 
 // NewTestEngine returns an Engine over store (a fresh memory store when

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"homefs/cas"
-	"homefs/internal/catalog"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/catalog"
 )
 
 // TestURingServes mounts over FUSE over io_uring and checks that the

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // addGolden seeds f with a golden file, if present.

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in ../testdata/golden")

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // countingStore counts the bytes put and got (each hashed once by the

@@ -7,7 +7,7 @@ import (
 	"maps"
 	"slices"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // EncodeIndex returns the canonical encoding of an index node of the given

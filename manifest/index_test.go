@@ -8,7 +8,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 func TestIndexRoundTrip(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"sync"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // DefaultDirMode is the mode BuildTree gives directories it creates.

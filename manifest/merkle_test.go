@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 func TestWalk(t *testing.T) {

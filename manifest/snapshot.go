@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // Limits on snapshot records.

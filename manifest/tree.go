@@ -5,7 +5,7 @@ import (
 	"math"
 	"math/bits"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // Every node starts with a 4-byte magic naming its type, then one byte of

@@ -7,7 +7,7 @@ import (
 	"reflect"
 	"testing"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 func TestTreeRoundTrip(t *testing.T) {

@@ -1,7 +1,7 @@
 package manifest
 
 import (
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // FormatVersion is the version of every encoding in this package. Decoders

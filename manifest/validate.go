@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // Limits on tree nodes and their entries.

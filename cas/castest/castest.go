@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"homefs/cas"
-	"homefs/cas/internal/gen"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/internal/gen"
 )
 
 // Run runs the conformance suite. open must return a new, empty store for

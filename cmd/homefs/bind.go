@@ -9,8 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"homefs/fork"
-	"homefs/internal/daemon"
+	"github.com/homefs/homefs/fork"
+	"github.com/homefs/homefs/internal/daemon"
 )
 
 type bindOptions struct {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/daemon"
 )
 
 func diffCommand() *cli.Command {

@@ -9,11 +9,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"homefs/internal/claudetest"
-	"homefs/internal/codextest"
-	"homefs/internal/mockmessages"
-	"homefs/internal/pitest"
-	"homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/internal/claudetest"
+	"github.com/homefs/homefs/internal/codextest"
+	"github.com/homefs/homefs/internal/mockmessages"
+	"github.com/homefs/homefs/internal/pitest"
+	"github.com/homefs/homefs/internal/remote/s3test"
 )
 
 // agentCLI is what the homefs run scenario needs to know of a CLI that

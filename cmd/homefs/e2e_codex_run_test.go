@@ -9,9 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"homefs/internal/codextest"
-	"homefs/internal/mockresponses"
-	"homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/internal/codextest"
+	"github.com/homefs/homefs/internal/mockresponses"
+	"github.com/homefs/homefs/internal/remote/s3test"
 )
 
 // agentRun runs the real Codex CLI through homefs run as the unprivileged

@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"homefs/internal/daemon"
-	"homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/remote/s3test"
 )
 
 // leaseHosts starts two daemons, two hosts, with the remote origin on one

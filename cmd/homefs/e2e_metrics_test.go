@@ -17,7 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/internal/remote/s3test"
 )
 
 // scrape fetches /metrics from a daemon serving them on the Unix socket

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/daemon"
 )
 
 const uringSwitch = "/sys/module/fuse/parameters/enable_uring"

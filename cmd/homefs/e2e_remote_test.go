@@ -9,9 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"homefs/internal/daemon"
-	"homefs/internal/remote"
-	"homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/remote"
+	"github.com/homefs/homefs/internal/remote/s3test"
 )
 
 // TestRemoteTwoHosts: two daemons with separate roots share a bucket of a

@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/internal/remote/s3test"
 )
 
 // TestRemoteEncryptedMarker: host A pushes a session holding a unique

@@ -15,8 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"homefs/internal/daemon"
-	"homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/remote/s3test"
 )
 
 // The remote's faults, end to end: a server that never answers, a frozen

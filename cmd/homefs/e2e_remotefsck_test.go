@@ -7,10 +7,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"homefs/cas"
-	"homefs/internal/daemon"
-	"homefs/internal/remote"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/remote"
+	"github.com/homefs/homefs/manifest"
 )
 
 // TestRemoteFsckRepair: a chunk damaged in the bucket (a byte flipped in

@@ -12,9 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"homefs/internal/daemon"
-	"homefs/internal/remote"
-	"homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/remote"
+	"github.com/homefs/homefs/internal/remote/s3test"
 )
 
 // remoteHosts starts n daemons (hosts) that share remote "origin", a

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"homefs/internal/daemon"
-	"homefs/manifest"
+	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/manifest"
 )
 
 // nobody is the unprivileged agent user of these tests.

@@ -19,9 +19,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"homefs/cas"
-	"homefs/internal/daemon"
-	"homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/remote/s3test"
 )
 
 // The end-to-end tests build the binary once and drive it as a user does:

@@ -3,7 +3,7 @@ package main
 import (
 	"errors"
 
-	"homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/daemon"
 )
 
 // Exit codes (documented in the root --help and docs/CLI.md).

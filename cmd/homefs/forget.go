@@ -10,8 +10,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"homefs/internal/catalog"
-	"homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/internal/daemon"
 )
 
 func forgetCommand() *cli.Command {

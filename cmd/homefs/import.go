@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"homefs/internal/archive"
-	"homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/archive"
+	"github.com/homefs/homefs/internal/daemon"
 )
 
 type importOptions struct {

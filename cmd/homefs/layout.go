@@ -10,9 +10,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"homefs/fork"
-	"homefs/internal/daemon"
-	"homefs/manifest"
+	"github.com/homefs/homefs/fork"
+	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/manifest"
 )
 
 // layoutFlags say where a session's parts belong (manifest.Layout).

@@ -12,8 +12,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"homefs/internal/daemon"
-	"homefs/internal/version"
+	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/version"
 )
 
 func main() {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/daemon"
 )
 
 type mountOptions struct {

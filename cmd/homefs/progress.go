@@ -10,7 +10,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
-	"homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/daemon"
 )
 
 // progress draws the progress of a long command on stderr when it is a

@@ -10,8 +10,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"homefs/internal/daemon"
-	"homefs/internal/remote"
+	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/remote"
 )
 
 func remoteCommand() *cli.Command {

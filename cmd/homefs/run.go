@@ -20,8 +20,8 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
-	"homefs/internal/daemon"
-	"homefs/manifest"
+	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/manifest"
 )
 
 // providerEnv is the variable that points each provider at its home.

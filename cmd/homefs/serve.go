@@ -11,11 +11,11 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"homefs/cas"
-	"homefs/fusefs"
-	"homefs/internal/daemon"
-	"homefs/internal/remote"
-	"homefs/internal/sdnotify"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/fusefs"
+	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/remote"
+	"github.com/homefs/homefs/internal/sdnotify"
 )
 
 type serveOptions struct {

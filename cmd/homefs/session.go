@@ -9,8 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"homefs/internal/daemon"
-	"homefs/manifest"
+	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/manifest"
 )
 
 func sessionCommand() *cli.Command {

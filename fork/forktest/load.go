@@ -6,9 +6,9 @@ import (
 	"os"
 	"path/filepath"
 
-	"homefs/cas"
-	"homefs/fork"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/fork"
+	"github.com/homefs/homefs/manifest"
 )
 
 // LoadDir stores the directory tree at dir (files, directories, symlinks;

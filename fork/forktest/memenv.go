@@ -13,9 +13,9 @@ import (
 	"sync"
 	"syscall"
 
-	"homefs/cas"
-	"homefs/fork"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/fork"
+	"github.com/homefs/homefs/manifest"
 )
 
 // MemEnv is a fork.Env whose sessions are just roots in a map. Grafts and

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"homefs/manifest"
+	"github.com/homefs/homefs/manifest"
 )
 
 var (

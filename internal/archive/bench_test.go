@@ -6,7 +6,7 @@ import (
 	"context"
 	"testing"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // BenchmarkImportHoles imports a 64 MiB file of zeros, as an archive made

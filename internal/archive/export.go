@@ -9,8 +9,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // Export writes the tree at root to w as a PAX tar stream: directories,

@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // seedTar builds a small archive for the fuzz corpus.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // paxTar is an archive of one regular file named name whose PAX header

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // scenario runs the catalog's main paths against st and returns the

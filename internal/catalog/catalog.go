@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 var (

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // CreateSessionAt creates session name whose working tree is root, a tree

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 var (

@@ -11,9 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"homefs/cas"
-	"homefs/cas/castest"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/castest"
+	"github.com/homefs/homefs/manifest"
 )
 
 // BenchmarkForgetCurve measures the curve, scaled down by

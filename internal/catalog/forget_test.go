@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // hookStore runs before (once) ahead of the first commit that forgets a

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"maps"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // headVersion is the version of the head encoding; DecodeHead rejects

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // AddSnapshot registers a snapshot record that was captured elsewhere (a

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"testing"
 
-	"homefs/cas"
-	"homefs/internal/catalog"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/manifest"
 )
 
 // A snapshot captured in one store is added to another, lineage first.

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"homefs/manifest"
+	"github.com/homefs/homefs/manifest"
 )
 
 func testLayout(at string) *manifest.Layout {

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"maps"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // readHead returns the head of name and its stored bytes (for Expect).

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // Capture records root as a new snapshot of session name and makes it the

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // countingStore counts the writes (and reads) that reach the store, to show

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"strings"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // ChunkChecker is what VerifyComplete needs of a store.

@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"testing"
 
-	"homefs/internal/testuser"
+	"github.com/homefs/homefs/internal/testuser"
 )
 
 // Version is the Claude Code release .ci/run installs and these helpers

@@ -9,9 +9,9 @@ import (
 	"syscall"
 	"testing"
 
-	"homefs/internal/claudetest"
-	"homefs/internal/mockmessages"
-	"homefs/internal/testuser"
+	"github.com/homefs/homefs/internal/claudetest"
+	"github.com/homefs/homefs/internal/mockmessages"
+	"github.com/homefs/homefs/internal/testuser"
 )
 
 func startMock(t *testing.T) *mockmessages.Server {

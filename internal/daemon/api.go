@@ -3,10 +3,10 @@ package daemon
 import (
 	"time"
 
-	"homefs/cas"
-	"homefs/fork"
-	"homefs/internal/catalog"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/fork"
+	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/manifest"
 )
 
 // Status describes a running daemon.

@@ -9,9 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"homefs/fork"
-	"homefs/internal/catalog"
-	"homefs/manifest"
+	"github.com/homefs/homefs/fork"
+	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/manifest"
 )
 
 // Bind binds a provider session (and, for Codex, the chain it was forked

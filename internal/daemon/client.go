@@ -7,7 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"homefs/manifest"
+	"github.com/homefs/homefs/manifest"
 	"io"
 	"net"
 	"net/http"
@@ -15,8 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"homefs/internal/fsck"
-	"homefs/internal/remote"
+	"github.com/homefs/homefs/internal/fsck"
+	"github.com/homefs/homefs/internal/remote"
 )
 
 // Client talks to a daemon over its socket.

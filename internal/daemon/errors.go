@@ -6,13 +6,13 @@ import (
 	"io/fs"
 	"syscall"
 
-	"homefs/cas"
-	"homefs/fork"
-	"homefs/fusefs"
-	"homefs/internal/archive"
-	"homefs/internal/catalog"
-	"homefs/internal/remote"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/fork"
+	"github.com/homefs/homefs/fusefs"
+	"github.com/homefs/homefs/internal/archive"
+	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/internal/remote"
+	"github.com/homefs/homefs/manifest"
 )
 
 // Code classifies an error for the client and the CLI's exit status.

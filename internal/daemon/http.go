@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"sync"
 
-	"homefs/internal/remote"
+	"github.com/homefs/homefs/internal/remote"
 )
 
 // Endpoints, all under /v1/.

@@ -17,8 +17,8 @@ import (
 	"sync"
 	"time"
 
-	"homefs/internal/atomicfile"
-	"homefs/internal/remote"
+	"github.com/homefs/homefs/internal/atomicfile"
+	"github.com/homefs/homefs/internal/remote"
 )
 
 // Lease endpoints (registered by handler through leaseRoutes).

@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sys/unix"
 
-	"homefs/fusefs"
+	"github.com/homefs/homefs/fusefs"
 )
 
 // ErrMetricsAddr is returned for a --metrics address the daemon refuses.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"homefs/fusefs"
+	"github.com/homefs/homefs/fusefs"
 )
 
 func TestParseMetricsAddr(t *testing.T) {

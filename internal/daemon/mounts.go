@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"homefs/internal/atomicfile"
-	"homefs/internal/mountinfo"
+	"github.com/homefs/homefs/internal/atomicfile"
+	"github.com/homefs/homefs/internal/mountinfo"
 )
 
 // mountsFile is the record of the mounts a daemon serves, kept so that the

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"homefs/internal/remote"
+	"github.com/homefs/homefs/internal/remote"
 )
 
 // AddRemote configures a remote. The daemon checks the config and that

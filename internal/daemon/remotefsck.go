@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 
-	"homefs/internal/remote"
+	"github.com/homefs/homefs/internal/remote"
 )
 
 // pathRemoteFsck reads back what a remote's heads reach.

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"homefs/internal/remote"
+	"github.com/homefs/homefs/internal/remote"
 )
 
 // Endpoints of the remote's lifecycle: listing its sessions, forgetting

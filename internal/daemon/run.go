@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"homefs/fusefs"
-	"homefs/manifest"
+	"github.com/homefs/homefs/fusefs"
+	"github.com/homefs/homefs/manifest"
 )
 
 // homefs run shows a session's parts at its canonical paths in a private

@@ -13,10 +13,10 @@ import (
 	"syscall"
 	"time"
 
-	"homefs/cas"
-	"homefs/fusefs"
-	"homefs/internal/remote"
-	"homefs/internal/sdnotify"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/fusefs"
+	"github.com/homefs/homefs/internal/remote"
+	"github.com/homefs/homefs/internal/sdnotify"
 )
 
 // DefaultRoot is where the daemon keeps its state when neither --root nor

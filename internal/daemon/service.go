@@ -14,13 +14,13 @@ import (
 	"sync"
 	"time"
 
-	"homefs/cas"
-	"homefs/fusefs"
-	"homefs/internal/archive"
-	"homefs/internal/catalog"
-	"homefs/internal/fsck"
-	"homefs/internal/remote"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/fusefs"
+	"github.com/homefs/homefs/internal/archive"
+	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/internal/fsck"
+	"github.com/homefs/homefs/internal/remote"
+	"github.com/homefs/homefs/manifest"
 )
 
 // Service is every operation the daemon serves, over one store. It is safe

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"homefs/internal/version"
+	"github.com/homefs/homefs/internal/version"
 )
 
 // remoteCheckTimeout bounds the check of each remote: status answers in

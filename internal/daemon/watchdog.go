@@ -5,8 +5,8 @@ import (
 	"log/slog"
 	"time"
 
-	"homefs/cas"
-	"homefs/internal/sdnotify"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/sdnotify"
 )
 
 // watchdog tells the service manager the daemon is alive every half of

@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"homefs/cas"
-	"homefs/internal/sdnotify"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/sdnotify"
 )
 
 // manager is a service manager's notification socket.

@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"strings"
 
-	"homefs/internal/mockhttp"
+	"github.com/homefs/homefs/internal/mockhttp"
 )
 
 // Request is one recorded call.

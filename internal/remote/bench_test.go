@@ -37,11 +37,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"homefs/cas"
-	"homefs/internal/catalog"
-	"homefs/internal/remote"
-	"homefs/internal/remote/s3test"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/internal/remote"
+	"github.com/homefs/homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/manifest"
 )
 
 func rolloutSize() int64 {

@@ -8,13 +8,13 @@ import (
 	"path/filepath"
 	"testing"
 
-	"homefs/cas"
-	"homefs/fork"
-	"homefs/fusefs"
-	"homefs/internal/codextest"
-	"homefs/internal/mockresponses"
-	"homefs/internal/remote"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/fork"
+	"github.com/homefs/homefs/fusefs"
+	"github.com/homefs/homefs/internal/codextest"
+	"github.com/homefs/homefs/internal/mockresponses"
+	"github.com/homefs/homefs/internal/remote"
+	"github.com/homefs/homefs/manifest"
 )
 
 // TestCodexResumeOnAnotherHost moves a real Codex conversation between two

@@ -23,8 +23,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // An encrypted remote seals every object it writes (AES-256-GCM, a random

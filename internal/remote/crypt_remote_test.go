@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"homefs/cas"
-	"homefs/internal/remote/s3test"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/manifest"
 )
 
 // openKeyed opens bucket/prefix on srv, encrypted with key (hex), or

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // fixedKey is the master key 00 01 02 … 1f.

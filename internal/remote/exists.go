@@ -4,7 +4,7 @@ import (
 	"context"
 	"slices"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // listMinRefs is the smallest batch for which present() lists the chunks

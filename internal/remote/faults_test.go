@@ -11,9 +11,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
-	"homefs/cas"
-	"homefs/internal/remote/s3test"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/manifest"
 )
 
 // quick are timeouts small enough for fault tests: a silence of half a

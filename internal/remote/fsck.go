@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strings"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // FsckOptions tune a remote fsck.

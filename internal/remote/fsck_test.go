@@ -8,9 +8,9 @@ import (
 	"slices"
 	"testing"
 
-	"homefs/cas"
-	"homefs/internal/remote/s3test"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/manifest"
 )
 
 // treeRef returns the ref of the directory at path (names) under root.

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"homefs/cas"
-	"homefs/internal/catalog"
-	"homefs/internal/remote/s3test"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/manifest"
 )
 
 // host is one machine's local side: a Badger store and its catalog.

@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"homefs/cas"
-	"homefs/fusefs"
-	"homefs/internal/catalog"
-	"homefs/internal/remote"
-	"homefs/internal/remote/s3test"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/fusefs"
+	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/internal/remote"
+	"github.com/homefs/homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/manifest"
 )
 
 // testHost is one machine: a Badger store read through the remote, a

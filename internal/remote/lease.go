@@ -10,8 +10,8 @@ import (
 	"fmt"
 	"time"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // A lease is one object per session, <prefix>leases/<session>, that says

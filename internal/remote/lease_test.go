@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/internal/remote/s3test"
 )
 
 // TestLease: two holders of one bucket's lease, through acquire, refusal,

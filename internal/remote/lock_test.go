@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/internal/remote/s3test"
 )
 
 // signalHandler sends on ch when a record with message msg is logged.

@@ -1,8 +1,8 @@
 package remote
 
 import (
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // nodeRefs decodes a tree or index node (kind) and calls fn, in order,

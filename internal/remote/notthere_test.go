@@ -7,7 +7,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/internal/remote/s3test"
 )
 
 // A missing bucket and an endpoint that is no S3 server say so, rather

@@ -7,7 +7,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
-	"homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/internal/remote/s3test"
 )
 
 // TestPing: a remote that answers pings; one that does not fails the ping

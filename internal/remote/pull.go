@@ -7,9 +7,9 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"homefs/cas"
-	"homefs/internal/catalog"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/manifest"
 )
 
 // PullOptions tune a pull.

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"homefs/cas"
-	"homefs/internal/catalog"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/manifest"
 )
 
 // Phase names a step of a push or pull, for progress reports.

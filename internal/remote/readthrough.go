@@ -9,8 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"homefs/cas"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // ReadThroughOptions tune a ReadThrough.

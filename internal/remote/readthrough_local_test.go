@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"testing"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // With no remote configured, a damaged local chunk is reported as damaged

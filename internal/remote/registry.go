@@ -9,7 +9,7 @@ import (
 	"strings"
 	"sync"
 
-	"homefs/internal/atomicfile"
+	"github.com/homefs/homefs/internal/atomicfile"
 )
 
 var (

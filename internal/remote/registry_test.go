@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 func TestParseURL(t *testing.T) {

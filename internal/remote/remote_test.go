@@ -10,9 +10,9 @@ import (
 	"sync"
 	"testing"
 
-	"homefs/cas"
-	"homefs/internal/remote/s3test"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/manifest"
 )
 
 func equalFiles(t *testing.T, got, want files) {

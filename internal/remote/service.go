@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 
-	"homefs/internal/catalog"
+	"github.com/homefs/homefs/internal/catalog"
 )
 
 // Service is what a daemon keeps for its remotes: the registry in its root,

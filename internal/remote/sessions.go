@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"homefs/cas"
-	"homefs/internal/catalog"
-	"homefs/manifest"
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/manifest"
 )
 
 // SessionInfo is one session as the remote holds it: its head (if any)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"homefs/cas"
+	"github.com/homefs/homefs/cas"
 )
 
 // readBack is what reading one object back from the remote found.

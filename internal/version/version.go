@@ -1,6 +1,6 @@
 // Package version names the homefs build: the version a release sets with
 //
-//	go build -ldflags "-X homefs/internal/version.Version=v1.2.3"
+//	go build -ldflags "-X github.com/homefs/homefs/internal/version.Version=v1.2.3"
 //
 // (make build sets it from git describe), else what the Go toolchain
 // recorded: the module version, or the VCS revision with "-dirty" for a
