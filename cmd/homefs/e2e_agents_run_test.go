@@ -9,11 +9,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/homefs/homefs/internal/claudetest"
-	"github.com/homefs/homefs/internal/codextest"
-	"github.com/homefs/homefs/internal/mockmessages"
-	"github.com/homefs/homefs/internal/pitest"
 	"github.com/homefs/homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/internal/testkit/claudetest"
+	"github.com/homefs/homefs/internal/testkit/codextest"
+	"github.com/homefs/homefs/internal/testkit/mockmessages"
+	"github.com/homefs/homefs/internal/testkit/pitest"
 )
 
 // agentCLI is what the homefs run scenario needs to know of a CLI that

@@ -9,9 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/homefs/homefs/internal/codextest"
-	"github.com/homefs/homefs/internal/mockresponses"
 	"github.com/homefs/homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/internal/testkit/codextest"
+	"github.com/homefs/homefs/internal/testkit/mockresponses"
 )
 
 // agentRun runs the real Codex CLI through homefs run as the unprivileged

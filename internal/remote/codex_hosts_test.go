@@ -11,9 +11,9 @@ import (
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/fork"
 	"github.com/homefs/homefs/fusefs"
-	"github.com/homefs/homefs/internal/codextest"
-	"github.com/homefs/homefs/internal/mockresponses"
 	"github.com/homefs/homefs/internal/remote"
+	"github.com/homefs/homefs/internal/testkit/codextest"
+	"github.com/homefs/homefs/internal/testkit/mockresponses"
 	"github.com/homefs/homefs/manifest"
 )
 

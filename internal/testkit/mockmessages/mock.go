@@ -17,7 +17,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/homefs/homefs/internal/mockhttp"
+	"github.com/homefs/homefs/internal/testkit/mockhttp"
 )
 
 // BashDirective starts a prompt line asking the mock for a bash tool call

@@ -9,9 +9,9 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/homefs/homefs/internal/claudetest"
-	"github.com/homefs/homefs/internal/mockmessages"
-	"github.com/homefs/homefs/internal/testuser"
+	"github.com/homefs/homefs/internal/testkit/claudetest"
+	"github.com/homefs/homefs/internal/testkit/mockmessages"
+	"github.com/homefs/homefs/internal/testkit/testuser"
 )
 
 func startMock(t *testing.T) *mockmessages.Server {

@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/homefs/homefs/internal/testuser"
+	"github.com/homefs/homefs/internal/testkit/testuser"
 )
 
 // Version is the Pi release .ci/run installs and these helpers were

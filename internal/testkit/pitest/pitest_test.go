@@ -10,9 +10,9 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/homefs/homefs/internal/mockmessages"
-	"github.com/homefs/homefs/internal/pitest"
-	"github.com/homefs/homefs/internal/testuser"
+	"github.com/homefs/homefs/internal/testkit/mockmessages"
+	"github.com/homefs/homefs/internal/testkit/pitest"
+	"github.com/homefs/homefs/internal/testkit/testuser"
 )
 
 // setup returns an Env whose agent dir and a workspace belong to cred.

@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/homefs/homefs/internal/mockhttp"
+	"github.com/homefs/homefs/internal/testkit/mockhttp"
 )
 
 // Request is one recorded call.
