@@ -10,7 +10,7 @@ import (
 
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/fork"
-	"github.com/homefs/homefs/fusefs"
+	"github.com/homefs/homefs/fusefs/fusefstest"
 	"github.com/homefs/homefs/internal/testkit/codextest"
 	"github.com/homefs/homefs/internal/testkit/mockresponses"
 	"github.com/homefs/homefs/manifest"
@@ -31,9 +31,9 @@ func TestCodexBindResume(t *testing.T) {
 	}
 	defer mock.Close()
 	store := cas.NewMemory()
-	e := fusefs.NewTestEngine(t, store)
+	e := fusefstest.NewEngine(t, store)
 
-	a := fusefs.MountForTest(t, e, "a", "", fusefs.MountOptions{})
+	a := fusefstest.Mount(t, e, "a")
 	for _, d := range []string{"codex-home", "workspace"} {
 		if err := os.Mkdir(filepath.Join(a.Dir(), d), 0o755); err != nil {
 			t.Fatal(err)
@@ -66,7 +66,7 @@ func TestCodexBindResume(t *testing.T) {
 	if _, err := e.Fork(ctx, "@"+snap1, "b"); err != nil {
 		t.Fatal(err)
 	}
-	b := fusefs.MountForTest(t, e, "b", "", fusefs.MountOptions{})
+	b := fusefstest.Mount(t, e, "b")
 	if stale := statePaths(t, filepath.Join(b.Dir(), "codex-home"), a.Dir()); stale {
 		t.Logf("B inherited state_5.sqlite naming %s", a.Dir())
 	}
@@ -176,8 +176,8 @@ func TestCodexStaleStateControl(t *testing.T) {
 	}
 	defer mock.Close()
 	store := cas.NewMemory()
-	e := fusefs.NewTestEngine(t, store)
-	a := fusefs.MountForTest(t, e, "a", "", fusefs.MountOptions{})
+	e := fusefstest.NewEngine(t, store)
+	a := fusefstest.Mount(t, e, "a")
 	os.Mkdir(filepath.Join(a.Dir(), "codex-home"), 0o755)
 	os.Mkdir(filepath.Join(a.Dir(), "workspace"), 0o755)
 	if err := os.WriteFile(filepath.Join(a.Dir(), "codex-home", "config.toml"), []byte(codextest.Config(mock.URL)), 0o644); err != nil {
@@ -187,7 +187,7 @@ func TestCodexStaleStateControl(t *testing.T) {
 	if _, err := e.Fork(ctx, "a", "b"); err != nil {
 		t.Fatal(err)
 	}
-	b := fusefs.MountForTest(t, e, "b", "", fusefs.MountOptions{})
+	b := fusefstest.Mount(t, e, "b")
 	sessionsA := filepath.Join(a.Dir(), "codex-home", "sessions")
 	beforeA := codextest.HashTree(t, sessionsA)
 	codextest.Exec(t, filepath.Join(b.Dir(), "codex-home"), filepath.Join(b.Dir(), "workspace"), "resume", id, "turn resumed in B")
@@ -205,7 +205,7 @@ func TestCodexStaleStateControl(t *testing.T) {
 	if _, err := e.Fork(ctx, "a", "c"); err != nil {
 		t.Fatal(err)
 	}
-	c := fusefs.MountForTest(t, e, "c", "", fusefs.MountOptions{})
+	c := fusefstest.Mount(t, e, "c")
 	dropped, err := fork.DropDerived(ctx, fork.WithStore(e, store), "c", nil)
 	if err != nil || len(dropped.Removed) == 0 {
 		t.Fatalf("DropDerived: %v, %v", dropped, err)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/fork"
-	"github.com/homefs/homefs/fusefs"
+	"github.com/homefs/homefs/fusefs/fusefstest"
 )
 
 // TestBindWithEngine binds through the real fusefs.Engine: rollouts are
@@ -20,9 +20,9 @@ func TestBindWithEngine(t *testing.T) {
 	}
 	ctx := context.Background()
 	store := cas.NewMemory()
-	e := fusefs.NewTestEngine(t, store)
-	src := fusefs.MountForTest(t, e, "src", "", fusefs.MountOptions{})
-	dst := fusefs.MountForTest(t, e, "dst", "", fusefs.MountOptions{})
+	e := fusefstest.NewEngine(t, store)
+	src := fusefstest.Mount(t, e, "src")
+	dst := fusefstest.Mount(t, e, "dst")
 
 	// The chain fixture, written through the source mount.
 	files := map[string]string{}
