@@ -83,7 +83,8 @@ type PushSource interface {
 // invariants at every instant (see the package doc), so a push interrupted
 // anywhere can be rerun and completes. It fails with ErrConflict when the
 // remote head holds a snapshot that is not an ancestor of this one (another
-// host pushed a diverging turn) or moves while the push runs.
+// host pushed a diverging turn: found before anything is uploaded) or moves
+// while the push runs.
 func Push(ctx context.Context, local PushSource, cat *catalog.Catalog, r *Remote, spec string, opts PushOptions) (*PushResult, error) {
 	_, id, err := cat.Resolve(ctx, spec)
 	if err != nil {
@@ -129,6 +130,14 @@ func (p *pusher) push(ctx context.Context, id string) (*PushResult, error) {
 	if err != nil {
 		return &p.res, err
 	}
+	_, snap, err := p.cat.Record(ctx, id)
+	if err != nil {
+		return &p.res, err
+	}
+	p.res.Session = snap.Session
+	if err := p.checkHead(ctx, snap.Session, id); err != nil {
+		return &p.res, err
+	}
 	for _, sid := range order {
 		rec := records[sid]
 		if err := p.pushTree(ctx, sid, rec.snap.Root); err != nil {
@@ -138,11 +147,6 @@ func (p *pusher) push(ctx context.Context, id string) (*PushResult, error) {
 			return &p.res, err
 		}
 	}
-	_, snap, err := p.cat.Record(ctx, id)
-	if err != nil {
-		return &p.res, err
-	}
-	p.res.Session = snap.Session
 	if p.opts.NoHead {
 		return &p.res, nil
 	}
@@ -153,6 +157,28 @@ func (p *pusher) push(ctx context.Context, id string) (*PushResult, error) {
 	h, moved, err := advanceHead(ctx, p.r, p.cat, snap.Session, id)
 	p.res.Head, p.res.HeadMoved = h, moved
 	return &p.res, err
+}
+
+// checkHead fails with ErrConflict, before anything is uploaded, a push
+// whose head move would be refused: the remote head holds a snapshot on
+// another line. The If-Match of the move still catches a head that moves
+// while the push runs.
+func (p *pusher) checkHead(ctx context.Context, session, id string) error {
+	if p.opts.NoHead {
+		return nil
+	}
+	h, err := p.r.Head(ctx, session)
+	if errors.Is(err, ErrNoSnapshot) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := headMove(ctx, p.r, p.cat, session, h, id); err != nil {
+		p.res.Head = h
+		return err
+	}
+	return nil
 }
 
 // putRecord writes a snapshot record after its tree: the durability
@@ -559,25 +585,37 @@ func advanceHead(ctx context.Context, r *Remote, cat *catalog.Catalog, session, 
 	if err != nil {
 		return nil, false, err
 	}
-	if cur.Snapshot == id {
-		return cur, false, nil
-	}
-	ancestors, err := lineageSet(ctx, cat, id)
-	if err != nil {
-		return nil, false, err
-	}
-	if !ancestors[cur.Snapshot] {
-		if later, err := lineageSet(ctx, cat, cur.Snapshot); err == nil && later[id] {
-			return cur, false, nil // pushing an older snapshot: the head stays
-		}
-		return cur, false, fmt.Errorf("head of %s on %s is at snapshot %s, which is not an ancestor of %s (another host pushed a different turn; pull it and fork, or push under another session name): %w",
-			session, r.Name(), cur.Snapshot[:12], id[:12], ErrConflict)
+	move, err := headMove(ctx, r, cat, session, cur, id)
+	if err != nil || !move {
+		return cur, false, err
 	}
 	h, err := r.SetHead(ctx, session, id, cur)
 	if err != nil {
 		return cur, false, fmt.Errorf("move head of %s from %s to %s: %w", session, cur.Snapshot[:12], id[:12], err)
 	}
 	return h, true, nil
+}
+
+// headMove says whether a push of id moves the head cur of session: yes
+// when cur holds an ancestor of id, no when it holds id or a descendant of
+// it. Anything else is ErrConflict: the remote moved on along another
+// line.
+func headMove(ctx context.Context, r *Remote, cat *catalog.Catalog, session string, cur *Head, id string) (bool, error) {
+	if cur.Snapshot == id {
+		return false, nil
+	}
+	ancestors, err := lineageSet(ctx, cat, id)
+	if err != nil {
+		return false, err
+	}
+	if ancestors[cur.Snapshot] {
+		return true, nil
+	}
+	if later, err := lineageSet(ctx, cat, cur.Snapshot); err == nil && later[id] {
+		return false, nil // pushing an older snapshot: the head stays
+	}
+	return false, fmt.Errorf("head of %s on %s is at snapshot %s, which is not an ancestor of %s (another host pushed a different turn; pull it and fork, or push under another session name): %w",
+		session, r.Name(), cur.Snapshot[:12], id[:12], ErrConflict)
 }
 
 // lineageSet returns id and its ancestors along Parent and Origin, as far

@@ -125,20 +125,7 @@ func TestHeadConflict(t *testing.T) {
 	bucket := srv.Bucket(t)
 	ra, rb := openRemote(t, srv, bucket), openRemote(t, srv, bucket)
 	a, b := newHost(t), newHost(t)
-	base := a.capture(t, "s1", files{"f": []byte("base")})
-	if _, err := Push(ctx, a.store, a.cat, ra, "s1", PushOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Pull(ctx, b.store, b.cat, rb, "s1", PullOptions{All: true}); err != nil {
-		t.Fatal(err)
-	}
-	// B continues the same session from the pulled snapshot.
-	if _, err := b.cat.CreateSession(ctx, "s1", ""); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.cat.Restore(ctx, "s1", base); err != nil {
-		t.Fatal(err)
-	}
+	base := sharedBase(t, a, b, ra, rb)
 	a.capture(t, "s1", files{"f": []byte("turn on A")})
 	b.capture(t, "s1", files{"f": []byte("turn on B")})
 
@@ -164,8 +151,9 @@ func TestHeadConflict(t *testing.T) {
 	if ok != 1 {
 		t.Fatalf("%d pushes won, want 1 (errors %v)", ok, errs)
 	}
-	// The loser's turn is durable on the remote all the same: only the
-	// head refused it. A retry still conflicts (not a fast-forward).
+	// The loser read the head before the winner moved it (its turn is on
+	// the remote, unreached) or after (it uploaded nothing). A retry
+	// conflicts (not a fast-forward).
 	for i, h := range []*host{a, b} {
 		if errs[i] != nil {
 			if _, err := Push(ctx, h.store, h.cat, []*Remote{ra, rb}[i], "s1", PushOptions{}); !errors.Is(err, ErrConflict) {
@@ -188,6 +176,27 @@ func TestHeadConflict(t *testing.T) {
 	if _, err := rb.SetHead(ctx, "s1", base, nil); !errors.Is(err, ErrConflict) {
 		t.Fatalf("SetHead create over an existing head: %v, want ErrConflict", err)
 	}
+}
+
+// sharedBase captures session s1 on a, pushes it through ra and pulls it
+// through rb onto b, where s1 continues from it. It returns its id.
+func sharedBase(t *testing.T, a, b *host, ra, rb *Remote) string {
+	t.Helper()
+	ctx := context.Background()
+	base := a.capture(t, "s1", files{"f": []byte("base")})
+	if _, err := Push(ctx, a.store, a.cat, ra, "s1", PushOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Pull(ctx, b.store, b.cat, rb, "s1", PullOptions{All: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.cat.CreateSession(ctx, "s1", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.cat.Restore(ctx, "s1", base); err != nil {
+		t.Fatal(err)
+	}
+	return base
 }
 
 // A push cut off by the server dying is completed by a rerun, and a pull of
