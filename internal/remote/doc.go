@@ -24,7 +24,10 @@
 //     therefore implies its tree and its lineage are complete. That write
 //     is the durability barrier. The head is moved last, only forward along
 //     lineage and only if it still holds the ETag read before
-//     (If-Match / If-None-Match: *); anything else is ErrConflict.
+//     (If-Match / If-None-Match: *); anything else is ErrConflict, found
+//     before anything is uploaded. Pushes through one Remote share their
+//     uploads: an object is sent once however many of them need it
+//     (uploads.go).
 //
 //   - Pull fetches a record, its lineage and their tree and index nodes
 //     into the local store and registers them in the local catalog; file

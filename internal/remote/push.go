@@ -61,6 +61,9 @@ type PushResult struct {
 	Checked       int
 	Uploaded      int
 	UploadedBytes int64
+	// Shared counts the objects this push found absent and did not send
+	// because another push through the same Remote sent them meanwhile.
+	Shared int
 	// Head is the session's remote head after the push (nil with NoHead).
 	Head *Head
 	// HeadMoved reports whether the push changed the head.
@@ -97,7 +100,9 @@ func Push(ctx context.Context, local PushSource, cat *catalog.Catalog, r *Remote
 		return nil, fmt.Errorf("push %s to %s: %w", spec, r.Name(), err)
 	}
 	defer l.release()
-	p := &pusher{local: local, cat: cat, r: r, opts: opts, lock: l, known: make(map[cas.Ref]struct{})}
+	since := r.uploads.join()
+	defer r.uploads.leave(since)
+	p := &pusher{local: local, cat: cat, r: r, opts: opts, lock: l, since: since, known: make(map[cas.Ref]struct{})}
 	res, err := p.push(ctx, id)
 	if err != nil {
 		return res, fmt.Errorf("push %s to %s: %w", spec, r.Name(), err)
@@ -111,6 +116,7 @@ type pusher struct {
 	r     *Remote
 	opts  PushOptions
 	lock  *lock
+	since uint64 // when it joined r.uploads
 	res   PushResult
 	// known holds refs the remote is known to hold (checked or uploaded),
 	// nodes with everything below them.
@@ -528,26 +534,28 @@ func byHeight(nodes map[cas.Ref]*pending) []map[cas.Ref]struct{} {
 	return rounds
 }
 
-// upload sends refs from the local store, Parallel at a time.
+// upload sends refs from the local store, Parallel at a time. A ref that
+// another push through the same Remote is sending, or sent since this one
+// took its lock, is not sent twice (uploads.go).
 func (p *pusher) upload(ctx context.Context, sid string, phase Phase, refs []cas.Ref) error {
 	if len(refs) == 0 {
 		return nil
 	}
-	var done, bytes atomic.Int64
+	var done, sent, bytes atomic.Int64
 	progress := make(chan struct{}, 1)
+	p.report(Progress{Phase: phase, Snapshot: sid, Objects: int64(len(refs))})
 	err := parallel(ctx, p.r.parallel, len(refs), func(ctx context.Context, i int) error {
-		data, err := p.local.Get(ctx, refs[i])
-		if err != nil {
-			return fmt.Errorf("read %s: %w", refs[i].Short(), err)
-		}
-		stored, err := cas.EncodeStored(data)
+		ok, err := p.r.uploads.put(ctx, p.since, p.lock, refs[i], func(ctx context.Context) error {
+			n, err := p.send(ctx, refs[i])
+			bytes.Add(n)
+			return err
+		})
 		if err != nil {
 			return err
 		}
-		if err := p.r.PutChunk(ctx, refs[i], stored); err != nil {
-			return err
+		if ok {
+			sent.Add(1)
 		}
-		bytes.Add(int64(len(stored)))
 		done.Add(1)
 		// Report from whichever worker gets the token, never two at once.
 		select {
@@ -558,7 +566,8 @@ func (p *pusher) upload(ctx context.Context, sid string, phase Phase, refs []cas
 		}
 		return nil
 	})
-	p.res.Uploaded += int(done.Load())
+	p.res.Uploaded += int(sent.Load())
+	p.res.Shared += int(done.Load() - sent.Load())
 	p.res.UploadedBytes += bytes.Load()
 	if err != nil {
 		return err
@@ -567,6 +576,22 @@ func (p *pusher) upload(ctx context.Context, sid string, phase Phase, refs []cas
 		p.known[ref] = struct{}{}
 	}
 	return nil
+}
+
+// send uploads ref from the local store and returns its stored size.
+func (p *pusher) send(ctx context.Context, ref cas.Ref) (int64, error) {
+	data, err := p.local.Get(ctx, ref)
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", ref.Short(), err)
+	}
+	stored, err := cas.EncodeStored(data)
+	if err != nil {
+		return 0, err
+	}
+	if err := p.r.PutChunk(ctx, ref, stored); err != nil {
+		return 0, err
+	}
+	return int64(len(stored)), nil
 }
 
 // advanceHead moves session's remote head to id if it is absent or holds an

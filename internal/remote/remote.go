@@ -70,6 +70,7 @@ type Remote struct {
 	parallel int
 	log      *slog.Logger
 	crypt    *sealer // nil for a plain remote
+	uploads  *uploads
 
 	timeouts    Timeouts
 	maxAttempts int
@@ -145,6 +146,7 @@ func Open(ctx context.Context, cfg Config, opts Options) (*Remote, error) {
 		parallel: parallel,
 		log:      log,
 		crypt:    crypt,
+		uploads:  newUploads(),
 
 		timeouts:    timeouts,
 		maxAttempts: opts.MaxAttempts,
