@@ -187,12 +187,18 @@ func (t *ReadThrough) HasMany(ctx context.Context, refs []cas.Ref) ([]bool, erro
 
 // fetch brings ref from the remotes, one fetch per ref at a time: a reader
 // that asks for a chunk already being fetched (ahead, or by another
-// reader) waits for that fetch.
+// reader) waits for that fetch; a fetch ahead leaves it alone. Each chunk
+// is fetched once: the caller that claims a ref's slot asks the local
+// store again, since a fetch that ended after the caller's own miss has
+// stored it there.
 func (t *ReadThrough) fetch(ctx context.Context, ref cas.Ref, ahead bool) ([]byte, error) {
 	for {
 		t.mu.Lock()
 		if c, ok := t.inflight[ref]; ok {
 			t.mu.Unlock()
+			if ahead {
+				return nil, nil
+			}
 			select {
 			case <-c.done:
 			case <-ctx.Done():
@@ -211,22 +217,33 @@ func (t *ReadThrough) fetch(ctx context.Context, ref cas.Ref, ahead bool) ([]byt
 		remotes := t.remotes
 		t.mu.Unlock()
 
-		c.data, c.err = t.fetchFrom(ctx, remotes, ref)
+		c.data, c.err = t.fetchClaimed(ctx, remotes, ref, ahead)
 		c.abandoned = c.err != nil && ctx.Err() != nil
-		if c.err == nil {
-			if ahead {
-				t.prefetched.Add(1)
-			} else {
-				t.fetched.Add(1)
-			}
-			t.bytes.Add(int64(len(c.data)))
-		}
 		t.mu.Lock()
 		delete(t.inflight, ref)
 		t.mu.Unlock()
 		close(c.done)
 		return c.data, c.err
 	}
+}
+
+// fetchClaimed fetches ref for the caller that holds its in-flight slot,
+// unless the local store holds it intact by now.
+func (t *ReadThrough) fetchClaimed(ctx context.Context, remotes []*Remote, ref cas.Ref, ahead bool) ([]byte, error) {
+	if data, err := t.Store.Get(ctx, ref); err == nil {
+		return data, nil
+	}
+	data, err := t.fetchFrom(ctx, remotes, ref)
+	if err != nil {
+		return nil, err
+	}
+	if ahead {
+		t.prefetched.Add(1)
+	} else {
+		t.fetched.Add(1)
+	}
+	t.bytes.Add(int64(len(data)))
+	return data, nil
 }
 
 func (t *ReadThrough) fetchFrom(ctx context.Context, remotes []*Remote, ref cas.Ref) ([]byte, error) {
