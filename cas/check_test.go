@@ -191,7 +191,17 @@ func TestCheckFilesValueLog(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s, err = cas.OpenBadger(img, quietOptions(true))
+	checkSalvage(t, img, newest, damaged, chunks)
+	// A tail cut in the middle of the last entry, as a crash leaves it.
+	checkTornTail(t, filepath.Join(torn, filepath.Base(newest)))
+}
+
+// checkSalvage opens the store in img, whose value log newest holds
+// damaged in the first of chunks, with salvage on: the damaged log is kept
+// aside, its chunk reads as corrupt and every other chunk is kept.
+func checkSalvage(t *testing.T, img, newest string, damaged []byte, chunks [][]byte) {
+	t.Helper()
+	s, err := cas.OpenBadger(img, quietOptions(true))
 	if err != nil {
 		t.Fatalf("salvage: %v", err)
 	}
@@ -217,9 +227,13 @@ func TestCheckFilesValueLog(t *testing.T) {
 			t.Fatalf("chunk %d after the salvage: %v", i+1, err)
 		}
 	}
+}
 
-	// A tail cut in the middle of the last entry, as a crash leaves it.
-	tornLog := filepath.Join(torn, filepath.Base(newest))
+// checkTornTail cuts the value log tornLog in the middle of its last
+// entry, as a crash leaves it: that is no damage, and the store opens.
+func checkTornTail(t *testing.T, tornLog string) {
+	t.Helper()
+	torn := filepath.Dir(tornLog)
 	b, err := os.ReadFile(tornLog)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/fork"
+	"github.com/homefs/homefs/fusefs"
 	"github.com/homefs/homefs/fusefs/fusefstest"
 	"github.com/homefs/homefs/internal/testkit/codextest"
 	"github.com/homefs/homefs/internal/testkit/mockresponses"
@@ -34,26 +35,7 @@ func TestCodexBindResume(t *testing.T) {
 	e := fusefstest.NewEngine(t, store)
 
 	a := fusefstest.Mount(t, e, "a")
-	for _, d := range []string{"codex-home", "workspace"} {
-		if err := os.Mkdir(filepath.Join(a.Dir(), d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(a.Dir(), "codex-home", "config.toml"), []byte(codextest.Config(mock.URL)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	parent := codextest.Exec(t, filepath.Join(a.Dir(), "codex-home"), filepath.Join(a.Dir(), "workspace"), "first turn in A")
-	_, snap1, err := e.Capture(ctx, "a", "after the first turn", map[string]manifest.Handle{"codex": {ID: parent}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	child := codextest.Exec(t, filepath.Join(a.Dir(), "codex-home"), filepath.Join(a.Dir(), "workspace"), "fork", parent, "turn in the fork")
-	if child == parent {
-		t.Fatalf("fork kept the id %s", child)
-	}
-	if _, _, err := e.Capture(ctx, "a", "after the fork", nil); err != nil {
-		t.Fatal(err)
-	}
+	parent, child, snap1 := codexTurnAndFork(t, e, a.Dir(), mock.URL)
 	sessionsA := filepath.Join(a.Dir(), "codex-home", "sessions")
 	beforeA := codextest.HashTree(t, sessionsA)
 	rootA, err := e.Root(ctx, "a")
@@ -87,35 +69,11 @@ func TestCodexBindResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range res.Rollouts {
-		src, dst := entryAt(t, store, rootA, r.SourcePath), entryAt(t, store, rootB, r.Path)
-		if dst == nil || !bytes.Equal(refBytes(src), refBytes(dst)) {
-			t.Fatalf("%s in B does not name A's chunks", r.Path)
-		}
-	}
-	for _, p := range res.Removed {
-		if _, err := os.Stat(filepath.Join(b.Dir(), p)); !os.IsNotExist(err) {
-			t.Errorf("%s still in B: %v", p, err)
-		}
-	}
+	checkBoundByReference(t, store, rootA, rootB, res, b.Dir())
 
 	// Resume the child in B. It must read the parent's history (bound by
 	// reference) and write only into B.
-	before := mock.Responses()
-	if got := codextest.Exec(t, filepath.Join(b.Dir(), "codex-home"), filepath.Join(b.Dir(), "workspace"), "resume", child, "turn resumed in B"); got != child {
-		t.Fatalf("resume reported session %s, want %s", got, child)
-	}
-	reqs := mock.Requests()
-	last := reqs[len(reqs)-1].Body
-	input, _ := json.Marshal(last["input"])
-	for _, want := range []string{"first turn in A", "turn in the fork", "turn resumed in B"} {
-		if !bytes.Contains(input, []byte(want)) {
-			t.Errorf("the resumed request does not carry %q (history lost)", want)
-		}
-	}
-	if mock.Responses() != before+1 {
-		t.Errorf("%d model calls for the resume", mock.Responses()-before)
-	}
+	checkResumeInB(t, mock, b.Dir(), child)
 	afterA := codextest.HashTree(t, sessionsA)
 	if len(afterA) != len(beforeA) {
 		t.Errorf("A's sessions: %d files before, %d after", len(beforeA), len(afterA))
@@ -134,6 +92,75 @@ func TestCodexBindResume(t *testing.T) {
 	}
 	if !bytes.Contains(childB, []byte("turn resumed in B")) {
 		t.Errorf("B's child rollout lacks the resumed turn")
+	}
+}
+
+// codexTurnAndFork lays out session a (mounted at dir) for Codex against
+// the mock at mockURL, runs a turn, captures, runs `codex exec fork` and
+// captures again. It returns the two Codex sessions and the first
+// capture.
+func codexTurnAndFork(t *testing.T, e *fusefs.Engine, dir, mockURL string) (parent, child, snap1 string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, d := range []string{"codex-home", "workspace"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "codex-home", "config.toml"), []byte(codextest.Config(mockURL)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	parent = codextest.Exec(t, filepath.Join(dir, "codex-home"), filepath.Join(dir, "workspace"), "first turn in A")
+	_, snap1, err := e.Capture(ctx, "a", "after the first turn", map[string]manifest.Handle{"codex": {ID: parent}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	child = codextest.Exec(t, filepath.Join(dir, "codex-home"), filepath.Join(dir, "workspace"), "fork", parent, "turn in the fork")
+	if child == parent {
+		t.Fatalf("fork kept the id %s", child)
+	}
+	if _, _, err := e.Capture(ctx, "a", "after the fork", nil); err != nil {
+		t.Fatal(err)
+	}
+	return parent, child, snap1
+}
+
+// checkBoundByReference requires every rollout res bound into B (root
+// rootB, mounted at dirB) to name A's chunks, and what it removed to be
+// gone from B's mount.
+func checkBoundByReference(t *testing.T, store cas.Getter, rootA, rootB cas.Ref, res fork.BindResult, dirB string) {
+	t.Helper()
+	for _, r := range res.Rollouts {
+		src, dst := entryAt(t, store, rootA, r.SourcePath), entryAt(t, store, rootB, r.Path)
+		if dst == nil || !bytes.Equal(refBytes(src), refBytes(dst)) {
+			t.Fatalf("%s in B does not name A's chunks", r.Path)
+		}
+	}
+	for _, p := range res.Removed {
+		if _, err := os.Stat(filepath.Join(dirB, p)); !os.IsNotExist(err) {
+			t.Errorf("%s still in B: %v", p, err)
+		}
+	}
+}
+
+// checkResumeInB resumes Codex session child in the session mounted at
+// dirB and requires one model call that carries the whole history.
+func checkResumeInB(t *testing.T, mock *mockresponses.Server, dirB, child string) {
+	t.Helper()
+	before := mock.Responses()
+	if got := codextest.Exec(t, filepath.Join(dirB, "codex-home"), filepath.Join(dirB, "workspace"), "resume", child, "turn resumed in B"); got != child {
+		t.Fatalf("resume reported session %s, want %s", got, child)
+	}
+	reqs := mock.Requests()
+	last := reqs[len(reqs)-1].Body
+	input, _ := json.Marshal(last["input"])
+	for _, want := range []string{"first turn in A", "turn in the fork", "turn resumed in B"} {
+		if !bytes.Contains(input, []byte(want)) {
+			t.Errorf("the resumed request does not carry %q (history lost)", want)
+		}
+	}
+	if mock.Responses() != before+1 {
+		t.Errorf("%d model calls for the resume", mock.Responses()-before)
 	}
 }
 

@@ -31,15 +31,7 @@ func TestBindWithEngine(t *testing.T) {
 			files = f.source
 		}
 	}
-	for p, content := range files {
-		fp := filepath.Join(src.Dir(), filepath.FromSlash(p))
-		if err := os.MkdirAll(filepath.Dir(fp), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(fp, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeFiles(t, src.Dir(), files)
 	state := filepath.Join(dst.Dir(), "codex-home", "state_5.sqlite")
 	os.MkdirAll(filepath.Dir(state), 0o755)
 	if err := os.WriteFile(state, []byte("stale"), 0o644); err != nil {
@@ -62,16 +54,7 @@ func TestBindWithEngine(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 	assertOnlyTreeNodes(t, store, before)
-	for p, content := range files {
-		b, err := os.ReadFile(filepath.Join(dst.Dir(), filepath.FromSlash(p)))
-		if err != nil || string(b) != content {
-			t.Fatalf("%s through the target mount: %v", p, err)
-		}
-		st, err := os.Stat(filepath.Join(dst.Dir(), filepath.FromSlash(p)))
-		if err != nil || st.Mode().Perm() != 0o600 {
-			t.Errorf("%s: mode %v, %v", p, st.Mode(), err)
-		}
-	}
+	checkTargetFiles(t, dst.Dir(), files)
 	if _, err := os.Stat(state); !os.IsNotExist(err) {
 		t.Errorf("state_5.sqlite still in the target: %v", err)
 	}
@@ -101,5 +84,35 @@ func TestBindWithEngine(t *testing.T) {
 	}
 	if a := res.Rollouts[2].Action; a != fork.ActionKeep || res.Handle.Through != "9" {
 		t.Errorf("rebind: %s through %q, want keep through 9", a, res.Handle.Through)
+	}
+}
+
+// writeFiles writes files (slash paths below dir) with mode 0600.
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for p, content := range files {
+		fp := filepath.Join(dir, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(fp), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(fp, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkTargetFiles requires every file of files below dir, with its content and
+// mode 0600.
+func checkTargetFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for p, content := range files {
+		b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(p)))
+		if err != nil || string(b) != content {
+			t.Fatalf("%s through the target mount: %v", p, err)
+		}
+		st, err := os.Stat(filepath.Join(dir, filepath.FromSlash(p)))
+		if err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v, %v", p, st.Mode(), err)
+		}
 	}
 }

@@ -352,230 +352,324 @@ func (d *differential) genOpen() diffOp {
 	}}
 }
 
+// diffGen makes one kind of step; seq numbers the step, for the bytes it
+// writes.
+type diffGen func(d *differential, seq uint64) diffOp
+
+// diffGens are the kinds of step, each with its weight in a draw of
+// diffGenTotal. A seed reproduces its run only while this table, its order
+// and the draws each generator makes stay as they are.
+var diffGens = []struct {
+	weight int
+	gen    diffGen
+}{
+	{16, func(d *differential, _ uint64) diffOp { return d.genOpen() }},
+	{14, (*differential).genWrite},
+	{10, (*differential).genRead},
+	{3, (*differential).genSeek},
+	{4, (*differential).genTruncate},
+	{3, (*differential).genFsync},
+	{6, (*differential).genClose},
+	{6, (*differential).genStat},
+	{4, (*differential).genRemove},
+	{5, (*differential).genMkdir},
+	{6, (*differential).genRename},
+	{3, (*differential).genLink},
+	{3, (*differential).genSymlink},
+	{2, (*differential).genReadlink},
+	{2, (*differential).genChmod},
+	{1, (*differential).genChown},
+	{1, (*differential).genUtimens},
+	{4, (*differential).genXattr},
+	{3, (*differential).genReaddir},
+	{1, (*differential).genFallocate},
+	{2, (*differential).genMmapWrite},
+	{1, (*differential).genCopyRange},
+}
+
+var diffGenTotal = func() int {
+	n := 0
+	for _, g := range diffGens {
+		n += g.weight
+	}
+	return n
+}()
+
 func (d *differential) genOp() diffOp {
 	d.seq++
 	seq := uint64(d.seq)
-	switch k := d.r.IntN(100); {
-	case k < 16 || !d.anyOpen() && d.r.IntN(4) != 0:
+	k := d.r.IntN(diffGenTotal)
+	// With no descriptor open, most steps open one; the draw for that is
+	// made only then.
+	if k >= diffGens[0].weight && !d.anyOpen() && d.r.IntN(4) != 0 {
 		return d.genOpen()
-	case k < 30:
-		s, n, at := d.slot(), d.size(), d.r.IntN(2) == 0
-		off := d.offset()
-		data := randBytes(seq, n)
-		if !at {
-			return diffOp{fmt.Sprintf("write(slot %d, %d bytes)", s, n), func(w *diffWorld) (string, error) {
-				k, err := unix.Write(w.fds[s], data)
-				return fmt.Sprint(k), err
-			}}
+	}
+	for _, g := range diffGens {
+		if k < g.weight {
+			return g.gen(d, seq)
 		}
-		return diffOp{fmt.Sprintf("pwrite(slot %d, %d bytes, at %d)", s, n, off), func(w *diffWorld) (string, error) {
-			k, err := unix.Pwrite(w.fds[s], data, off)
-			return fmt.Sprint(k), err
-		}}
-	case k < 40:
-		s, n, at, off := d.slot(), d.size(), d.r.IntN(2) == 0, d.offset()
-		return diffOp{fmt.Sprintf("read(slot %d, %d bytes, at %d if %v)", s, n, off, at), func(w *diffWorld) (string, error) {
-			buf := make([]byte, n)
-			var k int
-			var err error
-			if at {
-				k, err = unix.Pread(w.fds[s], buf, off)
-			} else {
-				k, err = unix.Read(w.fds[s], buf)
-			}
-			if err != nil {
-				return "", err
-			}
-			return fmt.Sprintf("%d %s", k, cas.Sum(buf[:k]).Short()), nil
-		}}
-	case k < 43:
-		s, off, whence := d.slot(), d.offset()-100_000, d.r.IntN(3)
-		return diffOp{fmt.Sprintf("lseek(slot %d, %d, %d)", s, off, whence), func(w *diffWorld) (string, error) {
-			var st unix.Stat_t
-			if unix.Fstat(w.fds[s], &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
-				// A directory's offsets are the file system's own.
-				return "a directory", nil
-			}
-			pos, err := unix.Seek(w.fds[s], off, whence)
-			return fmt.Sprint(pos), err
-		}}
-	case k < 47:
-		size := d.offset()
-		if d.r.IntN(2) == 0 {
-			s := d.slot()
-			return diffOp{fmt.Sprintf("ftruncate(slot %d, %d)", s, size), func(w *diffWorld) (string, error) {
-				return "", unix.Ftruncate(w.fds[s], size)
-			}}
-		}
-		p := d.randPath()
-		return diffOp{fmt.Sprintf("truncate(%s, %d)", p, size), func(w *diffWorld) (string, error) {
-			return "", unix.Truncate(w.path(p), size)
-		}}
-	case k < 50:
-		s, data := d.slot(), d.r.IntN(2) == 0
-		return diffOp{fmt.Sprintf("fsync(slot %d, data only %v)", s, data), func(w *diffWorld) (string, error) {
-			if data {
-				return "", unix.Fdatasync(w.fds[s])
-			}
-			return "", unix.Fsync(w.fds[s])
-		}}
-	case k < 56:
-		s := d.slot()
-		return diffOp{fmt.Sprintf("close(slot %d)", s), func(w *diffWorld) (string, error) {
-			fd := w.fds[s]
-			w.fds[s] = -1
-			return "", unix.Close(fd)
-		}}
-	case k < 62:
-		if d.r.IntN(2) == 0 {
-			s := d.slot()
-			return diffOp{fmt.Sprintf("fstat(slot %d)", s), func(w *diffWorld) (string, error) {
-				var st unix.Stat_t
-				if err := unix.Fstat(w.fds[s], &st); err != nil {
-					return "", err
-				}
-				if w.stale[s] {
-					st.Nlink = 0
-				}
-				return diffStat(&st), nil
-			}}
-		}
-		p := d.randPath()
-		return diffOp{fmt.Sprintf("lstat(%s)", p), func(w *diffWorld) (string, error) {
-			var st unix.Stat_t
-			if err := unix.Lstat(w.path(p), &st); err != nil {
-				return "", err
-			}
-			return diffStat(&st), nil
-		}}
-	case k < 66:
-		p := d.randPath()
-		if d.r.IntN(4) != 0 {
-			return diffOp{fmt.Sprintf("unlink(%s)", p), func(w *diffWorld) (string, error) { return "", unix.Unlink(w.path(p)) }}
-		}
-		return diffOp{fmt.Sprintf("rmdir(%s)", p), func(w *diffWorld) (string, error) { return "", unix.Rmdir(w.path(p)) }}
-	case k < 71:
-		p, mode := d.dir()+d.pick(diffDirNames), uint32([]int{0o755, 0o700, 0o777}[d.r.IntN(3)])
-		return diffOp{fmt.Sprintf("mkdir(%s, %o)", p, mode), func(w *diffWorld) (string, error) { return "", unix.Mkdir(w.path(p), mode) }}
-	case k < 77:
-		from, to := d.randPath(), d.randPath()
-		flags := []uint{0, 0, unix.RENAME_NOREPLACE, unix.RENAME_EXCHANGE}[d.r.IntN(4)]
-		return diffOp{fmt.Sprintf("rename(%s, %s, %d)", from, to, flags), func(w *diffWorld) (string, error) {
-			return "", unix.Renameat2(unix.AT_FDCWD, w.path(from), unix.AT_FDCWD, w.path(to), flags)
-		}}
-	case k < 80:
-		from, to := d.randPath(), d.filePath()
-		return diffOp{fmt.Sprintf("link(%s, %s)", from, to), func(w *diffWorld) (string, error) {
-			return "", unix.Link(w.path(from), w.path(to))
-		}}
-	case k < 83:
-		// Targets stay below the link's directory: a link out of the
-		// root would resolve to different places in the two worlds.
-		target, p := d.pick([]string{"f0", "f1", "d0", "e0/f2", "f3/x"}), d.filePath()
-		return diffOp{fmt.Sprintf("symlink(%s, %s)", target, p), func(w *diffWorld) (string, error) {
-			return "", unix.Symlink(target, w.path(p))
-		}}
-	case k < 85:
-		p := d.randPath()
-		return diffOp{fmt.Sprintf("readlink(%s)", p), func(w *diffWorld) (string, error) {
-			buf := make([]byte, 256)
-			n, err := unix.Readlink(w.path(p), buf)
-			return string(buf[:max(n, 0)]), err
-		}}
-	case k < 87:
-		p, mode := d.attrPath(), uint32(d.r.IntN(0o10000))
-		return diffOp{fmt.Sprintf("chmod(%s, %o)", p, mode), func(w *diffWorld) (string, error) { return "", unix.Chmod(w.path(p), mode) }}
-	case k < 88:
-		p := d.attrPath()
-		uid, gid := []int{-1, 0, 1000, 1001}[d.r.IntN(4)], []int{-1, 0, 1000, 1002}[d.r.IntN(4)]
-		if uid == -1 && gid == -1 {
-			// chown(-1, -1) reaches no FUSE daemon (docs/ARCHITECTURE.md,
-			// Known limits).
-			gid = 1002
-		}
-		follow := d.r.IntN(2) == 0
-		return diffOp{fmt.Sprintf("chown(%s, %d, %d, follow %v)", p, uid, gid, follow), func(w *diffWorld) (string, error) {
-			if follow {
-				return "", unix.Chown(w.path(p), uid, gid)
-			}
-			return "", unix.Lchown(w.path(p), uid, gid)
-		}}
-	case k < 89:
-		p := d.attrPath()
-		ts := []unix.Timespec{{Sec: int64(d.r.IntN(1 << 31)), Nsec: int64(d.r.IntN(1e9))}, {Sec: int64(d.r.IntN(1 << 31)), Nsec: int64(d.r.IntN(1e9))}}
-		flags := []int{0, unix.AT_SYMLINK_NOFOLLOW}[d.r.IntN(2)]
-		return diffOp{fmt.Sprintf("utimensat(%s, %v, %d)", p, ts, flags), func(w *diffWorld) (string, error) {
-			if err := unix.UtimesNanoAt(unix.AT_FDCWD, w.path(p), ts, flags); err != nil {
-				return "", err
-			}
-			var st unix.Stat_t
-			if err := unix.Fstatat(unix.AT_FDCWD, w.path(p), &st, flags); err != nil {
-				return "", err
-			}
-			return fmt.Sprintf("atime %d.%09d mtime %d.%09d", st.Atim.Sec, st.Atim.Nsec, st.Mtim.Sec, st.Mtim.Nsec), nil
-		}}
-	case k < 93:
-		p, attr := d.attrPath(), d.pick([]string{"user.a", "user.b"})
-		switch d.r.IntN(4) {
-		case 0:
-			value, flags := fmt.Sprintf("v%d", seq), []int{0, unix.XATTR_CREATE, unix.XATTR_REPLACE}[d.r.IntN(3)]
-			return diffOp{fmt.Sprintf("setxattr(%s, %s, %s, %d)", p, attr, value, flags), func(w *diffWorld) (string, error) {
-				return "", unix.Setxattr(w.path(p), attr, []byte(value), flags)
-			}}
-		case 1:
-			return diffOp{fmt.Sprintf("getxattr(%s, %s)", p, attr), func(w *diffWorld) (string, error) {
-				buf := make([]byte, 256)
-				n, err := unix.Getxattr(w.path(p), attr, buf)
-				return string(buf[:max(n, 0)]), err
-			}}
-		case 2:
-			return diffOp{fmt.Sprintf("removexattr(%s, %s)", p, attr), func(w *diffWorld) (string, error) {
-				return "", unix.Removexattr(w.path(p), attr)
-			}}
-		default:
-			return diffOp{fmt.Sprintf("listxattr(%s)", p), func(w *diffWorld) (string, error) {
-				return diffXattrs(w.path(p), false)
-			}}
-		}
-	case k < 96:
-		dir := d.pick(diffDirs)
-		return diffOp{fmt.Sprintf("readdir(%q)", dir), func(w *diffWorld) (string, error) {
-			ents, err := os.ReadDir(w.path(dir))
-			var names []string
-			for _, e := range ents {
-				names = append(names, e.Name()+":"+e.Type().String())
-			}
-			return strings.Join(names, " "), err
-		}}
-	case k < 97:
-		s, off, n := d.slot(), d.offset(), int64(d.size())
-		mode := uint32([]int{0, unix.FALLOC_FL_KEEP_SIZE, unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE, unix.FALLOC_FL_ZERO_RANGE}[d.r.IntN(4)])
-		return diffOp{fmt.Sprintf("fallocate(slot %d, %#x, %d, %d)", s, mode, off, n), func(w *diffWorld) (string, error) {
-			return "", unix.Fallocate(w.fds[s], mode, off, n)
-		}}
-	case k < 99:
-		// Through a shared writable mapping, from another process (a
-		// fault on the mount from the daemon's own process could
-		// deadlock it), mapped through an O_APPEND descriptor half of
-		// the time: the pages still go where they are mapped.
-		p, off, n := d.filePath(), d.r.IntN(200_000), 1+d.r.IntN(20_000)
-		args := []string{fmt.Sprint(off), fmt.Sprint(n), fmt.Sprint(seq)}
-		if d.r.IntN(2) == 0 {
-			args = append(args, "append")
-		}
-		return diffOp{fmt.Sprintf("mmap write(%s, %d bytes at %d, %v)", p, n, off, args[3:]), func(w *diffWorld) (string, error) {
-			cmd := helper(context.Background(), "mmap-at", append([]string{w.path(p)}, args...)...)
-			out, err := cmd.Output()
-			return strings.TrimSpace(string(out)), err
-		}}
-	default:
-		in, out, offIn, offOut, n := d.slot(), d.slot(), d.offset(), d.offset(), d.size()
-		return diffOp{fmt.Sprintf("copy_file_range(slot %d at %d, slot %d at %d, %d)", in, offIn, out, offOut, n), func(w *diffWorld) (string, error) {
-			ri, ro := offIn, offOut
-			k, err := unix.CopyFileRange(w.fds[in], &ri, w.fds[out], &ro, n, 0)
+		k -= g.weight
+	}
+	panic("unreachable: k < diffGenTotal")
+}
+
+func (d *differential) genWrite(seq uint64) diffOp {
+	s, n, at := d.slot(), d.size(), d.r.IntN(2) == 0
+	off := d.offset()
+	data := randBytes(seq, n)
+	if !at {
+		return diffOp{fmt.Sprintf("write(slot %d, %d bytes)", s, n), func(w *diffWorld) (string, error) {
+			k, err := unix.Write(w.fds[s], data)
 			return fmt.Sprint(k), err
 		}}
 	}
+	return diffOp{fmt.Sprintf("pwrite(slot %d, %d bytes, at %d)", s, n, off), func(w *diffWorld) (string, error) {
+		k, err := unix.Pwrite(w.fds[s], data, off)
+		return fmt.Sprint(k), err
+	}}
+}
+
+func (d *differential) genRead(uint64) diffOp {
+	s, n, at, off := d.slot(), d.size(), d.r.IntN(2) == 0, d.offset()
+	return diffOp{fmt.Sprintf("read(slot %d, %d bytes, at %d if %v)", s, n, off, at), func(w *diffWorld) (string, error) {
+		buf := make([]byte, n)
+		var k int
+		var err error
+		if at {
+			k, err = unix.Pread(w.fds[s], buf, off)
+		} else {
+			k, err = unix.Read(w.fds[s], buf)
+		}
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%d %s", k, cas.Sum(buf[:k]).Short()), nil
+	}}
+}
+
+func (d *differential) genSeek(uint64) diffOp {
+	s, off, whence := d.slot(), d.offset()-100_000, d.r.IntN(3)
+	return diffOp{fmt.Sprintf("lseek(slot %d, %d, %d)", s, off, whence), func(w *diffWorld) (string, error) {
+		var st unix.Stat_t
+		if unix.Fstat(w.fds[s], &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			// A directory's offsets are the file system's own.
+			return "a directory", nil
+		}
+		pos, err := unix.Seek(w.fds[s], off, whence)
+		return fmt.Sprint(pos), err
+	}}
+}
+
+func (d *differential) genTruncate(uint64) diffOp {
+	size := d.offset()
+	if d.r.IntN(2) == 0 {
+		s := d.slot()
+		return diffOp{fmt.Sprintf("ftruncate(slot %d, %d)", s, size), func(w *diffWorld) (string, error) {
+			return "", unix.Ftruncate(w.fds[s], size)
+		}}
+	}
+	p := d.randPath()
+	return diffOp{fmt.Sprintf("truncate(%s, %d)", p, size), func(w *diffWorld) (string, error) {
+		return "", unix.Truncate(w.path(p), size)
+	}}
+}
+
+func (d *differential) genFsync(uint64) diffOp {
+	s, data := d.slot(), d.r.IntN(2) == 0
+	return diffOp{fmt.Sprintf("fsync(slot %d, data only %v)", s, data), func(w *diffWorld) (string, error) {
+		if data {
+			return "", unix.Fdatasync(w.fds[s])
+		}
+		return "", unix.Fsync(w.fds[s])
+	}}
+}
+
+func (d *differential) genClose(uint64) diffOp {
+	s := d.slot()
+	return diffOp{fmt.Sprintf("close(slot %d)", s), func(w *diffWorld) (string, error) {
+		fd := w.fds[s]
+		w.fds[s] = -1
+		return "", unix.Close(fd)
+	}}
+}
+
+func (d *differential) genStat(uint64) diffOp {
+	if d.r.IntN(2) == 0 {
+		s := d.slot()
+		return diffOp{fmt.Sprintf("fstat(slot %d)", s), func(w *diffWorld) (string, error) {
+			var st unix.Stat_t
+			if err := unix.Fstat(w.fds[s], &st); err != nil {
+				return "", err
+			}
+			if w.stale[s] {
+				st.Nlink = 0
+			}
+			return diffStat(&st), nil
+		}}
+	}
+	p := d.randPath()
+	return diffOp{fmt.Sprintf("lstat(%s)", p), func(w *diffWorld) (string, error) {
+		var st unix.Stat_t
+		if err := unix.Lstat(w.path(p), &st); err != nil {
+			return "", err
+		}
+		return diffStat(&st), nil
+	}}
+}
+
+func (d *differential) genRemove(uint64) diffOp {
+	p := d.randPath()
+	if d.r.IntN(4) != 0 {
+		return diffOp{fmt.Sprintf("unlink(%s)", p), func(w *diffWorld) (string, error) { return "", unix.Unlink(w.path(p)) }}
+	}
+	return diffOp{fmt.Sprintf("rmdir(%s)", p), func(w *diffWorld) (string, error) { return "", unix.Rmdir(w.path(p)) }}
+}
+
+func (d *differential) genMkdir(uint64) diffOp {
+	p, mode := d.dir()+d.pick(diffDirNames), uint32([]int{0o755, 0o700, 0o777}[d.r.IntN(3)])
+	return diffOp{fmt.Sprintf("mkdir(%s, %o)", p, mode), func(w *diffWorld) (string, error) { return "", unix.Mkdir(w.path(p), mode) }}
+}
+
+func (d *differential) genRename(uint64) diffOp {
+	from, to := d.randPath(), d.randPath()
+	flags := []uint{0, 0, unix.RENAME_NOREPLACE, unix.RENAME_EXCHANGE}[d.r.IntN(4)]
+	return diffOp{fmt.Sprintf("rename(%s, %s, %d)", from, to, flags), func(w *diffWorld) (string, error) {
+		return "", unix.Renameat2(unix.AT_FDCWD, w.path(from), unix.AT_FDCWD, w.path(to), flags)
+	}}
+}
+
+func (d *differential) genLink(uint64) diffOp {
+	from, to := d.randPath(), d.filePath()
+	return diffOp{fmt.Sprintf("link(%s, %s)", from, to), func(w *diffWorld) (string, error) {
+		return "", unix.Link(w.path(from), w.path(to))
+	}}
+}
+
+func (d *differential) genSymlink(uint64) diffOp {
+	// Targets stay below the link's directory: a link out of the root
+	// would resolve to different places in the two worlds.
+	target, p := d.pick([]string{"f0", "f1", "d0", "e0/f2", "f3/x"}), d.filePath()
+	return diffOp{fmt.Sprintf("symlink(%s, %s)", target, p), func(w *diffWorld) (string, error) {
+		return "", unix.Symlink(target, w.path(p))
+	}}
+}
+
+func (d *differential) genReadlink(uint64) diffOp {
+	p := d.randPath()
+	return diffOp{fmt.Sprintf("readlink(%s)", p), func(w *diffWorld) (string, error) {
+		buf := make([]byte, 256)
+		n, err := unix.Readlink(w.path(p), buf)
+		return string(buf[:max(n, 0)]), err
+	}}
+}
+
+func (d *differential) genChmod(uint64) diffOp {
+	p, mode := d.attrPath(), uint32(d.r.IntN(0o10000))
+	return diffOp{fmt.Sprintf("chmod(%s, %o)", p, mode), func(w *diffWorld) (string, error) { return "", unix.Chmod(w.path(p), mode) }}
+}
+
+func (d *differential) genChown(uint64) diffOp {
+	p := d.attrPath()
+	uid, gid := []int{-1, 0, 1000, 1001}[d.r.IntN(4)], []int{-1, 0, 1000, 1002}[d.r.IntN(4)]
+	if uid == -1 && gid == -1 {
+		// chown(-1, -1) reaches no FUSE daemon (docs/ARCHITECTURE.md,
+		// Known limits).
+		gid = 1002
+	}
+	follow := d.r.IntN(2) == 0
+	return diffOp{fmt.Sprintf("chown(%s, %d, %d, follow %v)", p, uid, gid, follow), func(w *diffWorld) (string, error) {
+		if follow {
+			return "", unix.Chown(w.path(p), uid, gid)
+		}
+		return "", unix.Lchown(w.path(p), uid, gid)
+	}}
+}
+
+func (d *differential) genUtimens(uint64) diffOp {
+	p := d.attrPath()
+	ts := []unix.Timespec{{Sec: int64(d.r.IntN(1 << 31)), Nsec: int64(d.r.IntN(1e9))}, {Sec: int64(d.r.IntN(1 << 31)), Nsec: int64(d.r.IntN(1e9))}}
+	flags := []int{0, unix.AT_SYMLINK_NOFOLLOW}[d.r.IntN(2)]
+	return diffOp{fmt.Sprintf("utimensat(%s, %v, %d)", p, ts, flags), func(w *diffWorld) (string, error) {
+		if err := unix.UtimesNanoAt(unix.AT_FDCWD, w.path(p), ts, flags); err != nil {
+			return "", err
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(unix.AT_FDCWD, w.path(p), &st, flags); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("atime %d.%09d mtime %d.%09d", st.Atim.Sec, st.Atim.Nsec, st.Mtim.Sec, st.Mtim.Nsec), nil
+	}}
+}
+
+func (d *differential) genXattr(seq uint64) diffOp {
+	p, attr := d.attrPath(), d.pick([]string{"user.a", "user.b"})
+	switch d.r.IntN(4) {
+	case 0:
+		value, flags := fmt.Sprintf("v%d", seq), []int{0, unix.XATTR_CREATE, unix.XATTR_REPLACE}[d.r.IntN(3)]
+		return diffOp{fmt.Sprintf("setxattr(%s, %s, %s, %d)", p, attr, value, flags), func(w *diffWorld) (string, error) {
+			return "", unix.Setxattr(w.path(p), attr, []byte(value), flags)
+		}}
+	case 1:
+		return diffOp{fmt.Sprintf("getxattr(%s, %s)", p, attr), func(w *diffWorld) (string, error) {
+			buf := make([]byte, 256)
+			n, err := unix.Getxattr(w.path(p), attr, buf)
+			return string(buf[:max(n, 0)]), err
+		}}
+	case 2:
+		return diffOp{fmt.Sprintf("removexattr(%s, %s)", p, attr), func(w *diffWorld) (string, error) {
+			return "", unix.Removexattr(w.path(p), attr)
+		}}
+	default:
+		return diffOp{fmt.Sprintf("listxattr(%s)", p), func(w *diffWorld) (string, error) {
+			return diffXattrs(w.path(p), false)
+		}}
+	}
+}
+
+func (d *differential) genReaddir(uint64) diffOp {
+	dir := d.pick(diffDirs)
+	return diffOp{fmt.Sprintf("readdir(%q)", dir), func(w *diffWorld) (string, error) {
+		ents, err := os.ReadDir(w.path(dir))
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name()+":"+e.Type().String())
+		}
+		return strings.Join(names, " "), err
+	}}
+}
+
+func (d *differential) genFallocate(uint64) diffOp {
+	s, off, n := d.slot(), d.offset(), int64(d.size())
+	mode := uint32([]int{0, unix.FALLOC_FL_KEEP_SIZE, unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE, unix.FALLOC_FL_ZERO_RANGE}[d.r.IntN(4)])
+	return diffOp{fmt.Sprintf("fallocate(slot %d, %#x, %d, %d)", s, mode, off, n), func(w *diffWorld) (string, error) {
+		return "", unix.Fallocate(w.fds[s], mode, off, n)
+	}}
+}
+
+// genMmapWrite writes through a shared writable mapping, from another
+// process (a fault on the mount from the daemon's own process could
+// deadlock it), mapped through an O_APPEND descriptor half of the time:
+// the pages still go where they are mapped.
+func (d *differential) genMmapWrite(seq uint64) diffOp {
+	p, off, n := d.filePath(), d.r.IntN(200_000), 1+d.r.IntN(20_000)
+	args := []string{fmt.Sprint(off), fmt.Sprint(n), fmt.Sprint(seq)}
+	if d.r.IntN(2) == 0 {
+		args = append(args, "append")
+	}
+	return diffOp{fmt.Sprintf("mmap write(%s, %d bytes at %d, %v)", p, n, off, args[3:]), func(w *diffWorld) (string, error) {
+		cmd := helper(context.Background(), "mmap-at", append([]string{w.path(p)}, args...)...)
+		out, err := cmd.Output()
+		return strings.TrimSpace(string(out)), err
+	}}
+}
+
+func (d *differential) genCopyRange(uint64) diffOp {
+	in, out, offIn, offOut, n := d.slot(), d.slot(), d.offset(), d.offset(), d.size()
+	return diffOp{fmt.Sprintf("copy_file_range(slot %d at %d, slot %d at %d, %d)", in, offIn, out, offOut, n), func(w *diffWorld) (string, error) {
+		ri, ro := offIn, offOut
+		k, err := unix.CopyFileRange(w.fds[in], &ri, w.fds[out], &ro, n, 0)
+		return fmt.Sprint(k), err
+	}}
 }
 
 // diffStat is what a stat must agree on: not times (a write sets them

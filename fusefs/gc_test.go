@@ -145,58 +145,12 @@ func TestGCRacingWriters(t *testing.T) {
 	e, rec := newGCEngine(t)
 	m := MountForTest(t, e, "s", "", MountOptions{})
 
-	var (
-		mu   sync.Mutex
-		want = make(map[string][]byte) // path → content last written
-	)
+	written := &gcWritten{files: make(map[string][]byte)}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	const writers = 4
 	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(w), 42))
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				name := fmt.Sprintf("w%d/f%d", w, rng.IntN(8))
-				p := filepath.Join(m.Dir(), name)
-				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-					t.Error(err)
-					return
-				}
-				switch rng.IntN(10) {
-				case 0:
-					if err := os.RemoveAll(p); err != nil {
-						t.Error(err)
-						return
-					}
-					mu.Lock()
-					delete(want, name)
-					mu.Unlock()
-				default:
-					size := 1 + rng.IntN(3*manifest.ChunkSize)
-					if i%25 == 0 {
-						size = spillThreshold + manifest.ChunkSize + rng.IntN(manifest.ChunkSize)
-					}
-					data := make([]byte, size)
-					for j := range data {
-						data[j] = byte(rng.IntN(4)) // compressible, with repeats across files
-					}
-					if err := os.WriteFile(p, data, 0o644); err != nil {
-						t.Error(err)
-						return
-					}
-					mu.Lock()
-					want[name] = data
-					mu.Unlock()
-				}
-			}
-		}()
+		wg.Go(func() { written.run(t, m.Dir(), w, stop) })
 	}
 	var snaps []string
 	wg.Add(1)
@@ -241,15 +195,15 @@ func TestGCRacingWriters(t *testing.T) {
 	require.NoError(t, err)
 	got, err := readAll(ctx, rec, root)
 	require.NoError(t, err)
-	mu.Lock()
-	require.Equal(t, len(want), len(got))
-	for name, data := range want {
+	written.mu.Lock()
+	require.Equal(t, len(written.files), len(got))
+	for name, data := range written.files {
 		require.True(t, bytes.Equal(data, got[name]), "content of %s", name)
 		b, err := os.ReadFile(filepath.Join(m.Dir(), name))
 		require.NoError(t, err)
 		require.True(t, bytes.Equal(data, b), "content of %s through the mount", name)
 	}
-	mu.Unlock()
+	written.mu.Unlock()
 	require.NotEmpty(t, snaps)
 	for _, id := range snaps {
 		snap, _, err := e.Catalog().Snapshot(ctx, id)
@@ -257,6 +211,59 @@ func TestGCRacingWriters(t *testing.T) {
 		require.NoError(t, catalog.VerifyComplete(ctx, rec, snap.Root), "snapshot %s", id)
 		_, err = readAll(ctx, rec, snap.Root)
 		require.NoError(t, err, "snapshot %s", id)
+	}
+}
+
+// gcWritten is what TestGCRacingWriters' writers last wrote, by path
+// below the mount.
+type gcWritten struct {
+	mu    sync.Mutex
+	files map[string][]byte // GUARDED_BY(mu)
+}
+
+// run is writer w: until stop, it creates, overwrites (now and then with
+// a file large enough to spill chunks before any flush) and deletes files
+// below dir, recording each change.
+func (g *gcWritten) run(t *testing.T, dir string, w int, stop <-chan struct{}) {
+	rng := rand.New(rand.NewPCG(uint64(w), 42))
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		name := fmt.Sprintf("w%d/f%d", w, rng.IntN(8))
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Error(err)
+			return
+		}
+		switch rng.IntN(10) {
+		case 0:
+			if err := os.RemoveAll(p); err != nil {
+				t.Error(err)
+				return
+			}
+			g.mu.Lock()
+			delete(g.files, name)
+			g.mu.Unlock()
+		default:
+			size := 1 + rng.IntN(3*manifest.ChunkSize)
+			if i%25 == 0 {
+				size = spillThreshold + manifest.ChunkSize + rng.IntN(manifest.ChunkSize)
+			}
+			data := make([]byte, size)
+			for j := range data {
+				data[j] = byte(rng.IntN(4)) // compressible, with repeats across files
+			}
+			if err := os.WriteFile(p, data, 0o644); err != nil {
+				t.Error(err)
+				return
+			}
+			g.mu.Lock()
+			g.files[name] = data
+			g.mu.Unlock()
+		}
 	}
 }
 

@@ -46,6 +46,23 @@ func TestPermissions(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(d, "open"), []byte("o"), 0o666))
 	require.NoError(t, os.Chmod(filepath.Join(d, "open"), 0o666)) // past the umask
 
+	checkNobodyDenied(t, d)
+	checkNobodyCreates(t, d)
+	checkSetgidDir(t, d)
+	checkSetuidCleared(t, d)
+
+	// Ownership survives a capture and fork.
+	fm := forkMount(t, e, "s", "perm-fork")
+	st := stat(t, filepath.Join(fm.Dir(), "shared/f022"))
+	require.Equal(t, uint32(nobody), st.Uid)
+	require.Equal(t, uint32(syscall.S_IFREG|0o640), st.Mode)
+	require.Equal(t, uint32(syscall.S_IFDIR|0o1777), stat(t, filepath.Join(fm.Dir(), "shared")).Mode)
+}
+
+// checkNobodyDenied requires nobody to be refused what the modes of the
+// files below d (made by TestPermissions) refuse, and allowed the rest.
+func checkNobodyDenied(t *testing.T, d string) {
+	t.Helper()
 	for _, tc := range []struct {
 		name, script string
 		ok           bool
@@ -74,8 +91,13 @@ func TestPermissions(t *testing.T) {
 	require.Equal(t, "s", read(t, filepath.Join(d, "secret")))
 	require.Equal(t, "r", read(t, filepath.Join(d, "shared/rootfile")))
 	require.Equal(t, "oy\n", read(t, filepath.Join(d, "open")))
+}
 
-	// Files a user creates are theirs, with the modes the umask gives.
+// checkNobodyCreates requires the files nobody creates in shared to be
+// nobody's, with the modes the umask gives, and nobody to be able to
+// delete them in the sticky directory and change their mode.
+func checkNobodyCreates(t *testing.T, d string) {
+	t.Helper()
 	for _, tc := range []struct {
 		umask             string
 		fileMode, dirMode uint32
@@ -98,12 +120,16 @@ func TestPermissions(t *testing.T) {
 	out, err := asNobody(t, d, "chmod 640 shared/f022 && rm shared/f077 && rm -r shared/d077")
 	require.NoError(t, err, out)
 	require.Equal(t, uint32(syscall.S_IFREG|0o640), stat(t, filepath.Join(d, "shared/f022")).Mode)
+}
 
-	// A setgid directory hands its group down (BSD semantics, as ext4).
+// checkSetgidDir requires a setgid directory to hand its group down (BSD
+// semantics, as ext4).
+func checkSetgidDir(t *testing.T, d string) {
+	t.Helper()
 	require.NoError(t, os.Mkdir(filepath.Join(d, "team"), 0o755))
 	require.NoError(t, os.Chown(filepath.Join(d, "team"), 0, 1234))
 	require.NoError(t, unix.Chmod(filepath.Join(d, "team"), 0o2777))
-	out, err = asNobody(t, d, "umask 022 && touch team/f && mkdir team/sub")
+	out, err := asNobody(t, d, "umask 022 && touch team/f && mkdir team/sub")
 	require.NoError(t, err, out)
 	st := stat(t, filepath.Join(d, "team/f"))
 	require.Equal(t, uint32(1234), st.Gid)
@@ -111,12 +137,16 @@ func TestPermissions(t *testing.T) {
 	st = stat(t, filepath.Join(d, "team/sub"))
 	require.Equal(t, uint32(1234), st.Gid)
 	require.Equal(t, uint32(syscall.S_IFDIR|0o2755), st.Mode, "a subdirectory inherits setgid")
+}
 
-	// Writing to a setuid file as another user clears the bit, and so
-	// does a chown, as on ext4.
+// checkSetuidCleared requires a write to a setuid file as another user, a
+// chown and a truncation to clear the bits they clear on ext4, and root's
+// own write to keep them.
+func checkSetuidCleared(t *testing.T, d string) {
+	t.Helper()
 	require.NoError(t, os.WriteFile(filepath.Join(d, "suid"), []byte("#!/bin/sh\n"), 0o644))
 	require.NoError(t, unix.Chmod(filepath.Join(d, "suid"), 0o4777))
-	out, err = asNobody(t, d, "echo x >> suid")
+	out, err := asNobody(t, d, "echo x >> suid")
 	require.NoError(t, err, out)
 	require.Equal(t, uint32(syscall.S_IFREG|0o777), stat(t, filepath.Join(d, "suid")).Mode, "write by another user clears setuid")
 	require.NoError(t, unix.Chmod(filepath.Join(d, "suid"), 0o4755))
@@ -156,13 +186,6 @@ func TestPermissions(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 	require.Equal(t, uint32(syscall.S_IFREG|0o4777), stat(t, filepath.Join(d, "suid")).Mode, "root's write keeps setuid")
-
-	// Ownership survives a capture and fork.
-	fm := forkMount(t, e, "s", "perm-fork")
-	st = stat(t, filepath.Join(fm.Dir(), "shared/f022"))
-	require.Equal(t, uint32(nobody), st.Uid)
-	require.Equal(t, uint32(syscall.S_IFREG|0o640), st.Mode)
-	require.Equal(t, uint32(syscall.S_IFDIR|0o1777), stat(t, filepath.Join(fm.Dir(), "shared")).Mode)
 }
 
 // capV2 is a valid VFS_CAP_REVISION_2 security.capability value granting

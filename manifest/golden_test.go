@@ -159,14 +159,44 @@ func TestGoldenDecode(t *testing.T) {
 	if *update {
 		t.Skip("updating")
 	}
-	read := func(name string) []byte {
-		b, err := os.ReadFile(filepath.Join(goldenDir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
+	checkGoldenTrees(t)
+	ib := readGolden(t, "index.bin")
+	depth, refs, err := DecodeIndex(ib)
+	if err != nil || depth != 1 || len(refs) != 5 || refs[2] != (cas.Ref{}) || refs[0] != fakeRef("index chunk 0") {
+		t.Errorf("index.bin: depth %d refs %d err %v", depth, len(refs), err)
 	}
-	tb := read("tree.bin")
+	sb := readGolden(t, "snapshot.json")
+	snap, err := DecodeSnapshot(sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Root != fakeRef("root") || snap.Handles["codex"].Through != "turn-17" || snap.Layout != nil {
+		t.Errorf("snapshot.json decoded to %+v", snap)
+	}
+	lsnap, err := DecodeSnapshot(readGolden(t, "snapshot-layout.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(lsnap.Layout, fixtureLayoutSnapshot().Layout) {
+		t.Errorf("snapshot-layout.json: layout %+v", lsnap.Layout)
+	}
+}
+
+// readGolden returns the golden file called name.
+func readGolden(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(goldenDir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// checkGoldenTrees checks that the golden tree nodes decode to their
+// fixtures and re-encode byte for byte.
+func checkGoldenTrees(t *testing.T) {
+	t.Helper()
+	tb := readGolden(t, "tree.bin")
 	tree, err := DecodeTree(tb)
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +207,7 @@ func TestGoldenDecode(t *testing.T) {
 	if !entriesSliceEqual(tree.Entries, fixtureTree().Entries) {
 		t.Error("tree.bin decodes to something else than the fixture")
 	}
-	rb := read("tree-root.bin")
+	rb := readGolden(t, "tree-root.bin")
 	root, err := DecodeTree(rb)
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +218,7 @@ func TestGoldenDecode(t *testing.T) {
 	if want := fixtureRootTree(); !entriesSliceEqual(root.Entries, want.Entries) || !reflect.DeepEqual(root.Self, want.Self) {
 		t.Errorf("tree-root.bin decodes to something else than the fixture: %+v", root.Self)
 	}
-	sp := read("tree-special.bin")
+	sp := readGolden(t, "tree-special.bin")
 	special, err := DecodeTree(sp)
 	if err != nil {
 		t.Fatal(err)
@@ -198,26 +228,6 @@ func TestGoldenDecode(t *testing.T) {
 	}
 	if !entriesSliceEqual(special.Entries, fixtureSpecialTree().Entries) {
 		t.Error("tree-special.bin decodes to something else than the fixture")
-	}
-	ib := read("index.bin")
-	depth, refs, err := DecodeIndex(ib)
-	if err != nil || depth != 1 || len(refs) != 5 || refs[2] != (cas.Ref{}) || refs[0] != fakeRef("index chunk 0") {
-		t.Errorf("index.bin: depth %d refs %d err %v", depth, len(refs), err)
-	}
-	sb := read("snapshot.json")
-	snap, err := DecodeSnapshot(sb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if snap.Root != fakeRef("root") || snap.Handles["codex"].Through != "turn-17" || snap.Layout != nil {
-		t.Errorf("snapshot.json decoded to %+v", snap)
-	}
-	lsnap, err := DecodeSnapshot(read("snapshot-layout.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(lsnap.Layout, fixtureLayoutSnapshot().Layout) {
-		t.Errorf("snapshot-layout.json: layout %+v", lsnap.Layout)
 	}
 }
 

@@ -148,7 +148,17 @@ func TestCheckChunk(t *testing.T) {
 	}
 }
 
-func TestEntryValidate(t *testing.T) {
+// entryCase is an entry and the error its Validate must return (nil:
+// valid).
+type entryCase struct {
+	what string
+	e    Entry
+	want error
+}
+
+// entryCases are valid and invalid entries, most of them a valid entry of
+// their kind with one thing changed.
+func entryCases() []entryCase {
 	ref := fakeRef("x")
 	file := func(f func(e *Entry)) Entry {
 		e := fileEntry("f", 2*ChunkSize)
@@ -170,11 +180,7 @@ func TestEntryValidate(t *testing.T) {
 		f(&e)
 		return e
 	}
-	for _, tc := range []struct {
-		what string
-		e    Entry
-		want error // nil: valid
-	}{
+	return []entryCase{
 		{"file", file(func(e *Entry) {}), nil},
 		{"empty file", fileEntry("e", 0), nil},
 		{"dir", dir(func(e *Entry) {}), nil},
@@ -237,7 +243,11 @@ func TestEntryValidate(t *testing.T) {
 		{"xattr big value", file(func(e *Entry) { e.Xattrs = []Xattr{{Name: "a", Value: make([]byte, MaxXattrValueLen+1)}} }), ErrInvalid},
 		{"xattr unsorted", file(func(e *Entry) { e.Xattrs = []Xattr{{Name: "b"}, {Name: "a"}} }), ErrInvalid},
 		{"xattr duplicate", file(func(e *Entry) { e.Xattrs = []Xattr{{Name: "a"}, {Name: "a"}} }), ErrInvalid},
-	} {
+	}
+}
+
+func TestEntryValidate(t *testing.T) {
+	for _, tc := range entryCases() {
 		err := tc.e.Validate()
 		switch {
 		case tc.want == nil && err != nil:

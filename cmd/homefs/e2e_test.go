@@ -397,27 +397,7 @@ func TestSessionsMountsCaptureForkDiff(t *testing.T) {
 	e.fails(exitUsage, "argument 1 is empty", "log", "")
 	e.fails(exitNotFound, "nobody", "fork", "nobody", "x")
 	e.ok("mount", "agent-1-retry", fork)
-	f, err := os.OpenFile(filepath.Join(fork, rollout), os.O_WRONLY|os.O_APPEND, 0)
-	require.NoError(t, err)
-	_, err = f.WriteString("{\"type\":\"response_item\"}\n")
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
-	writeFile(t, filepath.Join(fork, "workspace/NOTES.md"), "notes\n")
-	require.NoError(t, os.Remove(filepath.Join(fork, "workspace/README.md")))
-
-	var d daemon.DiffResult
-	require.NoError(t, json.Unmarshal([]byte(e.ok("diff", "agent-1", "agent-1-retry", "--json")), &d))
-	changes := map[string]string{}
-	for _, x := range d.Entries {
-		changes[x.Path] = x.Change
-	}
-	require.Equal(t, map[string]string{
-		rollout:               daemon.Changed,
-		"workspace/NOTES.md":  daemon.Added,
-		"workspace/README.md": daemon.Removed,
-	}, changes)
-	require.Contains(t, e.ok("diff", "@"+snap, "agent-1"), "no differences")
-	e.fails(exitNotFound, "no such snapshot", "diff", "agent-1", "@ffffffffffff")
+	checkForkDiff(e, fork, snap)
 
 	snap2 := strings.TrimSpace(e.ok("capture", "agent-1-retry", "-m", "retry"))
 	var log []daemon.SnapshotInfo
@@ -458,6 +438,52 @@ func TestSessionsMountsCaptureForkDiff(t *testing.T) {
 	e.ok("session", "rm", "agent-1-retry")
 	e.fails(exitNotFound, "no such session", "session", "rm", "agent-1-retry")
 
+	checkSecondDaemonAndStats(e)
+
+	e.stop()
+	require.False(t, isMounted(t, src), "the daemon unmounts at SIGTERM")
+	// Everything written is there after a restart.
+	e.start()
+	e.ok("mount", "agent-1", src)
+	require.Equal(t, "# demo\n", readFile(t, filepath.Join(src, "workspace/README.md")))
+}
+
+// checkForkDiff changes the fork mounted at fork (a line appended to the
+// rollout, a file added, one removed) and requires diff to name exactly
+// those changes against agent-1, and no difference between snap and
+// agent-1.
+func checkForkDiff(e *env, fork, snap string) {
+	t := e.t
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(fork, rollout), os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString("{\"type\":\"response_item\"}\n")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	writeFile(t, filepath.Join(fork, "workspace/NOTES.md"), "notes\n")
+	require.NoError(t, os.Remove(filepath.Join(fork, "workspace/README.md")))
+
+	var d daemon.DiffResult
+	require.NoError(t, json.Unmarshal([]byte(e.ok("diff", "agent-1", "agent-1-retry", "--json")), &d))
+	changes := map[string]string{}
+	for _, x := range d.Entries {
+		changes[x.Path] = x.Change
+	}
+	require.Equal(t, map[string]string{
+		rollout:               daemon.Changed,
+		"workspace/NOTES.md":  daemon.Added,
+		"workspace/README.md": daemon.Removed,
+	}, changes)
+	require.Contains(t, e.ok("diff", "@"+snap, "agent-1"), "no differences")
+	e.fails(exitNotFound, "no such snapshot", "diff", "agent-1", "@ffffffffffff")
+}
+
+// checkSecondDaemonAndStats requires a second daemon on the root to fail
+// clearly, and stats, fsck and gc to report on the one session and two
+// snapshots TestSessionsMountsCaptureForkDiff leaves.
+func checkSecondDaemonAndStats(e *env) {
+	t := e.t
+	t.Helper()
 	// A second daemon on the same root fails clearly.
 	r := e.run("serve")
 	require.NotEqual(t, 0, r.code)
@@ -473,13 +499,6 @@ func TestSessionsMountsCaptureForkDiff(t *testing.T) {
 	require.Contains(t, e.ok("stats"), "dedup ratio")
 	require.Contains(t, e.ok("fsck"), "0 problems")
 	require.Contains(t, e.ok("gc"), "freed")
-
-	e.stop()
-	require.False(t, isMounted(t, src), "the daemon unmounts at SIGTERM")
-	// Everything written is there after a restart.
-	e.start()
-	e.ok("mount", "agent-1", src)
-	require.Equal(t, "# demo\n", readFile(t, filepath.Join(src, "workspace/README.md")))
 }
 
 func TestExportImport(t *testing.T) {

@@ -11,13 +11,7 @@ import (
 
 func TestPolicyApply(t *testing.T) {
 	minus2 := time.FixedZone("UTC-2", -2*3600)
-	tests := []struct {
-		name   string
-		times  []string // RFC 3339, any order; ids are s0, s1, …
-		policy Policy
-		loc    *time.Location
-		want   map[string]string // kept id → reasons, comma-joined
-	}{
+	tests := []policyCase{
 		{
 			name:   "last",
 			times:  []string{"2024-03-01T10:00:00Z", "2024-03-01T11:00:00Z", "2024-03-01T12:00:00Z", "2024-03-01T13:00:00Z", "2024-03-01T14:00:00Z"},
@@ -89,39 +83,52 @@ func TestPolicyApply(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var cands []Candidate
-			for i, s := range tt.times {
-				tm, err := time.Parse(time.RFC3339, s)
-				require.NoError(t, err)
-				cands = append(cands, Candidate{ID: fmt.Sprintf("s%d", i), Time: tm})
-			}
-			loc := tt.loc
-			if loc == nil {
-				loc = time.UTC
-			}
-			ds := tt.policy.Apply(cands, loc)
-			require.Len(t, ds, len(cands))
-			got := map[string]string{}
-			for i, d := range ds {
-				if i > 0 {
-					assert.False(t, d.Time.After(ds[i-1].Time), "decisions newest first")
-				}
-				assert.Equal(t, d.Keep, len(d.Reasons) > 0, d.ID)
-				if d.Keep {
-					r := ""
-					for j, x := range d.Reasons {
-						if j > 0 {
-							r += ","
-						}
-						r += x
-					}
-					got[d.ID] = r
-				}
-			}
-			assert.Equal(t, tt.want, got)
-		})
+		t.Run(tt.name, func(t *testing.T) { checkPolicyApply(t, tt) })
 	}
+}
+
+// policyCase is a policy applied to snapshots taken at times.
+type policyCase struct {
+	name   string
+	times  []string // RFC 3339, any order; ids are s0, s1, …
+	policy Policy
+	loc    *time.Location
+	want   map[string]string // kept id → reasons, comma-joined
+}
+
+// checkPolicyApply applies tt's policy and requires a decision for every
+// snapshot, newest first, keeping exactly tt.want for its reasons.
+func checkPolicyApply(t *testing.T, tt policyCase) {
+	var cands []Candidate
+	for i, s := range tt.times {
+		tm, err := time.Parse(time.RFC3339, s)
+		require.NoError(t, err)
+		cands = append(cands, Candidate{ID: fmt.Sprintf("s%d", i), Time: tm})
+	}
+	loc := tt.loc
+	if loc == nil {
+		loc = time.UTC
+	}
+	ds := tt.policy.Apply(cands, loc)
+	require.Len(t, ds, len(cands))
+	got := map[string]string{}
+	for i, d := range ds {
+		if i > 0 {
+			assert.False(t, d.Time.After(ds[i-1].Time), "decisions newest first")
+		}
+		assert.Equal(t, d.Keep, len(d.Reasons) > 0, d.ID)
+		if d.Keep {
+			r := ""
+			for j, x := range d.Reasons {
+				if j > 0 {
+					r += ","
+				}
+				r += x
+			}
+			got[d.ID] = r
+		}
+	}
+	assert.Equal(t, tt.want, got)
 }
 
 func TestPolicyValidate(t *testing.T) {

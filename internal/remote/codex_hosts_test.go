@@ -35,114 +35,166 @@ import (
 // and B would have to push under another name.
 func TestCodexResumeOnAnotherHost(t *testing.T) {
 	codextest.Require(t)
-	ctx := context.Background()
 	_, _, ra, rb := sharedRemotes(t)
-	a, b := newTestHost(t, ra), newTestHost(t, rb)
 	mock, err := mockresponses.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { mock.Close() })
+	c := &codexHop{
+		t: t, ctx: context.Background(), mock: mock,
+		a: newTestHost(t, ra), b: newTestHost(t, rb), ra: ra, rb: rb,
+	}
+	c.turnOnA()
+	fetched := c.lazyPullOnB()
+	c.resumeOnB(fetched)
+	c.pushFromB()
+	c.pullBackOnA()
 
-	// Host A: the session's layout, written through a whole-session mount
-	// that is gone before Codex runs; Codex sees only the two subtrees.
+	// A's live session: same bytes, same root, same head as before B ran.
+	c.untouchedA("after the pull back")
+	if r, err := c.a.e.Root(c.ctx, "agent"); err != nil || r != c.rootA {
+		t.Errorf("A's root is %s (%v), was %s", r.Short(), err, c.rootA.Short())
+	}
+	if h, err := c.a.cat.Head(c.ctx, "agent"); err != nil || h.Snapshot != c.s1 {
+		t.Errorf("A's head: %+v, %v; want snapshot %s", h, err, c.s1[:12])
+	}
+}
+
+// codexHop is TestCodexResumeOnAnotherHost's state, filled in step by
+// step.
+type codexHop struct {
+	t      *testing.T
+	ctx    context.Context
+	mock   *mockresponses.Server
+	a, b   *testHost
+	ra, rb *remote.Remote
+
+	id, s1, s2         string // the Codex session, A's and B's snapshots
+	s1Root             cas.Ref
+	homeA, wsA         string
+	homeB, wsB         string
+	rolloutRel         string
+	rolloutA, rolloutB []byte
+	beforeA            map[string]map[string][32]byte
+	rootA              cas.Ref
+}
+
+// turnOnA writes the session's layout on A through a whole-session mount
+// that is gone before Codex runs (Codex sees only the two subtrees), runs
+// a turn, captures and pushes it.
+func (c *codexHop) turnOnA() {
+	t, a := c.t, c.a
 	setup := a.mount(t, "agent")
-	writeFile(t, filepath.Join(setup, "codex-home", "config.toml"), []byte(codextest.Config(mock.URL)))
+	writeFile(t, filepath.Join(setup, "codex-home", "config.toml"), []byte(codextest.Config(c.mock.URL)))
 	writeFile(t, filepath.Join(setup, "workspace", "README.md"), []byte("written on A\n"))
 	if err := a.e.Unmount(setup); err != nil {
 		t.Fatal(err)
 	}
-	homeA, wsA := a.mountSubtree(t, "agent", "codex-home"), a.mountSubtree(t, "agent", "workspace")
+	c.homeA, c.wsA = a.mountSubtree(t, "agent", "codex-home"), a.mountSubtree(t, "agent", "workspace")
 
-	id := codextest.Exec(t, homeA, wsA, "first turn on A")
-	s1Snap, s1, err := a.e.Capture(ctx, "agent", "turn on A", map[string]manifest.Handle{"codex": {ID: id}})
+	c.id = codextest.Exec(t, c.homeA, c.wsA, "first turn on A")
+	s1Snap, s1, err := a.e.Capture(c.ctx, "agent", "turn on A", map[string]manifest.Handle{"codex": {ID: c.id}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rolloutRel := findRollout(t, homeA, id)
-	rolloutA, err := os.ReadFile(filepath.Join(homeA, rolloutRel))
-	if err != nil {
+	c.s1, c.s1Root = s1, s1Snap.Root
+	c.rolloutRel = findRollout(t, c.homeA, c.id)
+	if c.rolloutA, err = os.ReadFile(filepath.Join(c.homeA, c.rolloutRel)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := remote.Push(ctx, a.rec, a.cat, ra, "agent", remote.PushOptions{}); err != nil {
+	if _, err := remote.Push(c.ctx, a.rec, a.cat, c.ra, "agent", remote.PushOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	beforeA := map[string]map[string][32]byte{"codex-home": codextest.HashTree(t, homeA), "workspace": codextest.HashTree(t, wsA)}
-	// untouchedA checks A's live files against beforeA.
-	untouchedA := func(when string) {
-		t.Helper()
-		for dir, mnt := range map[string]string{"codex-home": homeA, "workspace": wsA} {
-			after := codextest.HashTree(t, mnt)
-			for p, sum := range beforeA[dir] {
-				if after[p] != sum {
-					t.Errorf("%s: A's %s/%s changed", when, dir, p)
-				}
+	c.beforeA = map[string]map[string][32]byte{"codex-home": codextest.HashTree(t, c.homeA), "workspace": codextest.HashTree(t, c.wsA)}
+	if c.rootA, err = a.e.Root(c.ctx, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	if c.rootA != c.s1Root {
+		t.Fatalf("A's root moved after the capture: %s, captured %s", c.rootA.Short(), c.s1Root.Short())
+	}
+}
+
+// untouchedA checks A's live files against beforeA.
+func (c *codexHop) untouchedA(when string) {
+	t := c.t
+	t.Helper()
+	for dir, mnt := range map[string]string{"codex-home": c.homeA, "workspace": c.wsA} {
+		after := codextest.HashTree(t, mnt)
+		for p, sum := range c.beforeA[dir] {
+			if after[p] != sum {
+				t.Errorf("%s: A's %s/%s changed", when, dir, p)
 			}
-			for p := range after {
-				if _, ok := beforeA[dir][p]; !ok {
-					t.Errorf("%s: A's %s/%s appeared", when, dir, p)
-				}
+		}
+		for p := range after {
+			if _, ok := c.beforeA[dir][p]; !ok {
+				t.Errorf("%s: A's %s/%s appeared", when, dir, p)
 			}
 		}
 	}
-	rootA, err := a.e.Root(ctx, "agent")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rootA != s1Snap.Root {
-		t.Fatalf("A's root moved after the capture: %s, captured %s", rootA.Short(), s1Snap.Root.Short())
-	}
+}
 
-	// Host B: nodes only; the rollout's chunks stay on the remote.
-	pr, err := remote.Pull(ctx, b.rec, b.cat, rb, "agent", remote.PullOptions{})
+// lazyPullOnB pulls A's turn onto B, nodes only (the rollout's chunks
+// stay on the remote), makes a writable session of it mounted at other
+// paths than on A and drops its derived state. It returns B's count of
+// fetched chunks before the mounts.
+func (c *codexHop) lazyPullOnB() (fetched int64) {
+	t, b := c.t, c.b
+	pr, err := remote.Pull(c.ctx, b.rec, b.cat, c.rb, "agent", remote.PullOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pr.ID != s1 {
-		t.Fatalf("B pulled %s, A pushed %s", pr.ID[:12], s1[:12])
+	if pr.ID != c.s1 {
+		t.Fatalf("B pulled %s, A pushed %s", pr.ID[:12], c.s1[:12])
 	}
-	if err := b.rt.Hint(ctx, pr.Snapshot.Root); err != nil { // as the daemon does after a pull
+	if err := b.rt.Hint(c.ctx, pr.Snapshot.Root); err != nil { // as the daemon does after a pull
 		t.Fatal(err)
 	}
-	if n := localChunks(t, b, pr.Snapshot.Root, "codex-home/"+rolloutRel); n != 0 {
+	if n := localChunks(t, b, pr.Snapshot.Root, "codex-home/"+c.rolloutRel); n != 0 {
 		t.Fatalf("B holds %d of the rollout's chunks right after a lazy pull", n)
 	}
-	fetched := b.rt.Stats().Fetched
-	if _, err := b.cat.CreateSession(ctx, "agent", s1); err != nil {
+	fetched = b.rt.Stats().Fetched
+	if _, err := b.cat.CreateSession(c.ctx, "agent", c.s1); err != nil {
 		t.Fatal(err)
 	}
-	homeB, wsB := b.mountSubtree(t, "agent", "codex-home"), b.mountSubtree(t, "agent", "workspace")
-	if homeB == homeA || wsB == wsA {
+	c.homeB, c.wsB = b.mountSubtree(t, "agent", "codex-home"), b.mountSubtree(t, "agent", "workspace")
+	if c.homeB == c.homeA || c.wsB == c.wsA {
 		t.Fatal("B's mountpoints must differ from A's")
 	}
-	checkFile(t, filepath.Join(wsB, "README.md"), []byte("written on A\n"))
-	if stateNames(homeB, homeA) {
-		t.Logf("B inherited A's state_5.sqlite naming %s", homeA)
+	checkFile(t, filepath.Join(c.wsB, "README.md"), []byte("written on A\n"))
+	if stateNames(c.homeB, c.homeA) {
+		t.Logf("B inherited A's state_5.sqlite naming %s", c.homeA)
 	}
-	dropped, err := fork.DropDerived(ctx, fork.WithStore(b.e, b.rec), "agent", nil)
+	dropped, err := fork.DropDerived(c.ctx, fork.WithStore(b.e, b.rec), "agent", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	removed := dropped.Removed
-	if !containsString(removed, "codex-home/state_5.sqlite") {
-		t.Fatalf("DropDerived removed %v, not codex-home/state_5.sqlite", removed)
+	if !containsString(dropped.Removed, "codex-home/state_5.sqlite") {
+		t.Fatalf("DropDerived removed %v, not codex-home/state_5.sqlite", dropped.Removed)
 	}
-	if stateNames(homeB, homeA) {
-		t.Fatalf("B's home still names %s after DropDerived", homeA)
+	if stateNames(c.homeB, c.homeA) {
+		t.Fatalf("B's home still names %s after DropDerived", c.homeA)
 	}
+	return fetched
+}
 
-	responses := mock.Responses()
-	if got := codextest.Exec(t, homeB, wsB, "resume", id, "resumed turn on B"); got != id {
-		t.Fatalf("resume on B reported session %s, want %s", got, id)
+// resumeOnB resumes the conversation on B, which must leave A's files as
+// they were, send the model the history read lazily through the pulled
+// rollout, and extend that rollout.
+func (c *codexHop) resumeOnB(fetched int64) {
+	t, b := c.t, c.b
+	responses := c.mock.Responses()
+	if got := codextest.Exec(t, c.homeB, c.wsB, "resume", c.id, "resumed turn on B"); got != c.id {
+		t.Fatalf("resume on B reported session %s, want %s", got, c.id)
 	}
-	untouchedA("after the resume on B (Codex followed a recorded path into A's mount?)")
+	c.untouchedA("after the resume on B (Codex followed a recorded path into A's mount?)")
 	if t.Failed() {
 		t.FailNow()
 	}
-	if n := mock.Responses() - responses; n != 1 {
+	if n := c.mock.Responses() - responses; n != 1 {
 		t.Errorf("%d model calls for the resume on B, want 1", n)
 	}
-	reqs := mock.Requests()
+	reqs := c.mock.Requests()
 	input, _ := json.Marshal(reqs[len(reqs)-1].Body["input"])
 	// "mock reply 1" exists only in A's rollout: the mock keeps no history.
 	for _, want := range []string{"first turn on A", "mock reply 1", "resumed turn on B"} {
@@ -155,25 +207,31 @@ func TestCodexResumeOnAnotherHost(t *testing.T) {
 	if st.Fetched == fetched {
 		t.Error("B fetched no chunk from the remote: the rollout was not read lazily through it")
 	}
-	if rel := findRollout(t, homeB, id); rel != rolloutRel {
-		t.Fatalf("B's rollout is %s, A's %s", rel, rolloutRel)
+	if rel := findRollout(t, c.homeB, c.id); rel != c.rolloutRel {
+		t.Fatalf("B's rollout is %s, A's %s", rel, c.rolloutRel)
 	}
-	rolloutB, err := os.ReadFile(filepath.Join(homeB, rolloutRel))
-	if err != nil {
+	var err error
+	if c.rolloutB, err = os.ReadFile(filepath.Join(c.homeB, c.rolloutRel)); err != nil {
 		t.Fatal(err)
 	}
-	if len(rolloutB) <= len(rolloutA) || !bytes.HasPrefix(rolloutB, rolloutA) {
-		t.Fatalf("B's rollout (%d bytes) does not extend A's (%d bytes)", len(rolloutB), len(rolloutA))
+	if len(c.rolloutB) <= len(c.rolloutA) || !bytes.HasPrefix(c.rolloutB, c.rolloutA) {
+		t.Fatalf("B's rollout (%d bytes) does not extend A's (%d bytes)", len(c.rolloutB), len(c.rolloutA))
 	}
-	if !bytes.Contains(rolloutB[len(rolloutA):], []byte("resumed turn on B")) {
+	if !bytes.Contains(c.rolloutB[len(c.rolloutA):], []byte("resumed turn on B")) {
 		t.Fatal("B's rollout grew without the resumed turn")
 	}
+}
 
-	_, s2, err := b.e.Capture(ctx, "agent", "turn on B", map[string]manifest.Handle{"codex": {ID: id}})
+// pushFromB captures B's turn and pushes it: the head of agent moves
+// forward from A's turn to B's.
+func (c *codexHop) pushFromB() {
+	t, b := c.t, c.b
+	_, s2, err := b.e.Capture(c.ctx, "agent", "turn on B", map[string]manifest.Handle{"codex": {ID: c.id}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pushB, err := remote.Push(ctx, b.rec, b.cat, rb, "agent", remote.PushOptions{})
+	c.s2 = s2
+	pushB, err := remote.Push(c.ctx, b.rec, b.cat, c.rb, "agent", remote.PushOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,36 +239,31 @@ func TestCodexResumeOnAnotherHost(t *testing.T) {
 		t.Fatalf("B's push left the head of agent at %+v, want %s", pushB.Head, s2[:12])
 	}
 	t.Logf("B's turn: %d objects, %d bytes uploaded", pushB.Uploaded, pushB.UploadedBytes)
+}
 
-	// Back on A: B's turn, read lazily through a snapshot mount.
-	fetched = a.rt.Stats().Fetched
-	back, err := remote.Pull(ctx, a.rec, a.cat, ra, "agent", remote.PullOptions{})
+// pullBackOnA pulls B's turn onto A and reads it lazily through a
+// snapshot mount.
+func (c *codexHop) pullBackOnA() {
+	t, a := c.t, c.a
+	fetched := a.rt.Stats().Fetched
+	back, err := remote.Pull(c.ctx, a.rec, a.cat, c.ra, "agent", remote.PullOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back.ID != s2 || back.Snapshot.Origin == nil || back.Snapshot.Origin.Snapshot != s1 {
-		t.Fatalf("A pulled %s (%+v), want B's %s descending from %s", back.ID[:12], back.Snapshot.Origin, s2[:12], s1[:12])
+	if back.ID != c.s2 || back.Snapshot.Origin == nil || back.Snapshot.Origin.Snapshot != c.s1 {
+		t.Fatalf("A pulled %s (%+v), want B's %s descending from %s", back.ID[:12], back.Snapshot.Origin, c.s2[:12], c.s1[:12])
 	}
-	snapHome := a.mountSnapshotSubtree(t, s2, "codex-home")
-	got, err := os.ReadFile(filepath.Join(snapHome, rolloutRel))
+	snapHome := a.mountSnapshotSubtree(t, c.s2, "codex-home")
+	got, err := os.ReadFile(filepath.Join(snapHome, c.rolloutRel))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(got, rolloutB) {
-		t.Fatalf("A reads %d bytes of B's rollout, B wrote %d", len(got), len(rolloutB))
+	if !bytes.Equal(got, c.rolloutB) {
+		t.Fatalf("A reads %d bytes of B's rollout, B wrote %d", len(got), len(c.rolloutB))
 	}
-	checkRecords(t, got, len(rolloutA))
+	checkRecords(t, got, len(c.rolloutA))
 	if a.rt.Stats().Fetched == fetched {
 		t.Error("A fetched none of B's chunks from the remote")
-	}
-
-	// A's live session: same bytes, same root, same head as before B ran.
-	untouchedA("after the pull back")
-	if r, err := a.e.Root(ctx, "agent"); err != nil || r != rootA {
-		t.Errorf("A's root is %s (%v), was %s", r.Short(), err, rootA.Short())
-	}
-	if h, err := a.cat.Head(ctx, "agent"); err != nil || h.Snapshot != s1 {
-		t.Errorf("A's head: %+v, %v; want snapshot %s", h, err, s1[:12])
 	}
 }
 

@@ -240,19 +240,7 @@ func TestEncryptedSessionsGC(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	infos, err := r.Sessions(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(infos) != 3 || infos[1].Session != "headless" || infos[1].Head != "" || infos[0].Session != "gone" || infos[0].Head != head || infos[0].Snapshots != 2 || infos[0].Bytes < int64(len(gone)) {
-		t.Fatalf("sessions: %+v", infos)
-	}
-	if _, err := r.Forget(ctx, []string{head[:12]}, false); !errors.Is(err, ErrHeadSnapshot) {
-		t.Fatalf("forget of a head: %v", err)
-	}
-	if ids, err := r.Forget(ctx, []string{old[:12]}, false); err != nil || len(ids) != 1 || ids[0] != old {
-		t.Fatalf("forget: %v %v", ids, err)
-	}
+	checkSessionsForget(t, r, head, old, len(gone))
 	if _, err := r.Purge(ctx, "gone"); err != nil {
 		t.Fatal(err)
 	}
@@ -275,5 +263,26 @@ func TestEncryptedSessionsGC(t *testing.T) {
 	equalFiles(t, got, keep)
 	if again, err := GC(ctx, r); err != nil || again.DeletedChunks != 0 || again.Chunks != res.Chunks {
 		t.Fatalf("second gc: %+v, %v", again, err)
+	}
+}
+
+// checkSessionsForget requires r to list the sessions TestEncryptedSessionsGC
+// pushed (gone with its head, two snapshots and at least goneBytes; the
+// headless one without a head), and forget to refuse head and take old.
+func checkSessionsForget(t *testing.T, r *Remote, head, old string, goneBytes int) {
+	t.Helper()
+	ctx := context.Background()
+	infos, err := r.Sessions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 3 || infos[1].Session != "headless" || infos[1].Head != "" || infos[0].Session != "gone" || infos[0].Head != head || infos[0].Snapshots != 2 || infos[0].Bytes < int64(goneBytes) {
+		t.Fatalf("sessions: %+v", infos)
+	}
+	if _, err := r.Forget(ctx, []string{head[:12]}, false); !errors.Is(err, ErrHeadSnapshot) {
+		t.Fatalf("forget of a head: %v", err)
+	}
+	if ids, err := r.Forget(ctx, []string{old[:12]}, false); err != nil || len(ids) != 1 || ids[0] != old {
+		t.Fatalf("forget: %v %v", ids, err)
 	}
 }

@@ -98,8 +98,7 @@ func TestFsckRepair(t *testing.T) {
 		t.Fatalf("plain push over damage: %+v, %v", res, err)
 	}
 
-	got := problemsByKey(mustFsck(t, r, FsckOptions{}))
-	want := map[string]ObjectProblem{
+	checkFsckProblems(t, mustFsck(t, r, FsckOptions{}), map[string]ObjectProblem{
 		key(chunksDir, shared.Hex()): {Kind: "chunk", Ref: shared, State: StateDamaged,
 			Reached: []Reach{{Snapshot: id2, Session: "s1"}, {Snapshot: id3, Session: "s2"}}},
 		key(chunksDir, lost.Hex()): {Kind: "chunk", Ref: lost, State: StateMissing,
@@ -108,7 +107,25 @@ func TestFsckRepair(t *testing.T) {
 			Reached: []Reach{{Snapshot: id2, Session: "s1"}}},
 		key(snapshotsDir, id1): {Kind: "record", State: StateDamaged,
 			Reached: []Reach{{Snapshot: id1, Session: "s1"}}},
+	})
+	// One session: only what its head reaches.
+	only := mustFsck(t, r, FsckOptions{Session: "s2"})
+	if len(only.Problems) != 1 || only.Problems[0].Ref != shared || !slices.Equal(only.Problems[0].Reached, []Reach{{Snapshot: id3, Session: "s2"}}) {
+		t.Fatalf("fsck of s2: %+v", only.Problems)
 	}
+	if _, err := Fsck(ctx, r, FsckOptions{Session: "nobody"}); !errors.Is(err, ErrNoSnapshot) {
+		t.Fatalf("fsck of a session without a head: %v", err)
+	}
+
+	checkRepairPush(t, a, r)
+	checkPullAll(t, r, map[string]files{id1: want1, id2: want2, id3: want3})
+}
+
+// checkFsckProblems requires rep to report exactly the problems of want,
+// by key, each with an error.
+func checkFsckProblems(t *testing.T, rep *FsckReport, want map[string]ObjectProblem) {
+	t.Helper()
+	got := problemsByKey(rep)
 	if len(got) != len(want) {
 		t.Fatalf("fsck found %d problems, want %d: %+v", len(got), len(want), got)
 	}
@@ -121,15 +138,14 @@ func TestFsckRepair(t *testing.T) {
 			t.Errorf("%s: got %+v, want %+v", k, g, w)
 		}
 	}
-	// One session: only what its head reaches.
-	only := mustFsck(t, r, FsckOptions{Session: "s2"})
-	if len(only.Problems) != 1 || only.Problems[0].Ref != shared || !slices.Equal(only.Problems[0].Reached, []Reach{{Snapshot: id3, Session: "s2"}}) {
-		t.Fatalf("fsck of s2: %+v", only.Problems)
-	}
-	if _, err := Fsck(ctx, r, FsckOptions{Session: "nobody"}); !errors.Is(err, ErrNoSnapshot) {
-		t.Fatalf("fsck of a session without a head: %v", err)
-	}
+}
 
+// checkRepairPush requires a repair push of s1 to upload exactly the two
+// damaged and two missing objects, fsck to be clean after it, and a second
+// repair to find nothing.
+func checkRepairPush(t *testing.T, a *host, r *Remote) {
+	t.Helper()
+	ctx := context.Background()
 	res, err := Push(ctx, a.store, a.cat, r, "s1", PushOptions{Repair: true})
 	if err != nil {
 		t.Fatal(err)
@@ -144,9 +160,15 @@ func TestFsckRepair(t *testing.T) {
 	if err != nil || res.Damaged != 0 || res.Missing != 0 || res.Uploaded != 0 {
 		t.Fatalf("second repair: %+v, %v", res, err)
 	}
+}
 
+// checkPullAll pulls each snapshot of want whole onto a new host and
+// requires its files.
+func checkPullAll(t *testing.T, r *Remote, want map[string]files) {
+	t.Helper()
+	ctx := context.Background()
 	b := newHost(t)
-	for id, w := range map[string]files{id1: want1, id2: want2, id3: want3} {
+	for id, w := range want {
 		if _, err := Pull(ctx, b.store, b.cat, r, id, PullOptions{All: true}); err != nil {
 			t.Fatal(err)
 		}

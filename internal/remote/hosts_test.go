@@ -164,19 +164,7 @@ func TestTwoHosts(t *testing.T) {
 	if st.Prefetched == before.Prefetched {
 		t.Error("no chunk was read ahead during a sequential read")
 	}
-	// The lost chunk: EIO at the FUSE edge, and the good part still reads.
-	f, err := os.Open(filepath.Join(snapDir, "lost.bin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 4096)
-	if _, err := f.ReadAt(buf, 0); err != nil {
-		t.Fatalf("read of an intact chunk: %v", err)
-	}
-	if _, err := f.ReadAt(buf, manifest.ChunkSize+10); !errors.Is(err, syscall.EIO) {
-		t.Fatalf("read of a chunk lost on the remote: %v, want EIO", err)
-	}
-	f.Close()
+	checkLostChunk(t, filepath.Join(snapDir, "lost.bin"))
 
 	// B forks the snapshot, writes a new turn, captures and pushes it.
 	if _, err := b.e.Fork(ctx, id, "agent-b"); err != nil {
@@ -201,7 +189,34 @@ func TestTwoHosts(t *testing.T) {
 		t.Errorf("B's one-line turn uploaded %d bytes", pushB.UploadedBytes)
 	}
 
-	// Back on A: pull B's turn, fork it and read it through a live mount.
+	checkTurnBackOnA(t, a, ra, id, idB, turn)
+}
+
+// checkLostChunk requires the file at path, whose second chunk is lost on
+// the remote, to fail with EIO there at the FUSE edge while its first
+// chunk still reads.
+func checkLostChunk(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	if _, err := f.ReadAt(buf, 0); err != nil {
+		t.Fatalf("read of an intact chunk: %v", err)
+	}
+	if _, err := f.ReadAt(buf, manifest.ChunkSize+10); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("read of a chunk lost on the remote: %v, want EIO", err)
+	}
+}
+
+// checkTurnBackOnA pulls B's session agent-b (snapshot idB, forked from
+// id) onto A, forks it and reads it through a live mount: the rollout is
+// turn and lost.bin, which B removed, is gone.
+func checkTurnBackOnA(t *testing.T, a *testHost, ra *remote.Remote, id, idB string, turn []byte) {
+	t.Helper()
+	ctx := context.Background()
 	if _, err := remote.Pull(ctx, a.rec, a.cat, ra, "agent-b", remote.PullOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -75,29 +75,8 @@ func TestTurnResumeFork(t *testing.T) {
 		if filepath.Base(path) != first.SessionID+".jsonl" {
 			t.Errorf("transcript %s is not named by its session id", path)
 		}
-		fi, err := os.Stat(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fi.Mode().Perm() != 0o600 {
-			t.Errorf("transcript mode %v, want 0600", fi.Mode().Perm())
-		}
-		if cred != nil && fi.Sys().(*syscall.Stat_t).Uid != cred.Uid {
-			t.Errorf("transcript owned by uid %d, want %d", fi.Sys().(*syscall.Stat_t).Uid, cred.Uid)
-		}
-		var sawTool, sawText bool
-		for _, r := range claudetest.ReadTranscript(t, path) {
-			if r.Type() == "user" && r["cwd"] != ws {
-				t.Errorf("user record cwd %v, want %s", r["cwd"], ws)
-			}
-			if r.Type() == "assistant" {
-				sawTool = sawTool || strings.Contains(string(mustJSON(r)), `"tool_use"`)
-				sawText = sawText || r.Text() == first.Text
-			}
-		}
-		if !sawTool || !sawText {
-			t.Fatalf("transcript lacks the tool call (%v) or the final text (%v)", sawTool, sawText)
-		}
+		checkTranscriptOwner(t, path, cred)
+		checkFirstTranscript(t, path, ws, first.Text)
 
 		before := read(t, path)
 		resumed := e.Resume(t, ws, first.SessionID, "second turn")
@@ -109,31 +88,74 @@ func TestTurnResumeFork(t *testing.T) {
 			t.Fatal("the resumed turn was not appended to the transcript")
 		}
 
-		parent := read(t, path)
-		forked := e.Fork(t, ws, first.SessionID, "turn in the fork")
-		if forked.SessionID == first.SessionID {
-			t.Fatal("fork kept the parent's session id")
-		}
-		if !bytes.Equal(read(t, path), parent) {
-			t.Error("forking changed the parent's transcript")
-		}
-		forkPath := claudetest.SessionFile(t, e.ConfigDir, forked.SessionID)
-		copied := map[string]bool{}
-		for _, r := range claudetest.ReadTranscript(t, forkPath) {
-			if r["sessionId"] != forked.SessionID {
-				t.Errorf("fork record %s has sessionId %v", r.Type(), r["sessionId"])
-			}
-			copied[r.UUID()] = true
-		}
-		for _, r := range claudetest.ReadTranscript(t, path) {
-			if r.UUID() != "" && !copied[r.UUID()] {
-				t.Errorf("parent %s record %s not copied into the fork", r.Type(), r.UUID())
-			}
-		}
-		if !bytes.Contains(read(t, forkPath), []byte("turn in the fork")) || bytes.Contains(read(t, path), []byte("turn in the fork")) {
-			t.Error("the fork's turn is not in the fork's transcript alone")
-		}
+		checkFork(t, e, ws, first.SessionID, path)
 	})
+}
+
+// checkTranscriptOwner requires the transcript at path to be mode 0600
+// and, when cred is set, owned by its user.
+func checkTranscriptOwner(t *testing.T, path string, cred *syscall.Credential) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("transcript mode %v, want 0600", fi.Mode().Perm())
+	}
+	if cred != nil && fi.Sys().(*syscall.Stat_t).Uid != cred.Uid {
+		t.Errorf("transcript owned by uid %d, want %d", fi.Sys().(*syscall.Stat_t).Uid, cred.Uid)
+	}
+}
+
+// checkFirstTranscript requires the transcript at path to record the
+// turn's user messages in ws, a tool call and the final text.
+func checkFirstTranscript(t *testing.T, path, ws, text string) {
+	t.Helper()
+	var sawTool, sawText bool
+	for _, r := range claudetest.ReadTranscript(t, path) {
+		if r.Type() == "user" && r["cwd"] != ws {
+			t.Errorf("user record cwd %v, want %s", r["cwd"], ws)
+		}
+		if r.Type() == "assistant" {
+			sawTool = sawTool || strings.Contains(string(mustJSON(r)), `"tool_use"`)
+			sawText = sawText || r.Text() == text
+		}
+	}
+	if !sawTool || !sawText {
+		t.Fatalf("transcript lacks the tool call (%v) or the final text (%v)", sawTool, sawText)
+	}
+}
+
+// checkFork forks session id, whose transcript is path, and requires a
+// new transcript that copies the parent's records under the fork's id and
+// alone holds the fork's turn.
+func checkFork(t *testing.T, e *claudetest.Env, ws, id, path string) {
+	t.Helper()
+	parent := read(t, path)
+	forked := e.Fork(t, ws, id, "turn in the fork")
+	if forked.SessionID == id {
+		t.Fatal("fork kept the parent's session id")
+	}
+	if !bytes.Equal(read(t, path), parent) {
+		t.Error("forking changed the parent's transcript")
+	}
+	forkPath := claudetest.SessionFile(t, e.ConfigDir, forked.SessionID)
+	copied := map[string]bool{}
+	for _, r := range claudetest.ReadTranscript(t, forkPath) {
+		if r["sessionId"] != forked.SessionID {
+			t.Errorf("fork record %s has sessionId %v", r.Type(), r["sessionId"])
+		}
+		copied[r.UUID()] = true
+	}
+	for _, r := range claudetest.ReadTranscript(t, path) {
+		if r.UUID() != "" && !copied[r.UUID()] {
+			t.Errorf("parent %s record %s not copied into the fork", r.Type(), r.UUID())
+		}
+	}
+	if !bytes.Contains(read(t, forkPath), []byte("turn in the fork")) || bytes.Contains(read(t, path), []byte("turn in the fork")) {
+		t.Error("the fork's turn is not in the fork's transcript alone")
+	}
 }
 
 // TestResumeInOtherCwd records what Claude Code does when a session is

@@ -76,22 +76,7 @@ func TestTurnResumeFork(t *testing.T) {
 		} else if cred != nil && fi.Sys().(*syscall.Stat_t).Uid != cred.Uid {
 			t.Errorf("session file owned by uid %d, want %d", fi.Sys().(*syscall.Stat_t).Uid, cred.Uid)
 		}
-		h, entries := pitest.ReadSession(t, path)
-		if h.Version != 3 || h.Cwd != ws || h.ParentSession != "" {
-			t.Errorf("header %+v", h)
-		}
-		var roles []string
-		for _, en := range entries {
-			if r := en.Role(); r != "" {
-				roles = append(roles, r)
-			}
-		}
-		if got := strings.Join(roles, " "); got != "user assistant toolResult assistant" {
-			t.Errorf("messages %q, want a tool call and a final text", got)
-		}
-		if last := entries[len(entries)-1]; last.Text() != first.Text {
-			t.Errorf("last entry %q, want the final text %q", last.Text(), first.Text)
-		}
+		entries := checkFirstSession(t, path, ws, first.Text)
 
 		before := read(t, path)
 		resumed := e.Resume(t, ws, first.SessionID, "second turn")
@@ -108,31 +93,63 @@ func TestTurnResumeFork(t *testing.T) {
 			t.Fatalf("the resumed turn does not continue the tree: %v", added)
 		}
 
-		parent := read(t, path)
-		forked := e.Fork(t, ws, first.SessionID, "turn in the fork")
-		if forked.SessionID == first.SessionID {
-			t.Fatal("fork kept the parent's session id")
-		}
-		if !bytes.Equal(read(t, path), parent) {
-			t.Error("forking changed the parent's file")
-		}
-		forkPath := pitest.SessionFile(t, e.AgentDir, forked.SessionID)
-		fh, fentries := pitest.ReadSession(t, forkPath)
-		if fh.ParentSession != path || fh.Cwd != ws {
-			t.Errorf("fork header %+v, want parentSession %s", fh, path)
-		}
-		if len(fentries) <= len(all) {
-			t.Fatalf("fork has %d entries, parent %d", len(fentries), len(all))
-		}
-		for i, en := range all {
-			if fentries[i].ID() != en.ID() {
-				t.Errorf("fork entry %d is %s, parent's %s", i, fentries[i].ID(), en.ID())
-			}
-		}
-		if fentries[len(all)].Text() != "turn in the fork" {
-			t.Errorf("fork's first new entry %q", fentries[len(all)].Text())
-		}
+		checkFork(t, e, ws, first.SessionID, path, all)
 	})
+}
+
+// checkFirstSession requires the session file at path to have a version 3
+// header for ws without a parent, and a tool call and the final text as
+// its messages; it returns the file's entries.
+func checkFirstSession(t *testing.T, path, ws, text string) []pitest.Entry {
+	t.Helper()
+	h, entries := pitest.ReadSession(t, path)
+	if h.Version != 3 || h.Cwd != ws || h.ParentSession != "" {
+		t.Errorf("header %+v", h)
+	}
+	var roles []string
+	for _, en := range entries {
+		if r := en.Role(); r != "" {
+			roles = append(roles, r)
+		}
+	}
+	if got := strings.Join(roles, " "); got != "user assistant toolResult assistant" {
+		t.Errorf("messages %q, want a tool call and a final text", got)
+	}
+	if last := entries[len(entries)-1]; last.Text() != text {
+		t.Errorf("last entry %q, want the final text %q", last.Text(), text)
+	}
+	return entries
+}
+
+// checkFork forks session id, whose file is path and holds all, and
+// requires a new file whose header names path and which copies every
+// entry before the fork's turn.
+func checkFork(t *testing.T, e *pitest.Env, ws, id, path string, all []pitest.Entry) {
+	t.Helper()
+	parent := read(t, path)
+	forked := e.Fork(t, ws, id, "turn in the fork")
+	if forked.SessionID == id {
+		t.Fatal("fork kept the parent's session id")
+	}
+	if !bytes.Equal(read(t, path), parent) {
+		t.Error("forking changed the parent's file")
+	}
+	forkPath := pitest.SessionFile(t, e.AgentDir, forked.SessionID)
+	fh, fentries := pitest.ReadSession(t, forkPath)
+	if fh.ParentSession != path || fh.Cwd != ws {
+		t.Errorf("fork header %+v, want parentSession %s", fh, path)
+	}
+	if len(fentries) <= len(all) {
+		t.Fatalf("fork has %d entries, parent %d", len(fentries), len(all))
+	}
+	for i, en := range all {
+		if fentries[i].ID() != en.ID() {
+			t.Errorf("fork entry %d is %s, parent's %s", i, fentries[i].ID(), en.ID())
+		}
+	}
+	if fentries[len(all)].Text() != "turn in the fork" {
+		t.Errorf("fork's first new entry %q", fentries[len(all)].Text())
+	}
 }
 
 // TestResumeInOtherCwd records what Pi does when a session is resumed from
