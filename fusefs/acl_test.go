@@ -1,17 +1,23 @@
 package fusefs
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/archive"
 )
 
 // acl builds an ACL from {tag, perm, id} triples.
@@ -306,11 +312,25 @@ func TestACLEnforced(t *testing.T) {
 	require.Equal(t, uint32(syscall.S_IFREG|0o740), stat(t, filepath.Join(d, "tool")).Mode)
 	require.Nil(t, getACL(t, filepath.Join(d, "tool"), aclAccessXattr))
 
+	// A new ACL drops setgid for an owner outside the file's group, as
+	// posix_acl_update_mode does, and keeps it for root.
+	for _, f := range []string{"sgid", "rootsgid"} {
+		p := filepath.Join(d, f)
+		require.NoError(t, os.WriteFile(p, nil, 0o644))
+		require.NoError(t, os.Chown(p, nobody, 1234))
+		require.NoError(t, unix.Chmod(p, 0o2660))
+	}
+	out, err := asNobody(t, d, "setfacl -m u:0:r sgid")
+	require.NoError(t, err, out)
+	require.Equal(t, uint32(syscall.S_IFREG|0o660), stat(t, filepath.Join(d, "sgid")).Mode)
+	runIn(t, d, "setfacl", "-m", "u:0:r", "rootsgid")
+	require.Equal(t, uint32(syscall.S_IFREG|0o2660), stat(t, filepath.Join(d, "rootsgid")).Mode)
+
 	// The kernel's own refusals, before the daemon hears of them.
 	requireErrno(t, unix.Setxattr(filepath.Join(d, "raw"), aclAccessXattr, []byte{2, 0, 0, 0, 1}, 0), syscall.EINVAL)
 	requireErrno(t, unix.Setxattr(filepath.Join(d, "raw"), aclDefaultXattr, acl(uo(6), gobj(4), ot(4)).encode(), 0), syscall.EACCES)
-	out, err := exec.Command("setfacl", "-d", "-m", "u:nobody:r", filepath.Join(d, "raw")).CombinedOutput()
-	require.Error(t, err, "%s", out)
+	out2, err := exec.Command("setfacl", "-d", "-m", "u:nobody:r", filepath.Join(d, "raw")).CombinedOutput()
+	require.Error(t, err, "%s", out2)
 }
 
 // TestACLInherit: a directory's default ACL, not the umask, masks what is
@@ -352,4 +372,100 @@ func TestACLInherit(t *testing.T) {
 	for p, mode := range map[string]uint32{"f": syscall.S_IFREG | 0o600, "d": syscall.S_IFDIR | 0o700, "p": syscall.S_IFIFO | 0o600, "shared/sub/x": syscall.S_IFREG | 0o664} {
 		require.Equal(t, mode, stat(t, filepath.Join(d, p)).Mode, p)
 	}
+}
+
+// TestACLRoundTrip: ACLs are kept by capture, fork, restore, a remount
+// over the same store, and tar export and import; a restore drops the
+// ACLs the kernel caches.
+func TestACLRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := cas.NewMemory()
+	e := NewTestEngine(t, store)
+	d := aclMount(t, e, "s")
+	require.NoError(t, os.WriteFile(filepath.Join(d, "f"), []byte("f"), 0o600))
+	require.NoError(t, os.Mkdir(filepath.Join(d, "dir"), 0o700))
+	runIn(t, d, "setfacl", "-m", "u:nobody:r", "f")
+	runIn(t, d, "setfacl", "-m", "u:nobody:rx", "-m", "d:u:nobody:rwx", "dir")
+	access := getACL(t, filepath.Join(d, "f"), aclAccessXattr)
+	dirAccess := getACL(t, filepath.Join(d, "dir"), aclAccessXattr)
+	dirDefault := getACL(t, filepath.Join(d, "dir"), aclDefaultXattr)
+	require.NotNil(t, access)
+	require.NotNil(t, dirAccess)
+	require.NotNil(t, dirDefault)
+	check := func(what, dir string) {
+		t.Helper()
+		require.Equal(t, access, getACL(t, filepath.Join(dir, "f"), aclAccessXattr), what)
+		require.Equal(t, dirAccess, getACL(t, filepath.Join(dir, "dir"), aclAccessXattr), what)
+		require.Equal(t, dirDefault, getACL(t, filepath.Join(dir, "dir"), aclDefaultXattr), what)
+		require.Equal(t, uint32(syscall.S_IFREG|0o640), stat(t, filepath.Join(dir, "f")).Mode, what)
+		require.Equal(t, uint32(syscall.S_IFDIR|0o750), stat(t, filepath.Join(dir, "dir")).Mode, what)
+	}
+
+	// The root's own ACL denies nobody; its inode stays across a restore.
+	require.NoError(t, os.Chmod(d, 0o750))
+	runIn(t, d, "setfacl", "-m", "u:nobody:-", ".")
+	nobodyMay(t, d, "ls .", false)
+
+	snap, id, err := e.Capture(ctx, "s", "acl", nil)
+	require.NoError(t, err)
+	check("snapshot", mountSnapshot(t, e, id))
+	_, err = e.Fork(ctx, id, "fork")
+	require.NoError(t, err)
+	fork := MountForTest(t, e, "fork", "", MountOptions{AllowOther: true})
+	reachable(t, fork.Dir())
+	check("fork", fork.Dir())
+	nobodyMay(t, fork.Dir(), "ls .", false)
+	runIn(t, fork.Dir(), "setfacl", "-b", "-m", "o::rx", ".")
+	nobodyMay(t, fork.Dir(), "cat f && ls dir", true)
+
+	// A restore brings the ACLs back, and the kernel checks those, not
+	// the ones it cached: a path walk through the root uses the root's
+	// cached ACL (a stat would have it fetched again).
+	runIn(t, d, "setfacl", "-b", "dir")
+	runIn(t, d, "setfacl", "-m", "u:nobody:rx", ".")
+	nobodyMay(t, d, "cat ./f", true)
+	nobodyMay(t, d, "cat ./f", true)
+	require.NoError(t, e.Restore(ctx, "s", id))
+	nobodyMay(t, d, "cat ./f", false)
+	check("restore", d)
+
+	// A daemon started again over the store.
+	require.NoError(t, e.Sync(ctx, "fork"))
+	e2 := NewTestEngine(t, store)
+	m2 := MountForTest(t, e2, "fork", "", MountOptions{AllowOther: true})
+	reachable(t, m2.Dir())
+	check("remount", m2.Dir())
+	nobodyMay(t, m2.Dir(), "cat f && ls dir", true)
+
+	// tar: the ACLs ride as SCHILY.xattr records, as GNU tar's --xattrs
+	// writes them.
+	var buf bytes.Buffer
+	require.NoError(t, archive.Export(ctx, store, snap.Root, &buf, nil))
+	tr := tar.NewReader(bytes.NewReader(buf.Bytes()))
+	found := false
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		if strings.TrimPrefix(h.Name, "./") == "f" {
+			require.Equal(t, string(access.encode()), h.PAXRecords["SCHILY.xattr."+aclAccessXattr])
+			found = true
+		}
+	}
+	require.True(t, found, "f in the archive")
+	store3 := cas.NewMemory()
+	res, err := archive.Import(ctx, store3, &buf, archive.ImportOptions{})
+	require.NoError(t, err)
+	e3 := NewTestEngine(t, store3)
+	_, err = e3.Catalog().CreateSessionAt(ctx, "imported", res.Root)
+	require.NoError(t, err)
+	m3 := MountForTest(t, e3, "imported", "", MountOptions{AllowOther: true})
+	reachable(t, m3.Dir())
+	check("tar", m3.Dir())
+	nobodyMay(t, m3.Dir(), "ls .", false)
+	runIn(t, m3.Dir(), "setfacl", "-b", "-m", "o::rx", ".")
+	nobodyMay(t, m3.Dir(), "cat f && ls dir", true)
 }
