@@ -285,47 +285,45 @@ func (n *node) putXattr(name string, a posixACL) {
 }
 
 // chmodACL makes n's access ACL, if it has one, follow n's mode after a
-// chmod. Called with n.mu held.
-func (n *node) chmodACL() error {
+// chmod. One that does not decode (only an imported tree can hold one)
+// stays as it is: the kernel refuses access by it. Called with n.mu held.
+func (n *node) chmodACL() {
 	v, ok := n.xattrs[aclAccessXattr]
 	if !ok {
-		return nil
+		return
 	}
-	a, err := storedACL(v)
-	if err != nil {
-		return err
+	if a, err := storedACL(v); err == nil {
+		a.chmod(n.mode)
+		n.xattrs[aclAccessXattr] = a.encode()
 	}
-	a.chmod(n.mode)
-	n.xattrs[aclAccessXattr] = a.encode()
-	return nil
 }
 
-// inheritACL gives c, new in a directory whose default ACL is def (nil
+// inheritACL gives n, new in a directory whose default ACL is def (nil
 // for none), its ACLs and final mode, as the kernel's posix_acl_create
-// and ext4 do: with a default ACL, c's access ACL is it masked by the
+// and ext4 do: with a default ACL, n's access ACL is it masked by the
 // create mode and a new directory keeps it as its own default; without
 // one, the creator's umask applies. A symlink has neither. Called before
-// c is reachable.
-func (c *node) inheritACL(def []byte, umask uint32) error {
-	if c.kind == manifest.KindSymlink {
+// n is reachable.
+func (n *node) inheritACL(def []byte, umask uint32) error {
+	if n.kind == manifest.KindSymlink {
 		return nil
 	}
 	if def == nil {
-		c.mode &^= umask & 0o777
+		n.mode &^= umask & 0o777
 		return nil
 	}
 	a, err := storedACL(def)
 	if err != nil {
 		return err
 	}
-	if c.isDir() {
-		c.putXattr(aclDefaultXattr, a)
+	if n.isDir() {
+		n.putXattr(aclDefaultXattr, a)
 	}
 	access := append(posixACL(nil), a...)
-	perm, more := access.createMasked(c.mode & 0o777)
-	c.mode = c.mode&^0o777 | perm&0o777
+	perm, more := access.createMasked(n.mode & 0o777)
+	n.mode = n.mode&^0o777 | perm&0o777
 	if more {
-		c.putXattr(aclAccessXattr, access)
+		n.putXattr(aclAccessXattr, access)
 	}
 	return nil
 }

@@ -185,6 +185,16 @@ func TestSessionACL(t *testing.T) {
 	require.NoError(t, s.SetXattr(f, aclAccessXattr, posixACL(nil).encode(), 0))
 	_, err = s.GetXattr(f, aclAccessXattr)
 	requireErrno(t, err, syscall.ENODATA)
+
+	// An ACL that does not decode, which only an imported tree can hold,
+	// makes a create in its directory fail, and a chmod leave it alone.
+	bad := []byte{2, 0, 0, 0, 1, 0, 7, 0, 0xff, 0xff, 0xff, 0xff}
+	dir.xattrs = map[string][]byte{aclDefaultXattr: bad}
+	_, err = s.Create(ctx, dir, "g", 0o644, Owner{})
+	require.ErrorIs(t, err, cas.ErrCorrupt)
+	f.xattrs[aclAccessXattr] = bad
+	require.NoError(t, s.Setattr(ctx, f, SetAttr{Mode: &m}))
+	require.Equal(t, bad, f.xattrs[aclAccessXattr])
 }
 
 // FuzzDecodeACL checks that every ACL the decoder accepts is valid and

@@ -510,9 +510,7 @@ func (s *Session) Setattr(ctx context.Context, n *node, a SetAttr) error {
 	a.Drop.apply(n)
 	if a.Mode != nil {
 		n.mode = *a.Mode & 0o7777
-		if err := n.chmodACL(); err != nil {
-			return err
-		}
+		n.chmodACL()
 	}
 	if (a.UID != nil || a.GID != nil) && !n.isDir() && a.Mode == nil {
 		// chown drops them for every caller, root too, but a privileged
