@@ -412,6 +412,18 @@ func TestACLRoundTrip(t *testing.T) {
 		require.Equal(t, uint32(syscall.S_IFDIR|0o750), stat(t, filepath.Join(dir, "dir")).Mode, what)
 	}
 
+	// copied checks a copy of s as session in e: its root denies nobody
+	// until its ACL is gone, and then its nodes' ACLs let nobody in.
+	copied := func(what string, e *Engine, session string) {
+		t.Helper()
+		m := MountForTest(t, e, session, "", MountOptions{AllowOther: true})
+		reachable(t, m.Dir())
+		check(what, m.Dir())
+		nobodyMay(t, m.Dir(), "ls .", false)
+		runIn(t, m.Dir(), "setfacl", "-b", "-m", "o::rx", ".")
+		nobodyMay(t, m.Dir(), "cat f && ls dir", true)
+	}
+
 	// The root's own ACL denies nobody; its inode stays across a restore.
 	require.NoError(t, os.Chmod(d, 0o750))
 	runIn(t, d, "setfacl", "-m", "u:nobody:-", ".")
@@ -422,12 +434,7 @@ func TestACLRoundTrip(t *testing.T) {
 	check("snapshot", mountSnapshot(t, e, id))
 	_, err = e.Fork(ctx, id, "fork")
 	require.NoError(t, err)
-	fork := MountForTest(t, e, "fork", "", MountOptions{AllowOther: true})
-	reachable(t, fork.Dir())
-	check("fork", fork.Dir())
-	nobodyMay(t, fork.Dir(), "ls .", false)
-	runIn(t, fork.Dir(), "setfacl", "-b", "-m", "o::rx", ".")
-	nobodyMay(t, fork.Dir(), "cat f && ls dir", true)
+	copied("fork", e, "fork")
 
 	// A restore brings the ACLs back, and the kernel checks those, not
 	// the ones it cached: a path walk through the root uses the root's
@@ -472,10 +479,5 @@ func TestACLRoundTrip(t *testing.T) {
 	e3 := NewTestEngine(t, store3)
 	_, err = e3.Catalog().CreateSessionAt(ctx, "imported", res.Root)
 	require.NoError(t, err)
-	m3 := MountForTest(t, e3, "imported", "", MountOptions{AllowOther: true})
-	reachable(t, m3.Dir())
-	check("tar", m3.Dir())
-	nobodyMay(t, m3.Dir(), "ls .", false)
-	runIn(t, m3.Dir(), "setfacl", "-b", "-m", "o::rx", ".")
-	nobodyMay(t, m3.Dir(), "cat f && ls dir", true)
+	copied("tar", e3, "imported")
 }
