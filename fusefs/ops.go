@@ -965,6 +965,9 @@ func (s *Session) RemoveXattr(n *node, name string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, ok := n.xattrs[name]; !ok {
+		if isACLXattr(name) {
+			return nil // no ACL to remove: done, as on ext4
+		}
 		return syscall.ENODATA
 	}
 	delete(n.xattrs, name)
