@@ -394,15 +394,10 @@ func TestACLInherit(t *testing.T) {
 	}
 }
 
-// TestACLRoundTrip: ACLs are kept by capture, fork, restore, a remount
-// over the same store, and tar export and import; a restore drops the
-// ACLs the kernel caches.
-func TestACLRoundTrip(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	store := cas.NewMemory()
-	e := NewTestEngine(t, store)
-	d := aclMount(t, e, "s")
+// aclTree makes a file and a directory with ACLs in d, and returns a
+// check that a copy of d in another directory has them.
+func aclTree(t *testing.T, d string) (check func(what, dir string)) {
+	t.Helper()
 	require.NoError(t, os.WriteFile(filepath.Join(d, "f"), []byte("f"), 0o600))
 	require.NoError(t, os.Mkdir(filepath.Join(d, "dir"), 0o700))
 	runIn(t, d, "setfacl", "-m", "u:nobody:r", "f")
@@ -413,7 +408,7 @@ func TestACLRoundTrip(t *testing.T) {
 	require.NotNil(t, access)
 	require.NotNil(t, dirAccess)
 	require.NotNil(t, dirDefault)
-	check := func(what, dir string) {
+	return func(what, dir string) {
 		t.Helper()
 		require.Equal(t, access, getACL(t, filepath.Join(dir, "f"), aclAccessXattr), what)
 		require.Equal(t, dirAccess, getACL(t, filepath.Join(dir, "dir"), aclAccessXattr), what)
@@ -421,6 +416,19 @@ func TestACLRoundTrip(t *testing.T) {
 		require.Equal(t, uint32(syscall.S_IFREG|0o640), stat(t, filepath.Join(dir, "f")).Mode, what)
 		require.Equal(t, uint32(syscall.S_IFDIR|0o750), stat(t, filepath.Join(dir, "dir")).Mode, what)
 	}
+}
+
+// TestACLRoundTrip: ACLs are kept by capture, fork, restore, a remount
+// over the same store, and tar export and import; a restore drops the
+// ACLs the kernel caches.
+func TestACLRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := cas.NewMemory()
+	e := NewTestEngine(t, store)
+	d := aclMount(t, e, "s")
+	check := aclTree(t, d)
+	access := getACL(t, filepath.Join(d, "f"), aclAccessXattr)
 
 	// copied checks a copy of s as session in e: its root denies nobody
 	// until its ACL is gone, and then its nodes' ACLs let nobody in.
@@ -525,4 +533,37 @@ func TestACLCost(t *testing.T) {
 	first := obs.n.Load() - before
 	nobodyMay(t, d, "cat * >/dev/null", true)
 	t.Logf("another user's cat of %d files: %d GETXATTR, then %d", files, first, obs.n.Load()-before-first)
+}
+
+// TestACLGNUTar: GNU tar's --xattrs archives a mount's ACLs so that
+// import keeps them, and restores an export's into a mount.
+func TestACLGNUTar(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := cas.NewMemory()
+	e := NewTestEngine(t, store)
+	d := aclMount(t, e, "s")
+	needTool(t, "tar")
+	check := aclTree(t, d)
+
+	gnu := filepath.Join(t.TempDir(), "gnu.tar")
+	runIn(t, d, "tar", "--xattrs", "--format=posix", "-cf", gnu, ".")
+	f, err := os.Open(gnu)
+	require.NoError(t, err)
+	defer f.Close()
+	res, err := archive.Import(ctx, store, f, archive.ImportOptions{})
+	require.NoError(t, err)
+	_, err = e.Catalog().CreateSessionAt(ctx, "imported", res.Root)
+	require.NoError(t, err)
+	check("import of GNU tar's archive", MountForTest(t, e, "imported", "", MountOptions{}).Dir())
+
+	snap, _, err := e.Capture(ctx, "s", "acl", nil)
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, archive.Export(ctx, store, snap.Root, &buf, nil))
+	exported := filepath.Join(t.TempDir(), "export.tar")
+	require.NoError(t, os.WriteFile(exported, buf.Bytes(), 0o600))
+	x := MountForTest(t, e, "extracted", "", MountOptions{}).Dir()
+	runIn(t, x, "tar", "--xattrs", "--xattrs-include=*", "-xf", exported)
+	check("GNU tar's extract of an export", x)
 }
