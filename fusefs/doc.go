@@ -31,8 +31,13 @@
 //   - Spill: storing a file's write buffers before a flush, to bound memory.
 //   - Gate: the wrapper of go-fuse's RawFileSystem that every request of a
 //     mount passes (rawGate, nointr.go): it ignores INTERRUPT, serves
-//     directories without OPENDIR, and times each request for the
-//     engine's Observer (observe.go), the daemon's metrics.
+//     directories without OPENDIR, folds into a create's mode the umask
+//     and into a setxattr's flags the setgid drop that go-fuse's node API
+//     would lose (acl.go), and times each request for the engine's
+//     Observer (observe.go), the daemon's metrics.
+//   - ACL: a POSIX ACL, stored as the system.posix_acl_access or
+//     system.posix_acl_default xattr in the kernel's format; the kernel
+//     enforces it, the daemon keeps it and the mode in step (acl.go).
 //   - Transport: how a mount's requests reach the gate: go-fuse reading
 //     /dev/fuse, or FUSE over io_uring (package fusefs/uring, its own
 //     locks), as the engine's URingMode and the host's switch allow

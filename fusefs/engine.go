@@ -653,7 +653,12 @@ func (e *Engine) fsOptions(s *Session, opts MountOptions, rootIno uint64) *fs.Op
 			//
 			// No-opendir mode spares a round trip per directory opened
 			// (dirstream.go).
-			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_NO_OPENDIR_SUPPORT,
+			//
+			// POSIX ACLs, as ext4's default acl option has them: the
+			// kernel enforces them and leaves the umask and the setgid
+			// drop to the daemon (acl.go).
+			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_NO_OPENDIR_SUPPORT | fuse.CAP_DONT_MASK | fuse.CAP_SETXATTR_EXT,
+			EnableAcl:         true,
 			MaxReadAhead:      1 << 20,
 			Options:           mopts,
 			Debug:             opts.Debug,

@@ -472,7 +472,8 @@ func (f *fnode) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn
 }
 
 func (f *fnode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	c, err := f.sess().Mkdir(ctx, f.n.Load(), name, mode, caller(ctx))
+	mode, who := creator(ctx, mode)
+	c, err := f.sess().Mkdir(ctx, f.n.Load(), name, mode, who)
 	if err != nil {
 		return nil, f.m.toErrno("mkdir", f, err)
 	}
@@ -487,15 +488,16 @@ func (f *fnode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.E
 func (f *fnode) Mknod(ctx context.Context, name string, mode uint32, rdev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	var c *node
 	var err error
+	mode, who := creator(ctx, mode)
 	switch k := kindOf(mode); {
 	case k == manifest.KindFile:
-		c, err = f.sess().Create(ctx, f.n.Load(), name, mode, caller(ctx))
+		c, err = f.sess().Create(ctx, f.n.Load(), name, mode, who)
 	case k == 0:
 		return nil, syscall.EINVAL
 	case k.IsDevice() && !mayMknod(ctx):
 		return nil, syscall.EPERM
 	default:
-		c, err = f.sess().Mknod(ctx, f.n.Load(), name, k, mode, rdev, caller(ctx))
+		c, err = f.sess().Mknod(ctx, f.n.Load(), name, k, mode, rdev, who)
 	}
 	if err != nil {
 		return nil, f.m.toErrno("mknod", f, err)
@@ -504,7 +506,8 @@ func (f *fnode) Mknod(ctx context.Context, name string, mode uint32, rdev uint32
 }
 
 func (f *fnode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	c, err := f.sess().Create(ctx, f.n.Load(), name, mode, caller(ctx))
+	mode, who := creator(ctx, mode)
+	c, err := f.sess().Create(ctx, f.n.Load(), name, mode, who)
 	if err != nil {
 		return nil, nil, 0, f.m.toErrno("create", f, err)
 	}

@@ -29,12 +29,16 @@ func (g *rawGate) SetAttr(cancel <-chan struct{}, input *fuse.SetAttrIn, out *fu
 
 func (g *rawGate) Mknod(cancel <-chan struct{}, input *fuse.MknodIn, name string, out *fuse.EntryOut) (code fuse.Status) {
 	t := g.begin()
-	return g.end(OpMknod, t, g.RawFileSystem.Mknod(nil, input, name, out))
+	in := *input
+	in.Mode = foldUmask(in.Mode, in.Umask)
+	return g.end(OpMknod, t, g.RawFileSystem.Mknod(nil, &in, name, out))
 }
 
 func (g *rawGate) Mkdir(cancel <-chan struct{}, input *fuse.MkdirIn, name string, out *fuse.EntryOut) (code fuse.Status) {
 	t := g.begin()
-	return g.end(OpMkdir, t, g.RawFileSystem.Mkdir(nil, input, name, out))
+	in := *input
+	in.Mode = foldUmask(in.Mode, in.Umask)
+	return g.end(OpMkdir, t, g.RawFileSystem.Mkdir(nil, &in, name, out))
 }
 
 func (g *rawGate) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string) (code fuse.Status) {
@@ -87,7 +91,11 @@ func (g *rawGate) ListXAttr(cancel <-chan struct{}, header *fuse.InHeader, dest 
 
 func (g *rawGate) SetXAttr(cancel <-chan struct{}, input *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
 	t := g.begin()
-	return g.end(OpSetXAttr, t, g.RawFileSystem.SetXAttr(nil, input, attr, data))
+	in := *input
+	if g.killSGID(input) {
+		in.Flags |= xattrKillSGID
+	}
+	return g.end(OpSetXAttr, t, g.RawFileSystem.SetXAttr(nil, &in, attr, data))
 }
 
 func (g *rawGate) RemoveXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr string) (code fuse.Status) {
@@ -97,12 +105,16 @@ func (g *rawGate) RemoveXAttr(cancel <-chan struct{}, header *fuse.InHeader, att
 
 func (g *rawGate) Create(cancel <-chan struct{}, input *fuse.CreateIn, name string, out *fuse.CreateOut) (code fuse.Status) {
 	t := g.begin()
-	return g.end(OpCreate, t, g.RawFileSystem.Create(nil, input, name, out))
+	in := *input
+	in.Mode = foldUmask(in.Mode, in.Umask)
+	return g.end(OpCreate, t, g.RawFileSystem.Create(nil, &in, name, out))
 }
 
 func (g *rawGate) Tmpfile(cancel <-chan struct{}, input *fuse.CreateIn, out *fuse.CreateOut) (code fuse.Status) {
 	t := g.begin()
-	return g.end(OpTmpfile, t, g.RawFileSystem.Tmpfile(nil, input, out))
+	in := *input
+	in.Mode = foldUmask(in.Mode, in.Umask)
+	return g.end(OpTmpfile, t, g.RawFileSystem.Tmpfile(nil, &in, out))
 }
 
 func (g *rawGate) Open(cancel <-chan struct{}, input *fuse.OpenIn, out *fuse.OpenOut) (status fuse.Status) {

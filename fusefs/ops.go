@@ -17,8 +17,9 @@ import (
 // layer translates kernel requests into them. They return syscall.Errno
 // for POSIX outcomes and wrapped errors otherwise (see errno.go).
 
-// Owner is who creates a node.
-type Owner struct{ UID, GID uint32 }
+// Owner is who creates a node, and the creator's umask, applied unless
+// the directory has a default ACL (acl.go).
+type Owner struct{ UID, GID, Umask uint32 }
 
 func now() int64 { return time.Now().UnixNano() }
 
@@ -97,7 +98,11 @@ func (s *Session) newChild(ctx context.Context, dir *node, name string, kind man
 			c.mode |= syscall.S_ISGID
 		}
 	}
+	err = c.inheritACL(dir.xattrs[aclDefaultXattr], who.Umask)
 	dir.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 	if init != nil {
 		init(c)
 	}
@@ -505,6 +510,7 @@ func (s *Session) Setattr(ctx context.Context, n *node, a SetAttr) error {
 	a.Drop.apply(n)
 	if a.Mode != nil {
 		n.mode = *a.Mode & 0o7777
+		n.chmodACL()
 	}
 	if (a.UID != nil || a.GID != nil) && !n.isDir() && a.Mode == nil {
 		// chown drops them for every caller, root too, but a privileged
@@ -864,15 +870,17 @@ func (s *Session) Allocate(ctx context.Context, n *node, off, length int64, mode
 	return nil
 }
 
-// Xattr errors and flags as in setxattr(2).
+// Xattr errors and flags as in setxattr(2), and xattrKillSGID, the
+// kernel's FUSE_SETXATTR_ACL_KILL_SGID, which the gate folds in (nointr.go).
 const (
-	xattrCreate  = 0x1
-	xattrReplace = 0x2
+	xattrCreate   = 0x1
+	xattrReplace  = 0x2
+	xattrKillSGID = 1 << 31
 )
 
-// xattrNamespaces are the namespaces ext4 stores (system.* aside): the
-// kernel checks trusted.* (CAP_SYS_ADMIN) and user.* (regular files and
-// directories only) before it sends a request.
+// xattrNamespaces are the namespaces ext4 stores (system.* aside: of it,
+// only the ACLs, acl.go): the kernel checks trusted.* (CAP_SYS_ADMIN) and
+// user.* (regular files and directories only) before it sends a request.
 var xattrNamespaces = []string{"user.", "trusted.", "security."}
 
 // checkXattrName answers for name as ext4 does: ERANGE for an empty or too
@@ -882,6 +890,9 @@ func checkXattrName(name string) error {
 	if name == "" || len(name) > 255 {
 		return syscall.ERANGE
 	}
+	if isACLXattr(name) {
+		return nil
+	}
 	for _, ns := range xattrNamespaces {
 		if strings.HasPrefix(name, ns) {
 			if len(name) == len(ns) {
@@ -890,8 +901,6 @@ func checkXattrName(name string) error {
 			return nil
 		}
 	}
-	// system.* included: POSIX ACLs would need the kernel to enforce
-	// them; refuse rather than store them unenforced.
 	return syscall.EOPNOTSUPP
 }
 
@@ -924,6 +933,9 @@ func (s *Session) SetXattr(n *node, name string, value []byte, flags uint32) err
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if isACLXattr(name) {
+		return s.setACLXattr(n, name, value, flags)
+	}
 	_, exists := n.xattrs[name]
 	if flags&xattrCreate != 0 && exists {
 		return syscall.EEXIST
@@ -953,6 +965,9 @@ func (s *Session) RemoveXattr(n *node, name string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, ok := n.xattrs[name]; !ok {
+		if isACLXattr(name) {
+			return nil // no ACL to remove: done, as on ext4
+		}
 		return syscall.ENODATA
 	}
 	delete(n.xattrs, name)
