@@ -33,6 +33,10 @@ type node struct {
 	tree     cas.Ref          // directories: tree node as last stored (stale while the directory is dirty)
 	nlink    uint32           // non-directories: names pointing at the node
 	linkID   uint64           // non-directories: hard-link identity once linked twice
+	// linkable marks a file made by O_TMPFILE without O_EXCL that never
+	// had a name: Link may give it its first one (nlink 0 otherwise means
+	// unlinked, for good).
+	linkable bool
 
 	mu     sync.Mutex // guards everything below
 	mode   uint32     // permission bits (07777)

@@ -112,6 +112,37 @@ func (s *Session) Create(ctx context.Context, dir *node, name string, mode uint3
 	return s.newChild(ctx, dir, name, manifest.KindFile, mode, who, func(n *node) { n.data = &fileData{base: manifest.Entry{Kind: manifest.KindFile}} })
 }
 
+// Tmpfile makes an empty regular file with no name, as open(2) with
+// O_TMPFILE does: the checks and the owner are newChild's, but no
+// directory holds it (nlink 0), so no flush stores it in a tree and no
+// journal record names it. A linkable one may be given a name by Link
+// (linkat from /proc/self/fd); otherwise it lives as long as its
+// handles, like a file unlinked while open.
+func (s *Session) Tmpfile(dir *node, mode uint32, who Owner, linkable bool) (*node, error) {
+	done, err := s.begin()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	s.treeMu.Lock()
+	defer s.treeMu.Unlock()
+	if !dir.isDir() {
+		return nil, syscall.ENOTDIR
+	}
+	if s.removed(dir) {
+		return nil, syscall.ENOENT // a directory rmdir removed, where a process sits
+	}
+	t := now()
+	c := &node{ino: s.newIno(), kind: manifest.KindFile, sess: s, mode: mode & 0o7777, uid: who.UID, gid: who.GID, mtime: t, ctime: t, atime: t, linkable: linkable}
+	c.data = &fileData{base: manifest.Entry{Kind: manifest.KindFile}}
+	dir.mu.Lock()
+	if dir.mode&syscall.S_ISGID != 0 {
+		c.gid = dir.gid // as newChild: BSD group semantics
+	}
+	dir.mu.Unlock()
+	return c, nil
+}
+
 // Mkdir makes an empty directory. Its tree node, the empty one, is stored
 // by the next flush (a new directory is dirty, and a flush encodes every
 // dirty directory), not on the request's path: a store lookup there cost
@@ -166,15 +197,17 @@ func (s *Session) Link(ctx context.Context, dir *node, name string, target *node
 	if _, ok := dir.children[name]; ok {
 		return syscall.EEXIST
 	}
-	if target.nlink == 0 {
+	first := target.nlink == 0
+	if first && !target.linkable {
 		return syscall.ENOENT // linking an unlinked file back is not supported
 	}
-	if target.linkID == 0 {
+	if !first && target.linkID == 0 {
 		target.linkID = newLinkID()
 		s.links[target.linkID] = target
 	}
 	t := now()
 	s.attach(dir, name, target, true)
+	target.linkable = false // named now: an unlink makes it an unlinked file
 	target.mu.Lock()
 	target.ctime = t
 	target.mu.Unlock()
