@@ -45,6 +45,7 @@ type node struct {
 	mtime  int64 // nanoseconds
 	ctime  int64 // nanoseconds
 	atime  int64 // nanoseconds
+	btime  int64 // birth time, nanoseconds; 0 when unknown (a tree from before it was kept)
 	xattrs map[string][]byte
 	target string    // symlinks
 	rdev   uint32    // device nodes: the device number (fixed at creation)

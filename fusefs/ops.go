@@ -89,6 +89,7 @@ func (s *Session) newChild(ctx context.Context, dir *node, name string, kind man
 	}
 	t := now()
 	c := &node{ino: s.newIno(), kind: kind, sess: s, mode: mode & 0o7777, uid: who.UID, gid: who.GID, mtime: t, ctime: t, atime: t}
+	c.btime = t
 	dir.mu.Lock()
 	if dir.mode&syscall.S_ISGID != 0 {
 		// BSD group semantics under a setgid directory, as on ext4.
@@ -133,7 +134,7 @@ func (s *Session) Tmpfile(dir *node, mode uint32, who Owner, linkable bool) (*no
 		return nil, syscall.ENOENT // a directory rmdir removed, where a process sits
 	}
 	t := now()
-	c := &node{ino: s.newIno(), kind: manifest.KindFile, sess: s, mode: mode & 0o7777, uid: who.UID, gid: who.GID, mtime: t, ctime: t, atime: t, linkable: linkable}
+	c := &node{ino: s.newIno(), kind: manifest.KindFile, sess: s, mode: mode & 0o7777, uid: who.UID, gid: who.GID, mtime: t, ctime: t, atime: t, btime: t, linkable: linkable}
 	c.data = &fileData{base: manifest.Entry{Kind: manifest.KindFile}}
 	dir.mu.Lock()
 	if dir.mode&syscall.S_ISGID != 0 {
@@ -1021,6 +1022,7 @@ type Attr struct {
 	Nlink               uint32
 	Rdev                uint32 // device nodes
 	Atime, Mtime, Ctime int64
+	Btime               int64 // 0 when unknown
 }
 
 // Getattr returns n's attributes, a backed file's st_blocks from its
@@ -1071,7 +1073,7 @@ func (s *Session) attrs(ctx context.Context, n *node) (Attr, error) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	a := Attr{Ino: n.ino, Kind: n.kind, Mode: n.mode, UID: n.uid, GID: n.gid, Nlink: nlink, Rdev: n.rdev, Atime: n.atime, Mtime: n.mtime, Ctime: n.ctime}
+	a := Attr{Ino: n.ino, Kind: n.kind, Mode: n.mode, UID: n.uid, GID: n.gid, Nlink: nlink, Rdev: n.rdev, Atime: n.atime, Mtime: n.mtime, Ctime: n.ctime, Btime: n.btime}
 	switch n.kind {
 	case manifest.KindFile:
 		a.Size = n.data.size
