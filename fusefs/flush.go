@@ -208,7 +208,7 @@ func (s *Session) storeDir(ctx context.Context, batch cas.Batch, dir *node, stal
 		// No entry holds the root's attributes: its own tree does.
 		var e manifest.Entry
 		dir.entry("", &e)
-		t.Self = &manifest.DirAttr{Mode: e.Mode, UID: e.UID, GID: e.GID, MtimeNs: e.MtimeNs, CtimeNs: e.CtimeNs, AtimeNs: e.AtimeNs, Xattrs: e.Xattrs}
+		t.Self = &manifest.DirAttr{Mode: e.Mode, UID: e.UID, GID: e.GID, MtimeNs: e.MtimeNs, CtimeNs: e.CtimeNs, AtimeNs: e.AtimeNs, BtimeNs: e.BtimeNs, Xattrs: e.Xattrs}
 	}
 	ref, err := manifest.PutTree(ctx, batchPutter{batch}, t)
 	if err != nil {
@@ -230,6 +230,7 @@ func (n *node) entry(name string, e *manifest.Entry) {
 	e.GID = n.gid
 	e.MtimeNs = n.mtime
 	e.CtimeNs = n.ctime
+	e.BtimeNs = n.btime
 	if n.atime != n.mtime {
 		// Recorded only where it says more than the mtime: a tree whose
 		// atimes all equal their mtimes keeps its older encoding.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/homefs/homefs/manifest"
 )
@@ -48,11 +49,13 @@ func (m *Mount) wrap(n *node) *fnode {
 var (
 	_ fs.NodeLookuper       = (*fnode)(nil)
 	_ fs.NodeGetattrer      = (*fnode)(nil)
+	_ fs.NodeStatxer        = (*fnode)(nil)
 	_ fs.NodeSetattrer      = (*fnode)(nil)
 	_ fs.NodeOpendirHandler = (*fnode)(nil)
 	_ fs.NodeMkdirer        = (*fnode)(nil)
 	_ fs.NodeMknoder        = (*fnode)(nil)
 	_ fs.NodeCreater        = (*fnode)(nil)
+	_ fs.NodeTmpfiler       = (*fnode)(nil)
 	_ fs.NodeOpener         = (*fnode)(nil)
 	_ fs.NodeReader         = (*fnode)(nil)
 	_ fs.NodeWriter         = (*fnode)(nil)
@@ -129,9 +132,16 @@ func (h ptHandle) PassthroughFd() (int, bool) { return h.fd, true }
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	f := h.f
 	if h.n != nil {
-		f.sess().open.remove(h.n)
+		s := f.sess()
+		s.open.remove(h.n)
 		if h.writes {
-			f.sess().writing.remove(h.n)
+			s.writing.remove(h.n)
+		}
+		if !s.open.has(h.n) && !s.hasName(h.n) {
+			// The last handle of a file with no name (O_TMPFILE, or
+			// unlinked): nothing can reach its buffers any more. Its
+			// backing file, if any, goes with the absorber or the flush.
+			h.n.dropBuffers()
 		}
 	}
 	f.openMu.Lock()
@@ -405,6 +415,45 @@ func (f *fnode) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut)
 	return 0
 }
 
+// Statx answers what Getattr does, and the birth time when it is known
+// (STATX_BTIME in the mask); the kernel asks only for a statx(2) that
+// wants more than stat(2) gives.
+func (f *fnode) Statx(ctx context.Context, _ fs.FileHandle, _ uint32, _ uint32, out *fuse.StatxOut) syscall.Errno {
+	a, err := f.sess().Getattr(ctx, f.n.Load())
+	if err != nil {
+		return f.m.toErrno("statx", f, err)
+	}
+	fillStatx(a, &out.Statx)
+	if f == f.m.root {
+		out.Ino = f.m.rootIno
+	}
+	out.SetTimeout(f.m.cacheTimeout())
+	return 0
+}
+
+// fillStatx is fillAttr for a statx reply.
+func fillStatx(a Attr, out *fuse.Statx) {
+	var attr fuse.Attr
+	fillAttr(a, &attr)
+	out.Mask = unix.STATX_BASIC_STATS
+	out.Blksize = attr.Blksize
+	out.Nlink = attr.Nlink
+	out.Uid, out.Gid = attr.Uid, attr.Gid
+	out.Mode = uint16(attr.Mode)
+	out.Ino = attr.Ino
+	out.Size = attr.Size
+	out.Blocks = attr.Blocks
+	out.Atime = fuse.SxTime{Sec: attr.Atime, Nsec: attr.Atimensec}
+	out.Mtime = fuse.SxTime{Sec: attr.Mtime, Nsec: attr.Mtimensec}
+	out.Ctime = fuse.SxTime{Sec: attr.Ctime, Nsec: attr.Ctimensec}
+	out.RdevMajor, out.RdevMinor = unix.Major(uint64(a.Rdev)), unix.Minor(uint64(a.Rdev))
+	if a.Btime != 0 {
+		out.Mask |= unix.STATX_BTIME
+		sec, nsec := splitNs(a.Btime)
+		out.Btime = fuse.SxTime{Sec: sec, Nsec: nsec}
+	}
+}
+
 func (f *fnode) fillAttrOut(a Attr, out *fuse.AttrOut) {
 	fillAttr(a, &out.Attr)
 	if f == f.m.root {
@@ -511,13 +560,30 @@ func (f *fnode) Create(ctx context.Context, name string, flags uint32, mode uint
 	if err != nil {
 		return nil, nil, 0, f.m.toErrno("create", f, err)
 	}
+	return f.openNew(ctx, "create", c, flags, out)
+}
+
+// Tmpfile makes a file with no name in f, open with flags (O_TMPFILE):
+// on the route an open of a new file takes (Create's), with a link count
+// of 0. Unless O_EXCL was given, linkat may name it later (Session.Link).
+func (f *fnode) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	c, err := f.sess().Tmpfile(f.n.Load(), mode, caller(ctx), flags&syscall.O_EXCL == 0)
+	if err != nil {
+		return nil, nil, 0, f.m.toErrno("tmpfile", f, err)
+	}
+	return f.openNew(ctx, "tmpfile", c, flags&^unix.O_TMPFILE, out)
+}
+
+// openNew answers a CREATE or TMPFILE of c, a new file: its entry, and a
+// handle open with flags.
+func (f *fnode) openNew(ctx context.Context, op string, c *node, flags uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	in, errno := f.child(ctx, c, out)
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
 	h, keep, err := in.Operations().(*fnode).open(ctx, flags)
 	if err != nil {
-		return nil, nil, 0, f.m.toErrno("create", f, err)
+		return nil, nil, 0, f.m.toErrno(op, f, err)
 	}
 	return in, h, keep, 0
 }

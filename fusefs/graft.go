@@ -159,7 +159,7 @@ func (s *Session) walkDirs(ctx context.Context, parts []string, create bool) (*n
 			uid, gid := dir.uid, dir.gid
 			dir.mu.Unlock()
 			c = &node{ino: s.newIno(), kind: manifest.KindDir, sess: s, mode: 0o755, uid: uid, gid: gid,
-				mtime: t, ctime: t, atime: t, tree: manifest.EmptyTreeRef(), children: make(map[string]*node)}
+				mtime: t, ctime: t, atime: t, btime: t, tree: manifest.EmptyTreeRef(), children: make(map[string]*node)}
 			s.attach(dir, p, c, true)
 			s.touchDir(dir, t)
 			s.markDirty(c)

@@ -705,8 +705,13 @@ func (s *Session) walkFile(ctx context.Context, path string) (*node, error) {
 
 // Fsync makes everything written to n durable: through the journal when
 // that is enough, else by a flush of the whole session that moves its head
-// (flushNow).
+// (flushNow). A file with no name (O_TMPFILE, or unlinked) has nothing to
+// make durable: no tree will hold it unless a link names it, and that
+// change is made durable as any other.
 func (s *Session) Fsync(ctx context.Context, n *node) error {
+	if n.kind == manifest.KindFile && !s.hasName(n) {
+		return nil
+	}
 	if staged, err := s.fsyncStaged(ctx, n); staged || err != nil {
 		return err
 	}

@@ -33,6 +33,10 @@ type node struct {
 	tree     cas.Ref          // directories: tree node as last stored (stale while the directory is dirty)
 	nlink    uint32           // non-directories: names pointing at the node
 	linkID   uint64           // non-directories: hard-link identity once linked twice
+	// linkable marks a file made by O_TMPFILE without O_EXCL that never
+	// had a name: Link may give it its first one (nlink 0 otherwise means
+	// unlinked, for good).
+	linkable bool
 
 	mu     sync.Mutex // guards everything below
 	mode   uint32     // permission bits (07777)
@@ -41,6 +45,7 @@ type node struct {
 	mtime  int64 // nanoseconds
 	ctime  int64 // nanoseconds
 	atime  int64 // nanoseconds
+	btime  int64 // birth time, nanoseconds; 0 when unknown (a tree from before it was kept)
 	xattrs map[string][]byte
 	target string    // symlinks
 	rdev   uint32    // device nodes: the device number (fixed at creation)

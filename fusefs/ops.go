@@ -90,6 +90,7 @@ func (s *Session) newChild(ctx context.Context, dir *node, name string, kind man
 	}
 	t := now()
 	c := &node{ino: s.newIno(), kind: kind, sess: s, mode: mode & 0o7777, uid: who.UID, gid: who.GID, mtime: t, ctime: t, atime: t}
+	c.btime = t
 	dir.mu.Lock()
 	if dir.mode&syscall.S_ISGID != 0 {
 		// BSD group semantics under a setgid directory, as on ext4.
@@ -115,6 +116,37 @@ func (s *Session) newChild(ctx context.Context, dir *node, name string, kind man
 // Create makes an empty regular file.
 func (s *Session) Create(ctx context.Context, dir *node, name string, mode uint32, who Owner) (*node, error) {
 	return s.newChild(ctx, dir, name, manifest.KindFile, mode, who, func(n *node) { n.data = &fileData{base: manifest.Entry{Kind: manifest.KindFile}} })
+}
+
+// Tmpfile makes an empty regular file with no name, as open(2) with
+// O_TMPFILE does: the checks and the owner are newChild's, but no
+// directory holds it (nlink 0), so no flush stores it in a tree and no
+// journal record names it. A linkable one may be given a name by Link
+// (linkat from /proc/self/fd); otherwise it lives as long as its
+// handles, like a file unlinked while open.
+func (s *Session) Tmpfile(dir *node, mode uint32, who Owner, linkable bool) (*node, error) {
+	done, err := s.begin()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	s.treeMu.Lock()
+	defer s.treeMu.Unlock()
+	if !dir.isDir() {
+		return nil, syscall.ENOTDIR
+	}
+	if s.removed(dir) {
+		return nil, syscall.ENOENT // a directory rmdir removed, where a process sits
+	}
+	t := now()
+	c := &node{ino: s.newIno(), kind: manifest.KindFile, sess: s, mode: mode & 0o7777, uid: who.UID, gid: who.GID, mtime: t, ctime: t, atime: t, btime: t, linkable: linkable}
+	c.data = &fileData{base: manifest.Entry{Kind: manifest.KindFile}}
+	dir.mu.Lock()
+	if dir.mode&syscall.S_ISGID != 0 {
+		c.gid = dir.gid // as newChild: BSD group semantics
+	}
+	dir.mu.Unlock()
+	return c, nil
 }
 
 // Mkdir makes an empty directory. Its tree node, the empty one, is stored
@@ -171,15 +203,17 @@ func (s *Session) Link(ctx context.Context, dir *node, name string, target *node
 	if _, ok := dir.children[name]; ok {
 		return syscall.EEXIST
 	}
-	if target.nlink == 0 {
+	first := target.nlink == 0
+	if first && !target.linkable {
 		return syscall.ENOENT // linking an unlinked file back is not supported
 	}
-	if target.linkID == 0 {
+	if !first && target.linkID == 0 {
 		target.linkID = newLinkID()
 		s.links[target.linkID] = target
 	}
 	t := now()
 	s.attach(dir, name, target, true)
+	target.linkable = false // named now: an unlink makes it an unlinked file
 	target.mu.Lock()
 	target.ctime = t
 	target.mu.Unlock()
@@ -1003,6 +1037,7 @@ type Attr struct {
 	Nlink               uint32
 	Rdev                uint32 // device nodes
 	Atime, Mtime, Ctime int64
+	Btime               int64 // 0 when unknown
 }
 
 // Getattr returns n's attributes, a backed file's st_blocks from its
@@ -1053,7 +1088,7 @@ func (s *Session) attrs(ctx context.Context, n *node) (Attr, error) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	a := Attr{Ino: n.ino, Kind: n.kind, Mode: n.mode, UID: n.uid, GID: n.gid, Nlink: nlink, Rdev: n.rdev, Atime: n.atime, Mtime: n.mtime, Ctime: n.ctime}
+	a := Attr{Ino: n.ino, Kind: n.kind, Mode: n.mode, UID: n.uid, GID: n.gid, Nlink: nlink, Rdev: n.rdev, Atime: n.atime, Mtime: n.mtime, Ctime: n.ctime, Btime: n.btime}
 	switch n.kind {
 	case manifest.KindFile:
 		a.Size = n.data.size

@@ -308,6 +308,7 @@ func (s *Session) nodeFromEntry(e *manifest.Entry) *node {
 		mtime: e.MtimeNs,
 		ctime: e.CtimeNs,
 		atime: e.Atime(),
+		btime: e.BtimeNs,
 	}
 	if len(e.Xattrs) > 0 {
 		n.xattrs = make(map[string][]byte, len(e.Xattrs))
@@ -345,7 +346,7 @@ func (s *Session) load(ctx context.Context, dir *node) error {
 	if a := t.Self; a != nil && dir == s.root {
 		dir.mu.Lock()
 		dir.mode, dir.uid, dir.gid = a.Mode, a.UID, a.GID
-		dir.mtime, dir.ctime, dir.atime = a.MtimeNs, a.CtimeNs, a.Atime()
+		dir.mtime, dir.ctime, dir.atime, dir.btime = a.MtimeNs, a.CtimeNs, a.Atime(), a.BtimeNs
 		dir.xattrs = nil
 		if len(a.Xattrs) > 0 {
 			dir.xattrs = make(map[string][]byte, len(a.Xattrs))

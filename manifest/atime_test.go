@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"reflect"
 	"slices"
 	"testing"
 )
@@ -13,14 +12,7 @@ import (
 // its own) is version 3 and only version 3, whatever else it holds; every
 // other tree keeps version 1 or 2 and its bytes.
 func TestAtimeTreeVersion(t *testing.T) {
-	version := func(tree *Tree) byte {
-		t.Helper()
-		b, err := EncodeTree(tree)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b[len(treeMagic)]
-	}
+	version := func(tree *Tree) byte { return encodedVersion(t, tree) }
 	if v := version(fixtureAtimeTree()); v != AtimeTreeVersion {
 		t.Errorf("atimes: version %d", v)
 	}
@@ -60,17 +52,11 @@ func TestAtimeTreeVersion(t *testing.T) {
 		t.Error("an atime tree decoded as version 2")
 	}
 	v4 := bytes.Clone(b)
-	v4[len(treeMagic)] = AtimeTreeVersion + 1
-	if _, err := DecodeTree(v4); !errors.Is(err, ErrUnsupportedVersion) {
-		t.Errorf("version 4: got %v, want ErrUnsupportedVersion", err)
+	v4[len(treeMagic)] = BtimeTreeVersion
+	if _, err := DecodeTree(v4); err == nil {
+		t.Error("an atime tree decoded as version 4")
 	}
-	got, err := DecodeTree(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, fixtureAtimeTree()) {
-		t.Errorf("round trip:\n%s\nwant\n%s", dumpTree(got), dumpTree(fixtureAtimeTree()))
-	}
+	checkRoundTrip(t, b, fixtureAtimeTree())
 }
 
 // TestAtime: an entry with no access time recorded reads as its mtime.
@@ -89,31 +75,41 @@ func TestAtime(t *testing.T) {
 	}
 }
 
-// TestDiffAtime: an access time that changed is a change Diff reports.
-func TestDiffAtime(t *testing.T) {
-	s := newStore()
-	old := map[string]Entry{"f": fileEntry("f", 1), "g": fileEntry("g", 1)}
-	newer := map[string]Entry{"f": fileEntry("f", 1), "g": fileEntry("g", 1)}
-	f := newer["f"]
-	f.AtimeNs = fixedNs + 1
-	newer["f"] = f
-	a, err := BuildTree(context.Background(), s, old)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := BuildTree(context.Background(), s, newer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	err = Diff(context.Background(), s, a, b, func(p string, o, n *Entry) error {
-		got = append(got, p)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(got, []string{"f"}) {
-		t.Errorf("diff %v, want [f]", got)
+// TestDiffTimes: an access or birth time that changed is a change Diff
+// reports.
+func TestDiffTimes(t *testing.T) {
+	for _, tc := range []struct {
+		what string
+		set  func(*Entry)
+	}{
+		{"atime", func(e *Entry) { e.AtimeNs = fixedNs + 1 }},
+		{"btime", func(e *Entry) { e.BtimeNs = fixedNs - 1 }},
+	} {
+		s := newStore()
+		ctx := context.Background()
+		old := map[string]Entry{"f": fileEntry("f", 1), "g": fileEntry("g", 1)}
+		newer := map[string]Entry{"f": fileEntry("f", 1), "g": fileEntry("g", 1)}
+		f := newer["f"]
+		tc.set(&f)
+		newer["f"] = f
+		a, err := BuildTree(ctx, s, old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := BuildTree(ctx, s, newer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		err = Diff(ctx, s, a, b, func(p string, o, n *Entry) error {
+			got = append(got, p)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, []string{"f"}) {
+			t.Errorf("%s: diff %v, want [f]", tc.what, got)
+		}
 	}
 }

@@ -26,6 +26,7 @@ func FuzzDecodeTree(f *testing.F) {
 	addGolden(f, "tree-root.bin")
 	addGolden(f, "tree-special.bin")
 	addGolden(f, "tree-atime.bin")
+	addGolden(f, "tree-btime.bin")
 	for _, t := range []*Tree{{}, benchTree(60), {Self: &DirAttr{Mode: 0o755}}} {
 		b, _ := EncodeTree(t)
 		f.Add(b)

@@ -119,6 +119,13 @@ func TestGolden(t *testing.T) {
 	}
 	checkGolden(t, "tree-atime.bin", ab)
 	checkGolden(t, "tree-atime.txt", []byte(fmt.Sprintf("# tree node %s, %d bytes\n%s", cas.Sum(ab), len(ab), dumpTree(atimes))))
+	btimes := fixtureBtimeTree()
+	bb, err := EncodeTree(btimes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "tree-btime.bin", bb)
+	checkGolden(t, "tree-btime.txt", []byte(fmt.Sprintf("# tree node %s, %d bytes\n%s", cas.Sum(bb), len(bb), dumpTree(btimes))))
 
 	ib, err := EncodeIndex(1, fixtureIndex())
 	if err != nil {

@@ -3,6 +3,7 @@ package manifest
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -133,6 +134,45 @@ func fixtureAtimeTree() *Tree {
 	}
 }
 
+// fixtureBtimeTree records birth times: a file made here, one with none
+// known (from an older tree), a fifo with an atime too, a directory, and
+// the root's own.
+func fixtureBtimeTree() *Tree {
+	made := fileEntry("made", 1)
+	made.BtimeNs = fixedNs - 7200e9
+	return &Tree{
+		Entries: []Entry{
+			{Name: "dir", Kind: KindDir, Mode: 0o700, MtimeNs: fixedNs, CtimeNs: fixedNs, BtimeNs: fixedNs - 1, Tree: EmptyTreeRef()},
+			{Name: "fifo", Kind: KindFifo, Mode: 0o600, MtimeNs: fixedNs, CtimeNs: fixedNs, AtimeNs: fixedNs + 5, BtimeNs: -1},
+			made,
+			fileEntry("old", 2),
+		},
+		Self: &DirAttr{Mode: 0o755, MtimeNs: fixedNs, CtimeNs: fixedNs, BtimeNs: fixedNs - 86400e9},
+	}
+}
+
+// encodedVersion is the format version EncodeTree gives tree.
+func encodedVersion(t *testing.T, tree *Tree) byte {
+	t.Helper()
+	b, err := EncodeTree(tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b[len(treeMagic)]
+}
+
+// checkRoundTrip checks that b decodes to want.
+func checkRoundTrip(t *testing.T, b []byte, want *Tree) {
+	t.Helper()
+	got, err := DecodeTree(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("round trip:\n%s\nwant\n%s", dumpTree(got), dumpTree(want))
+	}
+}
+
 // fixtureFiles is a small home directory for BuildTree, Walk and Diff.
 func fixtureFiles() map[string]Entry {
 	files := map[string]Entry{}
@@ -187,6 +227,9 @@ func dumpTree(t *Tree) string {
 		if e.AtimeNs != 0 {
 			fmt.Fprintf(&b, " atime=%d", e.AtimeNs)
 		}
+		if e.BtimeNs != 0 {
+			fmt.Fprintf(&b, " btime=%d", e.BtimeNs)
+		}
 		switch e.Kind {
 		case KindFile:
 			fmt.Fprintf(&b, " size=%d", e.Size)
@@ -215,6 +258,9 @@ func dumpTree(t *Tree) string {
 		fmt.Fprintf(&b, "self mode=%04o uid=%d gid=%d mtime=%d ctime=%d", a.Mode, a.UID, a.GID, a.MtimeNs, a.CtimeNs)
 		if a.AtimeNs != 0 {
 			fmt.Fprintf(&b, " atime=%d", a.AtimeNs)
+		}
+		if a.BtimeNs != 0 {
+			fmt.Fprintf(&b, " btime=%d", a.BtimeNs)
 		}
 		b.WriteByte('\n')
 	}

@@ -314,7 +314,7 @@ func diffEntries(ctx context.Context, g cas.Getter, p string, old, new *Entry, f
 func entriesEqual(a, b *Entry) bool {
 	return a.Name == b.Name && a.Kind == b.Kind && a.Mode == b.Mode &&
 		a.UID == b.UID && a.GID == b.GID && a.Size == b.Size &&
-		a.MtimeNs == b.MtimeNs && a.CtimeNs == b.CtimeNs && a.AtimeNs == b.AtimeNs &&
+		a.MtimeNs == b.MtimeNs && a.CtimeNs == b.CtimeNs && a.AtimeNs == b.AtimeNs && a.BtimeNs == b.BtimeNs &&
 		slices.Equal(a.Chunks, b.Chunks) && a.Index == b.Index && a.Depth == b.Depth &&
 		a.Tree == b.Tree && a.Target == b.Target && a.Rdev == b.Rdev &&
 		slices.EqualFunc(a.Xattrs, b.Xattrs, func(x, y Xattr) bool {
@@ -345,7 +345,7 @@ func BuildTree(ctx context.Context, p cas.Putter, files map[string]Entry) (cas.R
 			if e.Kind != KindDir {
 				return cas.Ref{}, errf(ErrInvalidPath, "the root as a %v", e.Kind)
 			}
-			self = &DirAttr{Mode: e.Mode, UID: e.UID, GID: e.GID, MtimeNs: e.MtimeNs, CtimeNs: e.CtimeNs, AtimeNs: e.AtimeNs, Xattrs: e.Xattrs}
+			self = &DirAttr{Mode: e.Mode, UID: e.UID, GID: e.GID, MtimeNs: e.MtimeNs, CtimeNs: e.CtimeNs, AtimeNs: e.AtimeNs, BtimeNs: e.BtimeNs, Xattrs: e.Xattrs}
 			continue
 		}
 		if err := ValidatePath(path); err != nil {

@@ -10,7 +10,8 @@ import (
 
 // Every node starts with a 4-byte magic naming its type, then one byte of
 // FormatVersion (for a tree: SpecialTreeVersion if it holds special files,
-// AtimeTreeVersion if it records an access time).
+// AtimeTreeVersion if it records an access time, BtimeTreeVersion if it
+// records a birth time).
 const (
 	treeMagic  = "HFST"
 	indexMagic = "HFSI"
@@ -28,11 +29,11 @@ const minEntryLen = 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1
 // minimal; refs are 32 raw bytes):
 //
 //	"HFST" version:byte count:uvarint entry* [self]
-//	       (version is 3 if an entry or self has an atime, else 2 if an
-//	       entry is a special file, else 1)
+//	       (version is 4 if an entry or self has a btime, else 3 if one
+//	       has an atime, else 2 if an entry is a special file, else 1)
 //	entry = nameLen:uvarint name kind:byte mode uid gid:uvarint
-//	        mtime ctime [atime if version 3]:varint body xattrCount:uvarint xattr* linkID:uvarint [nlink:uvarint if linkID != 0]
-//	self  = 0x01 mode uid gid:uvarint mtime ctime [atime if version 3]:varint xattrCount:uvarint xattr*   (only if Self is set)
+//	        mtime ctime [atime if version >= 3] [btime if version 4]:varint body xattrCount:uvarint xattr* linkID:uvarint [nlink:uvarint if linkID != 0]
+//	self  = 0x01 mode uid gid:uvarint mtime ctime [atime if version >= 3] [btime if version 4]:varint xattrCount:uvarint xattr*   (only if Self is set)
 //	body  = file:    size:uvarint depth:byte (ChunkCount(size) refs if depth == 0 | index ref)
 //	        dir:     tree ref
 //	        symlink: targetLen:uvarint target   (size is len(target))
@@ -46,19 +47,46 @@ func EncodeTree(t *Tree) ([]byte, error) {
 	return encodeTree(t, treeVersion(t))
 }
 
+// layout is which optional times a tree version's encoding holds.
+type layout struct{ atimes, btimes bool }
+
+func layoutOf(version byte) layout {
+	return layout{atimes: version >= AtimeTreeVersion, btimes: version >= BtimeTreeVersion}
+}
+
+// timesLen is the length of the optional times l holds.
+func (l layout) timesLen(atime, btime int64) int {
+	n := 0
+	if l.atimes {
+		n += varintLen(atime)
+	}
+	if l.btimes {
+		n += varintLen(btime)
+	}
+	return n
+}
+
+// appendTimes appends the optional times l holds.
+func (l layout) appendTimes(b []byte, atime, btime int64) []byte {
+	if l.atimes {
+		b = binary.AppendVarint(b, atime)
+	}
+	if l.btimes {
+		b = binary.AppendVarint(b, btime)
+	}
+	return b
+}
+
 // encodeTree encodes a valid t in the given version's layout.
 func encodeTree(t *Tree, version byte) ([]byte, error) {
-	atimes := version == AtimeTreeVersion
+	l := layoutOf(version)
 	size := headerLen + uvarintLen(uint64(len(t.Entries)))
 	for i := range t.Entries {
-		size += encodedEntryLen(&t.Entries[i], atimes)
+		size += encodedEntryLen(&t.Entries[i], l)
 	}
 	if a := t.Self; a != nil {
 		size += 1 + uvarintLen(uint64(a.Mode)) + uvarintLen(uint64(a.UID)) + uvarintLen(uint64(a.GID)) +
-			varintLen(a.MtimeNs) + varintLen(a.CtimeNs) + xattrsLen(a.Xattrs)
-		if atimes {
-			size += varintLen(a.AtimeNs)
-		}
+			varintLen(a.MtimeNs) + varintLen(a.CtimeNs) + l.timesLen(a.AtimeNs, a.BtimeNs) + xattrsLen(a.Xattrs)
 	}
 	if size > MaxNodeSize {
 		return nil, errf(ErrTooLarge, "tree: encoding of %d bytes, over %d", size, MaxNodeSize)
@@ -68,7 +96,7 @@ func encodeTree(t *Tree, version byte) ([]byte, error) {
 	b = append(b, version)
 	b = binary.AppendUvarint(b, uint64(len(t.Entries)))
 	for i := range t.Entries {
-		b = appendEntry(b, &t.Entries[i], atimes)
+		b = appendEntry(b, &t.Entries[i], l)
 	}
 	if a := t.Self; a != nil {
 		b = append(b, selfMarker)
@@ -77,9 +105,7 @@ func encodeTree(t *Tree, version byte) ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(a.GID))
 		b = binary.AppendVarint(b, a.MtimeNs)
 		b = binary.AppendVarint(b, a.CtimeNs)
-		if atimes {
-			b = binary.AppendVarint(b, a.AtimeNs)
-		}
+		b = l.appendTimes(b, a.AtimeNs, a.BtimeNs)
 		b = appendXattrs(b, a.Xattrs)
 	}
 	return b, nil
@@ -89,12 +115,9 @@ func encodeTree(t *Tree, version byte) ([]byte, error) {
 const selfMarker = 0x01
 
 // encodedEntryLen is the exact length appendEntry writes for e.
-func encodedEntryLen(e *Entry, atimes bool) int {
+func encodedEntryLen(e *Entry, l layout) int {
 	n := strLen(e.Name) + 1 + uvarintLen(uint64(e.Mode)) + uvarintLen(uint64(e.UID)) + uvarintLen(uint64(e.GID)) +
-		varintLen(e.MtimeNs) + varintLen(e.CtimeNs)
-	if atimes {
-		n += varintLen(e.AtimeNs)
-	}
+		varintLen(e.MtimeNs) + varintLen(e.CtimeNs) + l.timesLen(e.AtimeNs, e.BtimeNs)
 	switch e.Kind {
 	case KindFile:
 		n += uvarintLen(uint64(e.Size)) + 1
@@ -127,7 +150,7 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-func appendEntry(b []byte, e *Entry, atimes bool) []byte {
+func appendEntry(b []byte, e *Entry, l layout) []byte {
 	b = appendString(b, e.Name)
 	b = append(b, byte(e.Kind))
 	b = binary.AppendUvarint(b, uint64(e.Mode))
@@ -135,9 +158,7 @@ func appendEntry(b []byte, e *Entry, atimes bool) []byte {
 	b = binary.AppendUvarint(b, uint64(e.GID))
 	b = binary.AppendVarint(b, e.MtimeNs)
 	b = binary.AppendVarint(b, e.CtimeNs)
-	if atimes {
-		b = binary.AppendVarint(b, e.AtimeNs)
-	}
+	b = l.appendTimes(b, e.AtimeNs, e.BtimeNs)
 	switch e.Kind {
 	case KindFile:
 		b = binary.AppendUvarint(b, uint64(e.Size))
@@ -189,11 +210,11 @@ func DecodeTree(b []byte) (*Tree, error) {
 	if len(b) > MaxNodeSize {
 		return nil, errf(ErrTooLarge, "tree: %d bytes, over %d", len(b), MaxNodeSize)
 	}
-	if err := checkHeader(b, treeMagic, "tree", AtimeTreeVersion); err != nil {
+	if err := checkHeader(b, treeMagic, "tree", BtimeTreeVersion); err != nil {
 		return nil, err
 	}
 	version := b[len(treeMagic)]
-	atimes := version == AtimeTreeVersion
+	l := layoutOf(version)
 	// One copy of the input; names and targets are substrings of it.
 	d := decoder{s: string(b[headerLen:])}
 	count := d.uvarint(MaxTreeEntries)
@@ -216,9 +237,7 @@ func DecodeTree(b []byte) (*Tree, error) {
 		e.GID = uint32(d.uvarint(math.MaxUint32))
 		e.MtimeNs = d.varint()
 		e.CtimeNs = d.varint()
-		if atimes {
-			e.AtimeNs = d.varint()
-		}
+		e.AtimeNs, e.BtimeNs = d.times(l)
 		if !d.body(e, &refs) && d.err == nil {
 			return nil, errf(ErrInvalid, "tree: entry %d %q: unknown kind %d", i, e.Name, e.Kind)
 		}
@@ -232,7 +251,7 @@ func DecodeTree(b []byte) (*Tree, error) {
 	}
 	if len(d.s) != 0 && d.s[0] == selfMarker {
 		d.s = d.s[1:]
-		if t.Self = d.dirAttr(atimes); d.err != nil {
+		if t.Self = d.dirAttr(l); d.err != nil {
 			return nil, d.fail("tree: own attributes")
 		}
 	}
@@ -286,33 +305,49 @@ func (d *decoder) body(e *Entry, refs *[]cas.Ref) bool {
 }
 
 // dirAttr reads a tree's own attributes, after its marker.
-func (d *decoder) dirAttr(atimes bool) *DirAttr {
+func (d *decoder) dirAttr(l layout) *DirAttr {
 	a := &DirAttr{}
 	a.Mode = uint32(d.uvarint(math.MaxUint32))
 	a.UID = uint32(d.uvarint(math.MaxUint32))
 	a.GID = uint32(d.uvarint(math.MaxUint32))
 	a.MtimeNs = d.varint()
 	a.CtimeNs = d.varint()
-	if atimes {
-		a.AtimeNs = d.varint()
-	}
+	a.AtimeNs, a.BtimeNs = d.times(l)
 	a.Xattrs = d.xattrs()
 	return a
+}
+
+// times reads the optional times l holds (0 for those it does not).
+func (d *decoder) times(l layout) (atime, btime int64) {
+	if l.atimes {
+		atime = d.varint()
+	}
+	if l.btimes {
+		btime = d.varint()
+	}
+	return atime, btime
 }
 
 // treeVersion is the format version of t's encoding: the lowest that
 // holds its entries, so that every tree has one encoding.
 func treeVersion(t *Tree) byte {
-	if t.Self != nil && t.Self.AtimeNs != 0 {
-		return AtimeTreeVersion
-	}
 	version := byte(FormatVersion)
+	if a := t.Self; a != nil {
+		switch {
+		case a.BtimeNs != 0:
+			return BtimeTreeVersion
+		case a.AtimeNs != 0:
+			version = AtimeTreeVersion
+		}
+	}
 	for i := range t.Entries {
 		switch e := &t.Entries[i]; {
+		case e.BtimeNs != 0:
+			return BtimeTreeVersion
 		case e.AtimeNs != 0:
-			return AtimeTreeVersion
+			version = AtimeTreeVersion
 		case e.Kind.IsSpecial():
-			version = SpecialTreeVersion
+			version = max(version, SpecialTreeVersion)
 		}
 	}
 	return version

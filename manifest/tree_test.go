@@ -75,9 +75,10 @@ func TestDecodeTreeRejects(t *testing.T) {
 		{"bad magic", mut(func(b []byte) []byte { b[0] = 'X'; return b }), ErrMalformed},
 		{"index magic", mut(func(b []byte) []byte { copy(b, indexMagic); return b }), ErrMalformed},
 		{"version 0", mut(func(b []byte) []byte { b[4] = 0; return b }), ErrUnsupportedVersion},
-		{"version 4", mut(func(b []byte) []byte { b[4] = 4; return b }), ErrUnsupportedVersion},
+		{"version 5", mut(func(b []byte) []byte { b[4] = 5; return b }), ErrUnsupportedVersion},
 		{"version 2 without special files", mut(func(b []byte) []byte { b[4] = SpecialTreeVersion; return b }), ErrMalformed},
 		{"version 3 without atimes", mut(func(b []byte) []byte { b[4] = AtimeTreeVersion; return b }), ErrMalformed},
+		{"version 4 without btimes", mut(func(b []byte) []byte { b[4] = BtimeTreeVersion; return b }), ErrMalformed},
 		{"header only", good[:5], ErrMalformed},
 		{"truncated", good[:len(good)-1], ErrMalformed},
 		{"trailing byte", append(bytes.Clone(good), 0), ErrMalformed},
@@ -120,13 +121,14 @@ func TestEmptyTreeRef(t *testing.T) {
 }
 
 func TestEncodedEntryLen(t *testing.T) {
-	for _, tree := range []*Tree{fixtureTree(), fixtureSpecialTree(), fixtureAtimeTree(), benchTree(200)} {
+	for _, tree := range []*Tree{fixtureTree(), fixtureSpecialTree(), fixtureAtimeTree(), fixtureBtimeTree(), benchTree(200)} {
 		for i := range tree.Entries {
 			e := &tree.Entries[i]
 			e.UID, e.MtimeNs = 1<<31+uint32(i), -int64(i)<<40
-			for _, atimes := range []bool{false, true} {
-				if got, want := encodedEntryLen(e, atimes), len(appendEntry(nil, e, atimes)); got != want {
-					t.Fatalf("entry %q (atimes %v): encodedEntryLen %d, encoded %d", e.Name, atimes, got, want)
+			for v := byte(FormatVersion); v <= BtimeTreeVersion; v++ {
+				l := layoutOf(v)
+				if got, want := encodedEntryLen(e, l), len(appendEntry(nil, e, l)); got != want {
+					t.Fatalf("entry %q (version %d): encodedEntryLen %d, encoded %d", e.Name, v, got, want)
 				}
 			}
 		}

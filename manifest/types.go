@@ -26,6 +26,12 @@ const SpecialTreeVersion = 2
 // Tree nodes that record none stay version 1 or 2 (and keep their refs).
 const AtimeTreeVersion = 3
 
+// BtimeTreeVersion is the version of a tree node that records a birth
+// time (Entry.BtimeNs, DirAttr.BtimeNs); it holds an access time field
+// too (0 where none is recorded) and may hold special files. Tree nodes
+// that record none stay version 1 to 3 (and keep their refs).
+const BtimeTreeVersion = 4
+
 // ChunkSize is the fixed size of file chunks: chunk i of a file covers
 // bytes [i*ChunkSize, min((i+1)*ChunkSize, size)), and a stored chunk holds
 // exactly those bytes (ChunkLen, CheckChunk). See docs/ARCHITECTURE.md for
@@ -76,6 +82,9 @@ type Entry struct {
 	// none is recorded, which reads as MtimeNs (Atime), so an access time
 	// of exactly the epoch is not kept.
 	AtimeNs int64
+	// BtimeNs is the birth (creation) time, nanoseconds since the Unix
+	// epoch; 0 when unknown (a tree from before birth times were kept).
+	BtimeNs int64
 
 	// File content: Chunks inline (at most MaxInlineChunks), or Index
 	// pointing at an index node of the given Depth (>= 1). A stored chunk
@@ -122,6 +131,7 @@ type DirAttr struct {
 	UID, GID         uint32
 	MtimeNs, CtimeNs int64
 	AtimeNs          int64   // as Entry.AtimeNs
+	BtimeNs          int64   // as Entry.BtimeNs
 	Xattrs           []Xattr // sorted by name, unique
 }
 

@@ -46,6 +46,10 @@ type ImportOptions struct {
 	// by an untrusted archive opens a device wherever a mount allows it.
 	Devices  bool
 	Progress Progress
+	// BtimeNs is every entry's birth time, as extracting the archive on
+	// ext4 gives each file the time it was made: the import's time; 0
+	// leaves it unknown (and the same archive imports to the same root).
+	BtimeNs int64
 }
 
 // Import stores the tree held by the tar stream r and returns its root.
@@ -143,6 +147,7 @@ func (im *importer) entry(hdr *tar.Header) error {
 		return err
 	}
 	e := headerEntry(hdr)
+	e.BtimeNs = im.opts.BtimeNs
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		e.Kind = manifest.KindDir

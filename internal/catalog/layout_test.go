@@ -29,7 +29,7 @@ func TestLayoutTravels(t *testing.T) {
 	root, err := manifest.GetTree(ctx, st, h.Root)
 	require.NoError(t, err)
 	require.NotNil(t, root.Self)
-	assert.Equal(t, manifest.DirAttr{Mode: 0o755, UID: 1000, GID: 100, MtimeNs: h.CreatedNs, CtimeNs: h.CreatedNs}, *root.Self)
+	assert.Equal(t, manifest.DirAttr{Mode: 0o755, UID: 1000, GID: 100, MtimeNs: h.CreatedNs, CtimeNs: h.CreatedNs, BtimeNs: h.CreatedNs}, *root.Self)
 
 	id := capture(t, c, st, "a", "one")
 	snap, _, err := c.Snapshot(ctx, id)

@@ -101,7 +101,7 @@ func (c *Catalog) CreateSessionWith(ctx context.Context, name, from string, opts
 	if from == "" {
 		t := &manifest.Tree{}
 		if o := opts.Owner; o != nil {
-			t.Self = &manifest.DirAttr{Mode: 0o755, UID: o.UID, GID: o.GID, MtimeNs: now, CtimeNs: now}
+			t.Self = &manifest.DirAttr{Mode: 0o755, UID: o.UID, GID: o.GID, MtimeNs: now, CtimeNs: now, BtimeNs: now}
 		}
 		root, err := manifest.PutTree(ctx, c.store, t)
 		if err != nil {

@@ -553,9 +553,9 @@ func (s *Service) Diff(ctx context.Context, a, b string) (*DiffResult, error) {
 			}
 			// A change of ctime alone is not one a user made (an import or
 			// an extraction cannot keep ctime), nor is one of atime (a
-			// read).
+			// read) or of birth time (an import sets it to its own time).
 			o := *old
-			o.CtimeNs, o.AtimeNs = new.CtimeNs, new.AtimeNs
+			o.CtimeNs, o.AtimeNs, o.BtimeNs = new.CtimeNs, new.AtimeNs, new.BtimeNs
 			if reflect.DeepEqual(&o, new) {
 				return nil
 			}
@@ -596,7 +596,7 @@ func (s *Service) Import(ctx context.Context, session string, r io.Reader, devic
 	var res *archive.ImportResult
 	err := s.eng.Guard(func() error {
 		var err error
-		if res, err = archive.Import(ctx, s.rec, r, archive.ImportOptions{Devices: devices}); err != nil {
+		if res, err = archive.Import(ctx, s.rec, r, archive.ImportOptions{Devices: devices, BtimeNs: time.Now().UnixNano()}); err != nil {
 			return err
 		}
 		_, err = s.cat.CreateSessionAt(ctx, session, res.Root)
