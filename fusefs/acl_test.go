@@ -389,9 +389,18 @@ func TestACLInherit(t *testing.T) {
 	cmd.Dir = d
 	out2, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out2)
-	for p, mode := range map[string]uint32{"f": syscall.S_IFREG | 0o600, "d": syscall.S_IFDIR | 0o700, "p": syscall.S_IFIFO | 0o600, "shared/sub/x": syscall.S_IFREG | 0o664} {
+	// An O_TMPFILE file, named by linkat, is masked as a created one (a
+	// dir_fd makes Python call linkat(2), which follows the link).
+	py := needTool(t, "/usr/bin/python3")
+	tmpfile := "import os\nos.umask(0o077)\nfor d in ('.', 'shared/sub'):\n    fd = os.open(d, os.O_TMPFILE | os.O_WRONLY, 0o666)\n    os.link('/proc/self/fd/%d' % fd, d + '/t', src_dir_fd=os.open('.', os.O_RDONLY), follow_symlinks=True)\n"
+	cmd = exec.Command(py, "-c", tmpfile)
+	cmd.Dir = d
+	out2, err = cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out2)
+	for p, mode := range map[string]uint32{"f": syscall.S_IFREG | 0o600, "d": syscall.S_IFDIR | 0o700, "p": syscall.S_IFIFO | 0o600, "shared/sub/x": syscall.S_IFREG | 0o664, "t": syscall.S_IFREG | 0o600, "shared/sub/t": syscall.S_IFREG | 0o664} {
 		require.Equal(t, mode, stat(t, filepath.Join(d, p)).Mode, p)
 	}
+	require.Equal(t, acl(uo(6), un(nobody, 7), gobj(5), mk(6), ot(4)), getACL(t, filepath.Join(d, "shared/sub/t"), aclAccessXattr))
 }
 
 // aclTree makes a file and a directory with ACLs in d, and returns a

@@ -567,7 +567,8 @@ func (f *fnode) Create(ctx context.Context, name string, flags uint32, mode uint
 // on the route an open of a new file takes (Create's), with a link count
 // of 0. Unless O_EXCL was given, linkat may name it later (Session.Link).
 func (f *fnode) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	c, err := f.sess().Tmpfile(f.n.Load(), mode, caller(ctx), flags&syscall.O_EXCL == 0)
+	mode, who := creator(ctx, mode)
+	c, err := f.sess().Tmpfile(f.n.Load(), mode, who, flags&syscall.O_EXCL == 0)
 	if err != nil {
 		return nil, nil, 0, f.m.toErrno("tmpfile", f, err)
 	}

@@ -89,18 +89,7 @@ func (s *Session) newChild(ctx context.Context, dir *node, name string, kind man
 		return nil, syscall.EEXIST
 	}
 	t := now()
-	c := &node{ino: s.newIno(), kind: kind, sess: s, mode: mode & 0o7777, uid: who.UID, gid: who.GID, mtime: t, ctime: t, atime: t}
-	c.btime = t
-	dir.mu.Lock()
-	if dir.mode&syscall.S_ISGID != 0 {
-		// BSD group semantics under a setgid directory, as on ext4.
-		c.gid = dir.gid
-		if kind == manifest.KindDir {
-			c.mode |= syscall.S_ISGID
-		}
-	}
-	err = c.inheritACL(dir.xattrs[aclDefaultXattr], who.Umask)
-	dir.mu.Unlock()
+	c, err := s.newNode(dir, kind, mode, who, t)
 	if err != nil {
 		return nil, err
 	}
@@ -138,14 +127,32 @@ func (s *Session) Tmpfile(dir *node, mode uint32, who Owner, linkable bool) (*no
 	if s.removed(dir) {
 		return nil, syscall.ENOENT // a directory rmdir removed, where a process sits
 	}
-	t := now()
-	c := &node{ino: s.newIno(), kind: manifest.KindFile, sess: s, mode: mode & 0o7777, uid: who.UID, gid: who.GID, mtime: t, ctime: t, atime: t, btime: t, linkable: linkable}
-	c.data = &fileData{base: manifest.Entry{Kind: manifest.KindFile}}
-	dir.mu.Lock()
-	if dir.mode&syscall.S_ISGID != 0 {
-		c.gid = dir.gid // as newChild: BSD group semantics
+	c, err := s.newNode(dir, manifest.KindFile, mode, who, now())
+	if err != nil {
+		return nil, err
 	}
-	dir.mu.Unlock()
+	c.linkable = linkable
+	c.data = &fileData{base: manifest.Entry{Kind: manifest.KindFile}}
+	return c, nil
+}
+
+// newNode makes a node of kind, new in dir at t, named nowhere yet: its
+// owner who, its group dir's under a setgid directory (BSD semantics, as
+// on ext4), and its mode masked by dir's default ACL, which it inherits,
+// or else by the caller's umask. Called with treeMu held.
+func (s *Session) newNode(dir *node, kind manifest.Kind, mode uint32, who Owner, t int64) (*node, error) {
+	c := &node{ino: s.newIno(), kind: kind, sess: s, mode: mode & 0o7777, uid: who.UID, gid: who.GID, mtime: t, ctime: t, atime: t, btime: t}
+	dir.mu.Lock()
+	defer dir.mu.Unlock()
+	if dir.mode&syscall.S_ISGID != 0 {
+		c.gid = dir.gid
+		if kind == manifest.KindDir {
+			c.mode |= syscall.S_ISGID
+		}
+	}
+	if err := c.inheritACL(dir.xattrs[aclDefaultXattr], who.Umask); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 

@@ -15,13 +15,17 @@ import (
 	"github.com/homefs/homefs/internal/testkit/testuser"
 )
 
-// openTmpfile makes an unnamed file in dir with O_TMPFILE and flags.
-func openTmpfile(t *testing.T, dir string, flags int, mode uint32) int {
+// openTmpfile makes an unnamed file in dir with O_TMPFILE and flags. It
+// is an *os.File so that the test's own close and the one at cleanup
+// close the descriptor once: a second close of the number would close
+// whatever the process opened with it since.
+func openTmpfile(t *testing.T, dir string, flags int, mode uint32) *os.File {
 	t.Helper()
 	fd, err := unix.Open(dir, unix.O_TMPFILE|flags, mode)
 	require.NoError(t, err, "O_TMPFILE in %s", dir)
-	t.Cleanup(func() { unix.Close(fd) })
-	return fd
+	f := os.NewFile(uintptr(fd), "O_TMPFILE in "+dir)
+	t.Cleanup(func() { f.Close() })
+	return f
 }
 
 // linkFd names the file open as fd at path, as linkat(2) from
@@ -64,7 +68,8 @@ func TestTmpfile(t *testing.T) {
 		{"wronly", unix.O_WRONLY, []byte("staged")},
 		{"big", unix.O_RDWR, big},
 	} {
-		fd := openTmpfile(t, filepath.Join(d, "sub"), tc.flags, 0o640)
+		tf := openTmpfile(t, filepath.Join(d, "sub"), tc.flags, 0o640)
+		fd := int(tf.Fd())
 		pwriteAll(t, fd, tc.data, 256<<10)
 		var st unix.Stat_t
 		require.NoError(t, unix.Fstat(fd, &st))
@@ -92,7 +97,7 @@ func TestTmpfile(t *testing.T) {
 		// A second linkat is a hard link like any other.
 		require.NoError(t, linkFd(fd, p+"-2"), tc.name)
 		require.Equal(t, uint64(2), uint64(stat(t, p).Nlink), tc.name)
-		require.NoError(t, unix.Close(fd))
+		require.NoError(t, tf.Close())
 		require.True(t, bytes.Equal(tc.data, []byte(read(t, p))), "%s: content after linkat", tc.name)
 		require.NoError(t, os.Remove(p+"-2"))
 	}
@@ -103,13 +108,14 @@ func TestTmpfile(t *testing.T) {
 	require.NoError(t, os.Mkdir(sgid, 0o755))
 	require.NoError(t, os.Chown(sgid, 0, 100))
 	require.NoError(t, unix.Chmod(sgid, 0o2775))
-	g := openTmpfile(t, sgid, unix.O_RDWR, 0o600)
+	gf := openTmpfile(t, sgid, unix.O_RDWR, 0o600)
+	g := int(gf.Fd())
 	var gst unix.Stat_t
 	require.NoError(t, unix.Fstat(g, &gst))
 	require.Equal(t, uint32(100), gst.Gid)
 	require.NoError(t, linkFd(g, filepath.Join(sgid, "g")))
 	require.Equal(t, uint32(100), stat(t, filepath.Join(sgid, "g")).Gid)
-	require.NoError(t, unix.Close(g))
+	require.NoError(t, gf.Close())
 	require.NoError(t, os.RemoveAll(sgid))
 	gone := filepath.Join(d, "gone")
 	require.NoError(t, os.Mkdir(gone, 0o755))
@@ -121,7 +127,8 @@ func TestTmpfile(t *testing.T) {
 	require.NoError(t, unix.Close(dirFd))
 
 	// O_EXCL: the file can never be named (the kernel refuses, ENOENT).
-	excl := openTmpfile(t, d, unix.O_RDWR|unix.O_EXCL, 0o600)
+	exclf := openTmpfile(t, d, unix.O_RDWR|unix.O_EXCL, 0o600)
+	excl := int(exclf.Fd())
 	_, err = unix.Write(excl, []byte("never named"))
 	require.NoError(t, err)
 	requireErrno(t, linkFd(excl, filepath.Join(d, "excl")), unix.ENOENT)
@@ -132,7 +139,8 @@ func TestTmpfile(t *testing.T) {
 	requireErrno(t, m.sess.Link(ctx, m.sess.root, "excl", n), unix.ENOENT)
 
 	// A file never named, with buffered writes, open across a capture.
-	lost := openTmpfile(t, d, unix.O_RDWR, 0o600)
+	lostf := openTmpfile(t, d, unix.O_RDWR, 0o600)
+	lost := int(lostf.Fd())
 	pwriteAll(t, lost, randBytes(22, 300<<10), 64<<10)
 	live := dumpTree(t, d)
 	require.Len(t, live, 4, "sub and its three files: %v", live)
@@ -146,8 +154,8 @@ func TestTmpfile(t *testing.T) {
 	require.NoError(t, unix.Fsync(lost))
 	require.Equal(t, flushed, m.sess.lastFlush.Load(), "fsync of a file with no name moved the head")
 	require.Positive(t, m.sess.dirtyBytes.Load(), "fsync of a file with no name flushed the session")
-	require.NoError(t, unix.Close(lost))
-	require.NoError(t, unix.Close(excl))
+	require.NoError(t, lostf.Close())
+	require.NoError(t, exclf.Close())
 	require.Eventually(t, func() bool {
 		return m.sess.dirtyBytes.Load() == 0 && len(m.sess.open.list()) == 0
 	}, 20*time.Second, 10*time.Millisecond, "the unnamed files' buffers are dropped at their close")
