@@ -564,7 +564,9 @@ type mountOpens struct {
 // go-fuse gives back the backing id of a node's last passthrough handle
 // only after the handle's Release returned, and an open handed that id in
 // between would leave the node with an id the kernel refuses for its next
-// open. An error is the backing file's: it returns with the route chosen.
+// open. A first passthrough open whose backing file cannot be had (no
+// staging file ready, a full disk) falls back to the daemon, which can
+// serve it; an error is a joining open's backing file's, which cannot.
 // Called with freeze held shared (for a writable session) and the mount's
 // fnode.openMu held.
 func (s *Session) openRoute(ctx context.Context, n *node, flags uint32, o mountOpens) (route, int, error) {
@@ -588,11 +590,39 @@ func (s *Session) openRoute(ctx context.Context, n *node, flags uint32, o mountO
 		return r, 0, nil
 	}
 	b, err := n.openBacking(ctx, r)
-	if err != nil {
+	switch {
+	case err != nil && r.joins():
 		return r, 0, err
+	case err != nil:
+		if !errors.Is(err, errNoStagingFile) {
+			s.log.Warn("no passthrough for a writer", "session", s.name, "err", err)
+		}
+		return routeDaemon, 0, nil
 	}
 	b.join(flags, r)
 	return r, int(b.f.Fd()), nil
+}
+
+// closeRoute undoes, for a passthrough handle of n closing, what
+// openRoute did. The last passthrough handle of a staged file, in every
+// mount, hands it to the absorber, so that a flush (which holds writers
+// back) seldom has to absorb it; a read copy that only readers opened
+// since it was kept is as it was, and the absorber drops it only if the
+// file lost its names. Called with the mount's fnode.openMu held.
+func (s *Session) closeRoute(n *node) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	b := n.data.backing
+	if b == nil {
+		return
+	}
+	b.opens--
+	if b.opens == 0 && b.isStaged() {
+		if b.kind != backingKept {
+			s.markContent(n)
+		}
+		s.absorbLater(n)
+	}
 }
 
 // serveOpen readies n, a file, for an open the daemon serves, and returns
@@ -635,6 +665,15 @@ func (s *Session) opened(n *node, flags uint32) bool {
 	}
 	s.writing.add(n)
 	return true
+}
+
+// released undoes opened for a handle of n closing; writes is what
+// opened reported.
+func (s *Session) released(n *node, writes bool) {
+	s.open.remove(n)
+	if writes {
+		s.writing.remove(n)
+	}
 }
 
 // scribbles reports whether a descriptor opened with flags may write
