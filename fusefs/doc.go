@@ -19,7 +19,7 @@
 //   - Journal: per session, the served writes since the durable head while
 //     its namespace is unchanged (write records, in the page cache, synced
 //     by an fsync) and the byte ranges of fsyncs that a full flush would
-//     cost too much for (journal.go); replayed after a crash.
+//     cost too much for; replayed after a crash (see The journal).
 //   - Backing file: a local file in <root>/backing/ that the kernel passes
 //     a descriptor's reads and writes through to (FUSE passthrough), so
 //     that they cost what the local disk costs. Its kind (appender, wild,
@@ -137,6 +137,238 @@
 // of a node with a backing file no passthrough handle uses takes it over
 // (Session.serveOpen), and a read, write, truncate, fallocate or
 // copy_file_range the daemon serves of a staged file unstages it.
+//
+// # Passthrough appenders (passthrough.go)
+//
+// The kernel sends a passed-through appender's writes straight to the
+// backing file, with no round trip to the daemon (a 600-byte append costs
+// about what it costs on ext4, where a FUSE write costs 13–18 µs). The
+// daemon does not see them, so the backing file is the authority for bytes
+// past what the node holds, and ingest folds its new tail into the node
+// (as writes: chunk buffers, journal spans) whenever the daemon needs the
+// content: on getattr, read, write, truncate, fsync and every flush.
+// Appends only grow a file, so the tail since the last ingest is exactly
+// what changed: a capture costs the appended bytes, never the file.
+//
+// A flush ingests every backed file under the freeze lock and then checks
+// that none grew meanwhile (retrying if one did), so the snapshot holds
+// every backed file as it was at one instant, with the rest of the session
+// frozen (ingestAll).
+//
+// The kernel requires that while one open of an inode is passthrough,
+// every open of it is (else it fails the open with EIO), so a mount starts
+// passthrough for a node only when it has no open handle of it, and then
+// answers every open of that node with passthrough until the last closes.
+// Such an open that may write elsewhere than at the end makes the backing
+// file wild: its whole content is ingested from then on, which costs the
+// file's size but stays correct. A store through a shared writable mapping
+// into a page already dirty changes neither the file's size nor its times,
+// and a mapping outlives its descriptor, so while a mapping may write a
+// backing file (backing.mappable) every ingest reads it whole, and the
+// file is kept until none can. Files with setuid, setgid or capabilities
+// never get passthrough (the kernel would not drop them on write), nor
+// files past maxBacked (the copy on open).
+//
+// # Staged files (staged.go)
+//
+// A staged file's writes cost what they cost on the disk under the store,
+// with no round trip and no hashing on the write path. The content enters
+// the store when it is absorbed:
+//
+//   - by a capture, a graft, Sync and Close: every staged file, so that a
+//     snapshot holds everything written before it;
+//   - by the session's absorber once the last passthrough handle closed
+//     (a big file a second later: absorbHold), or by any flush that finds
+//     it closed first (the file is then dropped), and by any flush when an
+//     fsync made content durable that no durable head holds (see below);
+//   - by the periodic flush when it stays open but went idle (idleState);
+//   - when the daemon needs the content itself: the file is then
+//     unstaged, and kept current as a wild backing file is.
+//
+// Absorbing reads the staging file and writes into the node the chunks
+// that differ from what it holds (into write buffers, which a flush
+// stores), so a file absorbed again costs a read and a hash of it, and
+// nothing when its fingerprint (size, mtime, ctime) is unchanged. A big
+// file's staging file stays its node's read copy once absorbed (kind
+// kept), so that later readers read it through passthrough.
+//
+// A flush absorbs under the freeze lock and then checks that no absorbed
+// file's fingerprint changed (retrying if one did, as for appenders), so a
+// snapshot holds each staged file as it was at one instant with the rest
+// of the session frozen. That check needs a ctime that changes on every
+// write, which Linux's multigrain timestamps give (6.13+, ext4, xfs,
+// btrfs, tmpfs); a session probes its backing directory once and stages
+// nothing where they are missing.
+//
+// Durability: an fsync of a staged file fdatasyncs the staging file and
+// appends a stage record (the file's path in the durable head, the staging
+// file's name and the size synced) to the journal; a replay reads the
+// content back from the staging file. Every durable head move empties the
+// journal, so a flush absorbs every staged file with such content
+// (stageState.fsynced) first, and a staging file's name is removed only
+// once a journal reset follows its drop (removeStaleBackings).
+//
+// # The journal (journal.go)
+//
+// The journal makes the commonest fsync cheap: a process rewrote or
+// appended to files that already exist in the durable head, and nothing in
+// the namespace changed (SQLite's pages, a rollout's appends). Such an
+// fsync appends the file's written byte ranges to a per-session journal
+// file and fdatasyncs it, instead of flushing the session into the store
+// and syncing Badger's logs twice. Any other change (create, rename,
+// truncate, chmod, …) makes the next fsync a full flush, and every full
+// flush empties the journal.
+//
+// While the namespace is unchanged, every write the daemon serves is also
+// a record in the journal before it is acknowledged (logWrite), copied
+// into a shared mapping of the file with no sync: a crash of the daemon
+// leaves it in the page cache, and the next daemon replays it, so no
+// acknowledged write is lost to a kill -9. An fsync then only syncs the
+// journal.
+//
+// A journal applies to one durable head: its header holds the head's
+// generation. On load, a journal whose generation is the head's is
+// replayed (its records are writes in order, at paths that exist in that
+// head; a file's last stage record supersedes its records before it) and
+// then flushed; any other is stale (a flush moved the head after the
+// journal was written) and is discarded.
+//
+// The file is preallocated (written with zeros ahead of the records) and
+// overwritten in place, never truncated by a reset: an fdatasync then
+// writes data blocks only, with no journal commit of the file's size,
+// which costs a third less than an append on ext4. So that records left
+// from before a reset are never taken for new ones, every reset picks a
+// fresh random nonce, written in the header and in every record; a record
+// counts only if its CRC holds and its nonce is the header's.
+//
+// # Access times (atime.go)
+//
+// Access times are kept as Linux's relatime keeps them: a read sets a
+// file's atime when the atime is not after its mtime or ctime (the first
+// read since a change), or is a day old, and otherwise leaves it; a
+// listing does the same for a directory, a readlink for a symlink. A
+// noatime mount, a read-only one and an O_NOATIME descriptor set none.
+//
+// The kernel sets no atime on a FUSE inode itself (it marks every one
+// S_NOATIME) but leaves them to the daemon, which sees a read only when
+// it reaches it; an open is no read (a stat through an open descriptor
+// must show the atime as it was). So:
+//   - a READ, READDIR or READLINK the daemon serves counts;
+//   - an open for reading whose read would set the atime does not keep
+//     the pages the kernel cached (FOPEN_KEEP_CACHE), so that its reads
+//     reach the daemon: once after a change, or a day;
+//   - a passthrough reader's reads reach only the backing file, whose own
+//     atime tells (the daemon reads it through an O_NOATIME descriptor,
+//     while the kernel opens it anew for passthrough with the reader's
+//     flags): once such a reader opened it, every fstat of it (a GETATTR,
+//     which the kernel sends after a passthrough read, every flush, and
+//     the drop of the backing file) applies a change of its atime to the
+//     node. The backing file's relatime follows its own writes, not the
+//     node's attributes, so where only those changed since the last read
+//     (a chmod, a rename), the open sets the file's atime back to its
+//     mtime, for its next read to move it.
+//
+// An atime change alone is a lazy one, as ext4's lazytime keeps it: it
+// makes no flush due and does not end the journal's run (a read of a
+// SQLite database between its writes would otherwise cost the next fsync
+// a full flush), and it is stored by the next flush that stores anything
+// else, and by every capture, sync and unmount. A kill -9 may lose it.
+//
+// # Directory listings (dirstream.go)
+//
+// A listing is "." and "..", then a sorted snapshot of a directory's
+// names, taken on the first read of a directory stream and on every rewind
+// (offset 0). Each snapshot gets an id, and the offset the kernel is given
+// after an entry (its cookie) is the id and the number of entries read so
+// far. Snapshots are also kept, a bounded number of them, in the mount's
+// dirStreams, so a read at a cookie continues the same snapshot even when
+// it arrives on a different handle: between rewinds a stream never skips
+// or repeats a name that was there throughout (POSIX), however names come
+// and go.
+//
+// That is what lets a mount that alone shows its part of the session
+// answer OPENDIR with ENOSYS (rawGate.OpenDir). The kernel then stops
+// sending OPENDIR and RELEASEDIR, one synchronous round trip per directory
+// opened (git status opens every directory of the tree), and sends READDIR
+// with no handle; the gate opens a handle for that one request, and the
+// cookie finds the snapshot. The kernel keeps the listings it read (its
+// default for no-opendir, as FOPEN_CACHE_DIR would ask), drops one itself
+// when a name changes through this mount, checks a directory's mtime
+// before reading its cached listing (auto_inval_data), and is told by
+// restore and graft (NotifyContent). A mount that starts while another
+// shows part of the same tree keeps OPENDIR, and asks for no listing
+// cache; one that was alone and then gets an overlapping mount keeps
+// no-opendir (the kernel decides it once per connection), and sees the
+// other mount's changes once the directory's attributes expire, within
+// shortCacheTimeout, as it sees their names.
+//
+// # Holes (sparse.go)
+//
+// A file's stored content is chunks at fixed offsets, and a chunk whose
+// ref is zero is a hole: a flush stores no chunk that is all zeros
+// (putChunk), a punched or zeroed range of whole chunks becomes holes
+// (punchHole), a grow leaves holes past the old end (growTo), and an
+// absorbed staged file keeps its zero chunks holes (putBack). So which
+// parts of a file may hold data is known per chunk without reading any:
+// st_blocks counts the chunks that are not holes, rounded up to ext4's
+// 4 KiB blocks, and SEEK_DATA and SEEK_HOLE report them, at chunk
+// granularity (a write buffer, at block granularity). A file with a
+// backing file has its content there, on the local disk, whose own
+// st_blocks and lseek answer at the disk's granularity. st_blocks never
+// counts less than the data a file holds: tools that take a file with no
+// blocks for an empty one (cp, tar --sparse) would copy nothing.
+//
+// # Garbage collection (gc.go)
+//
+// Garbage collection runs while sessions are mounted and written:
+//
+//  1. Start recording: from now on every ref put into the store (directly
+//     or through a batch) is added to a set, whether the chunk was new or
+//     already present. Before recording starts, gc waits for every
+//     operation begun earlier under Guard (captures, forks, imports: work
+//     that puts objects and then names them) to finish.
+//  2. Sync every live session, so that every chunk known only to memory
+//     is reachable from a session head. (A write that put a chunk before
+//     step 1 holds the session's freeze lock until the chunk is in the
+//     in-memory tree; Sync waits for it.)
+//  3. Mark everything reachable from session heads and indexed snapshot
+//     records (catalog.Reachable; lineage links do not reach, so a
+//     forgotten snapshot goes), and the roots of read-only and snapshot
+//     mounts (a mounted snapshot stays readable even if forgotten).
+//  4. Sweep: enumerate the store and delete chunks neither marked nor
+//     recorded. The check against the recorded set and the delete happen
+//     under the recorder's lock, and a put records before it stores, so a
+//     chunk put again during the sweep is either kept or stored anew.
+//  5. Stop recording.
+//
+// The chunks of every file open in a live session are roots too (marked
+// after the heads): a file unlinked, or replaced by a restore, while open
+// is named by no head, and its handles still read it. A file opened later
+// was named when the sessions were synced, or is one of those.
+//
+// # Shutdown (shutdown.go)
+//
+// The engine's end (Close) must leave no dead mount and lose no write it
+// acknowledged, also while files are open. A mount that will not unmount
+// (busy) is detached lazily: it leaves the mount table at once, so nothing
+// new can reach it and the same dir can be mounted again, while the files
+// open in it keep being served. Once those are closed, or after the grace
+// period, the connection is ended (fusectl's abort): the kernel then fails
+// every request of it, so nothing can be acknowledged any more. The
+// passthrough writers' backing files are sealed (immutable) next, since
+// their writes never reach the daemon or the connection; and only then is
+// every session flushed, so that the flush holds everything acknowledged.
+//
+// # Interrupts (nointr.go)
+//
+// The kernel sends INTERRUPT when the caller of a request is signalled,
+// and go-fuse then closes the request's cancel channel, which cancels the
+// operation's context: an fsync or a write could then fail with EINTR,
+// which no local filesystem returns (ext4's are not interruptible) and few
+// programs retry (SQLite reports an fsync's EINTR as an I/O error). No
+// homefs operation waits on anything a signal could end (locks are the
+// kernel's), so the gate answers every request as if no INTERRUPT came,
+// as the rings do (INTERRUPT never reaches a request they serve).
 //
 // # Lock order
 //

@@ -17,35 +17,7 @@ import (
 	"github.com/homefs/homefs/manifest"
 )
 
-// Write-only appenders (a rollout or transcript opened O_WRONLY|O_APPEND)
-// get kernel passthrough: the file's content is copied into a local
-// backing file and the kernel sends their writes straight to it, with no
-// round trip to the daemon (a 600-byte append costs about what it costs on
-// ext4, where a FUSE write costs 13–18 µs here).
-//
-// The daemon does not see those writes, so the backing file is the
-// authority for bytes past what the node holds, and ingest folds its new
-// tail into the node (as writes: chunk buffers, journal spans) whenever the
-// daemon needs the content: on getattr, read, write, truncate, fsync and
-// every flush. Appends only grow a file, so the tail since the last ingest
-// is exactly what changed: a capture costs the appended bytes, never the
-// file. Durability is unchanged: an fsync ingests and then goes through the
-// journal or a flush; the backing file is never what survives a crash.
-//
-// A capture ingests every backed file under the freeze lock and then checks
-// that none grew meanwhile (retrying if one did), so the snapshot holds
-// every backed file as it was at one instant, with the rest of the session
-// frozen (see ingestAll).
-//
-// The kernel requires that while one open of an inode is passthrough,
-// every open of it is (else it fails the open with EIO), so a mount starts
-// passthrough for a node only when it has no open handle of it, and then
-// answers every open of that node with passthrough until the last closes.
-// Such an open that may write elsewhere than at the end (O_RDWR, or
-// O_WRONLY without O_APPEND) makes the backing file wild: its whole
-// content is ingested from then on, which costs the file's size but stays
-// correct. Files with setuid, setgid or capabilities never get passthrough
-// (the kernel would not drop them on write), nor files past maxBacked.
+// Passthrough appenders and the backing file's kinds: see doc.go.
 
 // maxBacked bounds the files copied into a backing file on open.
 const maxBacked = 64 << 20
