@@ -365,8 +365,8 @@ func (p *sparePool) close() []spare {
 // of them made before a mount returns), and recycledPool how many it keeps
 // at most, until the next periodic flush trims the pool: over an
 // untar the absorber gives staging files back a few hundred files behind
-// the writer, and with the 8 a session kept before, about a third of the
-// files went unstaged for want of one.
+// the writer, and with a pool of 8 about a third of the files go
+// unstaged for want of one.
 const (
 	backingPool  = 32
 	recycledPool = 256
