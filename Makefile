@@ -42,9 +42,10 @@ fuzz:
 # version fetched through the module proxy), and the two bounds on a
 # function a reader must hold in mind at once, tests included: cyclomatic
 # complexity 24 (gocyclo, a tool of go.mod) and 99 lines
-# (internal/lint/funclen); and
-# that the binary links no test harness (internal/testkit, fusefstest) and
-# not package testing.
+# (internal/lint/funclen); that packages import only downward through the
+# layers (internal/lint/layers, docs/ARCHITECTURE.md); and that the binary
+# links no test harness (internal/testkit, fusefstest) and not package
+# testing.
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -52,6 +53,7 @@ lint:
 	$(STATICCHECK) $(PKGS)
 	$(GO) tool gocyclo -over 24 .
 	$(GO) run ./internal/lint/funclen
+	$(GO) run ./internal/lint/layers
 	@if $(GO) list -deps ./cmd/homefs | grep -E '/internal/testkit/|/fusefs/fusefstest$$|^testing$$'; then echo "the binary links test harnesses (internal/testkit, fusefstest or testing)"; exit 1; fi
 
 staticcheck:

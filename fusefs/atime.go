@@ -1,35 +1,6 @@
 package fusefs
 
-// Access times, as Linux's relatime keeps them: a read sets a file's atime
-// when the atime is not after its mtime or ctime (the first read since a
-// change), or is a day old, and otherwise leaves it; a listing does the
-// same for a directory, a readlink for a symlink. A noatime mount, a
-// read-only one and an O_NOATIME descriptor set none.
-//
-// The kernel sets no atime on a FUSE inode itself (it marks every one
-// S_NOATIME) but leaves them to the daemon, which sees a read only when
-// it reaches it; an open is no read (a stat through an open descriptor
-// must show the atime as it was). So:
-//   - a READ, READDIR or READLINK the daemon serves counts;
-//   - an open for reading whose read would set the atime does not keep
-//     the pages the kernel cached (FOPEN_KEEP_CACHE), so that its reads
-//     reach the daemon: once after a change, or a day;
-//   - a passthrough reader's reads reach only the backing file, whose own
-//     atime tells (the daemon reads it through an O_NOATIME descriptor,
-//     while the kernel opens it anew for passthrough with the reader's
-//     flags): once such a reader opened it, every fstat of it (a GETATTR,
-//     which the kernel sends after a passthrough read, every flush, and
-//     the drop of the backing file) applies a change of its atime to the
-//     node. The backing file's relatime follows its own writes, not the
-//     node's attributes, so where only those changed since the last read
-//     (a chmod, a rename), the open sets the file's atime back to its
-//     mtime, for its next read to move it.
-//
-// An atime change alone is a lazy one, as ext4's lazytime keeps it: it
-// makes no flush due and does not end the journal's run (a read of a
-// SQLite database between its writes would otherwise cost the next fsync
-// a full flush), and it is stored by the next flush that stores anything
-// else, and by every capture, sync and unmount. A kill -9 may lose it.
+// Access times, as relatime keeps them: see doc.go, Access times.
 
 import (
 	"context"

@@ -1,6 +1,6 @@
 package fusefs
 
-// Mount benchmarks (issue 3, "Benchmarks"). Every benchmark but the
+// Mount benchmarks. Every benchmark but the
 // snapshot ones runs the same code twice, as the sub-benchmarks
 // .../native (a directory on the disk under the store) and .../homefs (a
 // mount of a Badger-backed session whose store lives next to that

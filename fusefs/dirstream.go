@@ -1,31 +1,6 @@
 package fusefs
 
-// Directory listings, and the kernel's no-opendir mode.
-//
-// A listing is "." and "..", then a sorted snapshot of a directory's
-// names, taken on the first read of a directory stream and on every rewind
-// (offset 0). Each snapshot gets an id, and the offset the kernel is
-// given after an entry (its cookie) is the id and the number of entries read so far. Snapshots
-// are also kept, a bounded number of them, in the mount's dirStreams, so a
-// read at a cookie continues the same snapshot even when it arrives on a
-// different handle: between rewinds a stream never skips or repeats a name
-// that was there throughout (POSIX), however names come and go.
-//
-// That is what lets a mount that alone shows its part of the session
-// answer OPENDIR with ENOSYS (rawGate.OpenDir). The kernel then stops
-// sending OPENDIR and RELEASEDIR, one synchronous round trip per
-// directory opened (git status opens every directory of the tree), and
-// sends READDIR with no handle; the gate opens a handle for that one
-// request, and the cookie finds the snapshot. The kernel keeps the
-// listings it read (its default for no-opendir, as FOPEN_CACHE_DIR would
-// ask), drops one itself when a name changes through this mount, checks a
-// directory's mtime before reading its cached listing (auto_inval_data),
-// and is told by restore and graft (NotifyContent). A mount that starts
-// while another shows part of the same tree keeps OPENDIR, and asks for no
-// listing cache; one that was alone and then gets an overlapping mount
-// keeps no-opendir (the kernel decides it once per connection), and sees
-// the other mount's changes once the directory's attributes expire, within
-// shortCacheTimeout, as it sees their names.
+// Directory listings and no-opendir: see doc.go, Directory listings.
 
 import (
 	"container/list"
@@ -37,7 +12,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// OpendirHandle returns a listing handle (see the top of this file).
+// OpendirHandle returns a listing handle (doc.go, Directory listings).
 func (f *fnode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	var fuseFlags uint32
 	if !f.m.shortCache.Load() {

@@ -10,11 +10,16 @@
 //     (node: one inode of it; fnode: a mount's go-fuse wrapper of a node).
 //   - Flush: storing every change since the last one (dirty chunks, chunk
 //     lists, tree nodes up to the root) and recording the new root in the
-//     head; durable when it backs an fsync, a capture or an unmount.
+//     head; durable (the head's commit is synced) when it backs an fsync,
+//     a capture or an unmount, and for the periodic flush, which the
+//     engine runs every Options.FlushInterval (5 s) for each session with
+//     changes, with an appender's or wild backing file holding bytes the
+//     daemon has not taken yet, or with an open staged file gone idle
+//     (Engine.flushEvery).
 //   - Journal: per session, the served writes since the durable head while
 //     its namespace is unchanged (write records, in the page cache, synced
 //     by an fsync) and the byte ranges of fsyncs that a full flush would
-//     cost too much for (journal.go); replayed after a crash.
+//     cost too much for; replayed after a crash (see The journal).
 //   - Backing file: a local file in <root>/backing/ that the kernel passes
 //     a descriptor's reads and writes through to (FUSE passthrough), so
 //     that they cost what the local disk costs. Its kind (appender, wild,
@@ -24,8 +29,9 @@
 //     file into the node (as if the daemon had been sent the writes).
 //   - Staged file: a new file being written write-only, whose content
 //     lives in its backing file (the staging file) until it is absorbed:
-//     read back into the node, which a flush then stores. Unstage: the
-//     daemon takes the content over (it has to serve the file itself).
+//     read back into the node's write buffers, which a flush then stores.
+//     Unstage: the daemon takes the content over (it has to serve the file
+//     itself).
 //   - Wild backing file: one that a descriptor able to write anywhere (or
 //     map it) joined, so every ingest compares all of it, not the tail.
 //   - Spill: storing a file's write buffers before a flush, to bound memory.
@@ -48,46 +54,378 @@
 // The route is chosen when a file is opened: Session.openRoute returns it
 // as a route, one of the table's rows (routeDaemon, routeAppender,
 // routeStaged, routeWild) or routeJoin, any other descriptor joining a
-// passthrough one; node.eligible decides a mount's first open of a node.
+// passthrough one; node.eligible decides a mount's first open of a node,
+// and Session.closeRoute undoes the choice when the handle is released.
 // Every descriptor of a node in one mount takes the node's route while
-// any passthrough descriptor is open (the kernel refuses to mix them); a
-// reader of a staged file reads the staging file.
+// any passthrough descriptor is open (the kernel refuses to mix them),
+// whatever its flags: an O_SYNC or O_DSYNC descriptor that joins is kept
+// as the passthrough rows below say. The descriptor column is otherwise
+// that of a mount's first open of the node.
 //
-//	descriptor                         route          durable after
-//	---------------------------------  -------------  --------------------------------------------
-//	O_RDWR (Codex's rollout, SQLite),  daemon-served  fsync (journal or flush), an O_SYNC/O_DSYNC
-//	  O_WRONLY of a non-empty file,                   write, the periodic flush (5 s), capture,
-//	  any O_SYNC/O_DSYNC, setuid/caps                 unmount
-//	O_WRONLY|O_APPEND, file ≤ 64 MiB   appender       as above, once ingested: every flush and
-//	  (Pi, Claude Code transcripts)    passthrough    fsync ingests the backing file's new tail
-//	O_WRONLY of an empty file, or one  staged         fsync (the staging file is fdatasynced and
-//	  O_TRUNC empties (`cmd > file`)   passthrough    named in the journal), capture, close (the
-//	                                                  absorber), the periodic flush once the
-//	                                                  file stayed idle for an interval
-//	O_RDWR, or O_WRONLY not O_APPEND,  wild backing   as the appender; ingest compares every chunk
-//	  joining an appender's node
+//	descriptor                           route           the write lands in
+//	-----------------------------------  --------------  ---------------------------------------
+//	O_RDWR (Codex's rollout, SQLite),    daemon-served   the node's dirty chunks; also a journal
+//	  O_WRONLY of a non-empty file,                      write record, before the write is
+//	  O_WRONLY|O_APPEND of one past                      acknowledged, while the namespace is
+//	  64 MiB, any O_SYNC/O_DSYNC, setuid/                unchanged since the durable head
+//	  setgid/caps, the fallbacks below
+//	O_WRONLY|O_APPEND of a file up to    appender        the node's backing file (a copy of the
+//	  64 MiB, an empty one included      passthrough     content), unseen by the daemon until
+//	  (Pi, Claude Code transcripts)                      an ingest takes its new tail
+//	O_WRONLY without O_APPEND of an      staged          a new staging file, which holds the
+//	  empty file with no backing file,   passthrough     content until it is absorbed into the
+//	  or one O_TRUNC empties                             node's write buffers (the absorber
+//	  (`cmd > file`)                                     after the last close, or a flush)
+//	O_RDWR, or O_WRONLY without          wild backing    the backing file, which every ingest
+//	  O_APPEND, joining an appender      passthrough     from then on compares whole
+//	O_RDWR or O_WRONLY joining a staged  staged          the staging file, as the staged row
+//	  file (routeJoin; a reader of a     passthrough     (its fingerprint shows every write)
+//	  staged file reads it too)
+//	a shared writable mapping (mmap      its             served: the kernel's pages of the file,
+//	  MAP_SHARED|PROT_WRITE, which       descriptor's    written back as WRITEs (never appends)
+//	  needs O_RDWR)                                      at msync, fsync or the kernel's own
+//	                                                     write-back, then as a served write;
+//	                                                     passthrough: the backing file itself
 //
-// Writes the daemon serves land in the node's dirty chunks (whole buffers
-// or small overlays over a stored chunk) and reach the store at the next
-// flush or spill; while the namespace is unchanged since the durable head,
-// each is also a write record in the journal before it is acknowledged, so
-// a kill -9 of the daemon loses none of them. Until the flush that makes
-// them durable, a kill -9 loses what a passthrough write, or a served
-// write after a namespace change, left only in memory or in an unnamed
-// backing file; an fsync is kept across kill -9 and power loss.
+// When a write is kept:
+//
+//	route          across a kill -9 of the daemon        across a power loss
+//	-------------  ------------------------------------  ------------------------------------
+//	daemon-served  once acknowledged, while the          after an fsync (journal or flush),
+//	               namespace is unchanged since the      an O_SYNC/O_DSYNC write, the
+//	               durable head (write record);          periodic flush, a capture, an
+//	               otherwise as across a power loss      unmount
+//	appender,      after the next fsync of the file, or  the same
+//	  wild         the next flush, which ingests it (the
+//	               periodic one comes for a backing file
+//	               with bytes not yet ingested)
+//	staged         after an fsync (the staging file is   the same
+//	               fdatasynced, named, and recorded in
+//	               the journal: a stage record), a
+//	               capture, an unmount, or the first
+//	               flush after an absorb: the absorber
+//	               (after the last close) only moves the
+//	               content into write buffers; the
+//	               periodic flush absorbs a file still
+//	               open once it stayed idle an interval
+//	mapping,       once the kernel wrote the pages back  after an fsync or msync(MS_SYNC),
+//	  served       (as a served write); a store still    which write the pages back first,
+//	               in the kernel's pages when the        or as the served row once they were
+//	               daemon dies is lost
+//	mapping,       as its backing file's row (wild or    the same; an msync syncs only the
+//	  passthrough  staged), but while a mapping may      backing file, which nothing reads
+//	               write the file every look at it       after a crash
+//	               (ingest, absorb) reads it whole, as
+//	               no fingerprint shows a store into a
+//	               dirty page; the periodic flush
+//	               ingests a wild one every interval
+//
+// Until then a kill -9 loses what a passthrough write, or a served write
+// after a namespace change, left only in memory or in an unnamed backing
+// file. Lost changes never damage anything: nothing stored is modified
+// and the head moves only by an atomic commit.
+//
+// An open the table gives a passthrough route is served by the daemon
+// (routeDaemon) instead in a read-only session, or an engine with no store directory (no
+// backing directory); a release in flight in the mount (go-fuse gives back
+// the backing id of a node's last passthrough handle only after its
+// Release returned, and an open handed that id in between would leave the
+// node with an id the kernel refuses); a node the mount already has open
+// through the daemon (openRoute); Options.NoStaging, or a backing
+// directory without multigrain ctimes (Session.stagingOK), for a writer
+// of an empty file; a node that has a backing file already (through
+// another mount) for such a writer; no staging file ready in the pool
+// (errNoStagingFile: the daemon serves a new file as fast as a new inode
+// would come); and any other failure to get a backing file (a full disk),
+// which is logged. A joining open whose backing file fails fails instead:
+// the kernel would refuse it as a daemon-served one. A daemon-served open
+// of a node with a backing file no passthrough handle uses takes it over
+// (Session.serveOpen), and a read, write, truncate, fallocate or
+// copy_file_range the daemon serves of a staged file unstages it.
+//
+// # Passthrough appenders (passthrough.go)
+//
+// The kernel sends a passed-through appender's writes straight to the
+// backing file, with no round trip to the daemon (a 600-byte append costs
+// about what it costs on ext4, where a FUSE write costs 13–18 µs). The
+// daemon does not see them, so the backing file is the authority for bytes
+// past what the node holds, and ingest folds its new tail into the node
+// (as writes: chunk buffers, journal spans) whenever the daemon needs the
+// content: on getattr, read, write, truncate, fsync and every flush.
+// Appends only grow a file, so the tail since the last ingest is exactly
+// what changed: a capture costs the appended bytes, never the file.
+//
+// A flush ingests every backed file under the freeze lock and then checks
+// that none grew meanwhile (retrying if one did), so the snapshot holds
+// every backed file as it was at one instant, with the rest of the session
+// frozen (ingestAll).
+//
+// The kernel requires that while one open of an inode is passthrough,
+// every open of it is (else it fails the open with EIO), so a mount starts
+// passthrough for a node only when it has no open handle of it, and then
+// answers every open of that node with passthrough until the last closes.
+// Such an open that may write elsewhere than at the end makes the backing
+// file wild: its whole content is ingested from then on, which costs the
+// file's size but stays correct. A store through a shared writable mapping
+// into a page already dirty changes neither the file's size nor its times,
+// and a mapping outlives its descriptor, so while a mapping may write a
+// backing file (backing.mappable) every ingest reads it whole, and the
+// file is kept until none can. Files with setuid, setgid or capabilities
+// never get passthrough (the kernel would not drop them on write), nor
+// files past maxBacked (the copy on open).
+//
+// # Staged files (staged.go)
+//
+// A staged file's writes cost what they cost on the disk under the store,
+// with no round trip and no hashing on the write path. The content enters
+// the store when it is absorbed:
+//
+//   - by a capture, a graft, Sync and Close: every staged file, so that a
+//     snapshot holds everything written before it;
+//   - by the session's absorber once the last passthrough handle closed
+//     (a big file a second later: absorbHold), or by any flush that finds
+//     it closed first (the file is then dropped), and by any flush when an
+//     fsync made content durable that no durable head holds (see below);
+//   - by the periodic flush when it stays open but went idle (idleState);
+//   - when the daemon needs the content itself: the file is then
+//     unstaged, and kept current as a wild backing file is.
+//
+// Absorbing reads the staging file and writes into the node the chunks
+// that differ from what it holds (into write buffers, which a flush
+// stores), so a file absorbed again costs a read and a hash of it, and
+// nothing when its fingerprint (size, mtime, ctime) is unchanged. A big
+// file's staging file stays its node's read copy once absorbed (kind
+// kept), so that later readers read it through passthrough.
+//
+// A flush absorbs under the freeze lock and then checks that no absorbed
+// file's fingerprint changed (retrying if one did, as for appenders), so a
+// snapshot holds each staged file as it was at one instant with the rest
+// of the session frozen. That check needs a ctime that changes on every
+// write, which Linux's multigrain timestamps give (6.13+, ext4, xfs,
+// btrfs, tmpfs); a session probes its backing directory once and stages
+// nothing where they are missing.
+//
+// Durability: an fsync of a staged file fdatasyncs the staging file and
+// appends a stage record (the file's path in the durable head, the staging
+// file's name and the size synced) to the journal; a replay reads the
+// content back from the staging file. Every durable head move empties the
+// journal, so a flush absorbs every staged file with such content
+// (stageState.fsynced) first, and a staging file's name is removed only
+// once a journal reset follows its drop (removeStaleBackings).
+//
+// # The journal (journal.go)
+//
+// The journal makes the commonest fsync cheap: a process rewrote or
+// appended to files that already exist in the durable head, and nothing in
+// the namespace changed (SQLite's pages, a rollout's appends). Such an
+// fsync appends the file's written byte ranges to a per-session journal
+// file and fdatasyncs it, instead of flushing the session into the store
+// and syncing Badger's logs twice. Any other change (create, rename,
+// truncate, chmod, …) makes the next fsync a full flush, and every full
+// flush empties the journal.
+//
+// While the namespace is unchanged, every write the daemon serves is also
+// a record in the journal before it is acknowledged (logWrite), copied
+// into a shared mapping of the file with no sync: a crash of the daemon
+// leaves it in the page cache, and the next daemon replays it, so no
+// acknowledged write is lost to a kill -9. An fsync then only syncs the
+// journal.
+//
+// A journal applies to one durable head: its header holds the head's
+// generation. On load, a journal whose generation is the head's is
+// replayed (its records are writes in order, at paths that exist in that
+// head; a file's last stage record supersedes its records before it) and
+// then flushed; any other is stale (a flush moved the head after the
+// journal was written) and is discarded.
+//
+// The file is preallocated (written with zeros ahead of the records) and
+// overwritten in place, never truncated by a reset: an fdatasync then
+// writes data blocks only, with no journal commit of the file's size,
+// which costs a third less than an append on ext4. So that records left
+// from before a reset are never taken for new ones, every reset picks a
+// fresh random nonce, written in the header and in every record; a record
+// counts only if its CRC holds and its nonce is the header's.
+//
+// # Access times (atime.go)
+//
+// Access times are kept as Linux's relatime keeps them: a read sets a
+// file's atime when the atime is not after its mtime or ctime (the first
+// read since a change), or is a day old, and otherwise leaves it; a
+// listing does the same for a directory, a readlink for a symlink. A
+// noatime mount, a read-only one and an O_NOATIME descriptor set none.
+//
+// The kernel sets no atime on a FUSE inode itself (it marks every one
+// S_NOATIME) but leaves them to the daemon, which sees a read only when
+// it reaches it; an open is no read (a stat through an open descriptor
+// must show the atime as it was). So:
+//   - a READ, READDIR or READLINK the daemon serves counts;
+//   - an open for reading whose read would set the atime does not keep
+//     the pages the kernel cached (FOPEN_KEEP_CACHE), so that its reads
+//     reach the daemon: once after a change, or a day;
+//   - a passthrough reader's reads reach only the backing file, whose own
+//     atime tells (the daemon reads it through an O_NOATIME descriptor,
+//     while the kernel opens it anew for passthrough with the reader's
+//     flags): once such a reader opened it, every fstat of it (a GETATTR,
+//     which the kernel sends after a passthrough read, every flush, and
+//     the drop of the backing file) applies a change of its atime to the
+//     node. The backing file's relatime follows its own writes, not the
+//     node's attributes, so where only those changed since the last read
+//     (a chmod, a rename), the open sets the file's atime back to its
+//     mtime, for its next read to move it.
+//
+// An atime change alone is a lazy one, as ext4's lazytime keeps it: it
+// makes no flush due and does not end the journal's run (a read of a
+// SQLite database between its writes would otherwise cost the next fsync
+// a full flush), and it is stored by the next flush that stores anything
+// else, and by every capture, sync and unmount. A kill -9 may lose it.
+//
+// # Directory listings (dirstream.go)
+//
+// A listing is "." and "..", then a sorted snapshot of a directory's
+// names, taken on the first read of a directory stream and on every rewind
+// (offset 0). Each snapshot gets an id, and the offset the kernel is given
+// after an entry (its cookie) is the id and the number of entries read so
+// far. Snapshots are also kept, a bounded number of them, in the mount's
+// dirStreams, so a read at a cookie continues the same snapshot even when
+// it arrives on a different handle: between rewinds a stream never skips
+// or repeats a name that was there throughout (POSIX), however names come
+// and go.
+//
+// That is what lets a mount that alone shows its part of the session
+// answer OPENDIR with ENOSYS (rawGate.OpenDir). The kernel then stops
+// sending OPENDIR and RELEASEDIR, one synchronous round trip per directory
+// opened (git status opens every directory of the tree), and sends READDIR
+// with no handle; the gate opens a handle for that one request, and the
+// cookie finds the snapshot. The kernel keeps the listings it read (its
+// default for no-opendir, as FOPEN_CACHE_DIR would ask), drops one itself
+// when a name changes through this mount, checks a directory's mtime
+// before reading its cached listing (auto_inval_data), and is told by
+// restore and graft (NotifyContent). A mount that starts while another
+// shows part of the same tree keeps OPENDIR, and asks for no listing
+// cache; one that was alone and then gets an overlapping mount keeps
+// no-opendir (the kernel decides it once per connection), and sees the
+// other mount's changes once the directory's attributes expire, within
+// shortCacheTimeout, as it sees their names.
+//
+// # Holes (sparse.go)
+//
+// A file's stored content is chunks at fixed offsets, and a chunk whose
+// ref is zero is a hole: a flush stores no chunk that is all zeros
+// (putChunk), a punched or zeroed range of whole chunks becomes holes
+// (punchHole), a grow leaves holes past the old end (growTo), and an
+// absorbed staged file keeps its zero chunks holes (putBack). So which
+// parts of a file may hold data is known per chunk without reading any:
+// st_blocks counts the chunks that are not holes, rounded up to ext4's
+// 4 KiB blocks, and SEEK_DATA and SEEK_HOLE report them, at chunk
+// granularity (a write buffer, at block granularity). A file with a
+// backing file has its content there, on the local disk, whose own
+// st_blocks and lseek answer at the disk's granularity. st_blocks never
+// counts less than the data a file holds: tools that take a file with no
+// blocks for an empty one (cp, tar --sparse) would copy nothing.
+//
+// # Garbage collection (gc.go)
+//
+// Garbage collection runs while sessions are mounted and written:
+//
+//  1. Start recording: from now on every ref put into the store (directly
+//     or through a batch) is added to a set, whether the chunk was new or
+//     already present. Before recording starts, gc waits for every
+//     operation begun earlier under Guard (captures, forks, imports: work
+//     that puts objects and then names them) to finish.
+//  2. Sync every live session, so that every chunk known only to memory
+//     is reachable from a session head. (A write that put a chunk before
+//     step 1 holds the session's freeze lock until the chunk is in the
+//     in-memory tree; Sync waits for it.)
+//  3. Mark everything reachable from session heads and indexed snapshot
+//     records (catalog.Reachable; lineage links do not reach, so a
+//     forgotten snapshot goes), and the roots of read-only and snapshot
+//     mounts (a mounted snapshot stays readable even if forgotten).
+//  4. Sweep: enumerate the store and delete chunks neither marked nor
+//     recorded. The check against the recorded set and the delete happen
+//     under the recorder's lock, and a put records before it stores, so a
+//     chunk put again during the sweep is either kept or stored anew.
+//  5. Stop recording.
+//
+// The chunks of every file open in a live session are roots too (marked
+// after the heads): a file unlinked, or replaced by a restore, while open
+// is named by no head, and its handles still read it. A file opened later
+// was named when the sessions were synced, or is one of those.
+//
+// # Shutdown (shutdown.go)
+//
+// The engine's end (Close) must leave no dead mount and lose no write it
+// acknowledged, also while files are open. A mount that will not unmount
+// (busy) is detached lazily: it leaves the mount table at once, so nothing
+// new can reach it and the same dir can be mounted again, while the files
+// open in it keep being served. Once those are closed, or after the grace
+// period, the connection is ended (fusectl's abort): the kernel then fails
+// every request of it, so nothing can be acknowledged any more. The
+// passthrough writers' backing files are sealed (immutable) next, since
+// their writes never reach the daemon or the connection; and only then is
+// every session flushed, so that the flush holds everything acknowledged.
+//
+// # Interrupts (nointr.go)
+//
+// The kernel sends INTERRUPT when the caller of a request is signalled,
+// and go-fuse then closes the request's cancel channel, which cancels the
+// operation's context: an fsync or a write could then fail with EINTR,
+// which no local filesystem returns (ext4's are not interruptible) and few
+// programs retry (SQLite reports an fsync's EINTR as an I/O error). No
+// homefs operation waits on anything a signal could end (locks are the
+// kernel's), so the gate answers every request as if no INTERRUPT came,
+// as the rings do (INTERRUPT never reaches a request they serve).
 //
 // # Lock order
 //
+// This is the one authoritative order (docs/ARCHITECTURE.md points here).
 // Acquire left to right; the leaves are never held while taking another
-// lock. This is the one authoritative order (docs/ARCHITECTURE.md repeats
-// it with the reasons):
+// lock:
 //
-//	Engine.mu < Session.freeze < fnode.openMu < Session.treeMu < node.mu < Session.dirtyMu
-//	leaves: chunkCache.mu, pendingChunks.mu, orphans.mu, backedSet.mu, sparePool.mu,
-//	        absorbQueue.mu, workers.mu, journal.mu, Recorder.mu, dirStreams.mu
+//	Recorder.gcMu < Engine.mu < Session.freeze < fnode.openMu < dirHandle.mu
+//	    < Session.treeMu < node.mu < Session.dirtyMu
+//	leaves: chunkCache.mu, pendingChunks.mu, pendingBatch.mu, orphans.mu,
+//	        openFiles.mu, backedSet.mu, sparePool.mu, absorbQueue.mu,
+//	        workers.mu, journal.mu, Recorder.mu, dirStreams.mu,
+//	        uringSwitch.mu; fusefs/uring's ring.mu
 //
-// Session.freeze is held shared by every mutating operation and
-// exclusively by a flush, so a snapshot is one instant of the whole
-// session. The kernel is told of invalidations only with no lock held: it
-// may call back into the mount.
+// Why, lock by lock:
+//
+//   - Recorder.gcMu admits one collection at a time; the collection syncs
+//     every session under it.
+//   - Engine.mu guards the maps of live sessions and mounts; it is never
+//     held across I/O.
+//   - Session.freeze (an RWMutex) is held shared by every mutating
+//     operation and exclusively by flush, capture, restore and graft, so
+//     a snapshot is one instant of the whole session. Reads do not take
+//     it.
+//   - fnode.openMu guards a mount's count of open and passthrough handles
+//     of a node; an open holds freeze shared around it, so a backing file
+//     never appears in the middle of a flush.
+//   - dirHandle.mu guards one directory stream; a listing under it takes
+//     treeMu, node.mu (the directory's atime) and dirStreams.mu.
+//   - Session.treeMu guards the structure: children maps, parent links,
+//     link counts. node.mu guards a node's attributes and file content,
+//     its backing file included. Session.dirtyMu guards the set of nodes
+//     changed since the last flush and metaDirty.
+//   - A served write finds its file's durable path (writePath, under
+//     treeMu) before it takes node.mu, and puts its write record into the
+//     journal under node.mu, so records of one file are in the order of
+//     its writes; freeze held shared keeps a flush from emptying the
+//     journal in between, and any namespace change in between sets
+//     metaDirty, which logWrite reads under node.mu. A journaled fsync
+//     holds freeze shared, reads metaDirty and the file's path under
+//     treeMu, then copies the written ranges under node.mu.
+//   - The absorber and a flush's preflush take freeze shared, then treeMu
+//     (to see whether the node still has a name) and release it, then
+//     node.mu; an fsync of a staged file names it under node.mu and takes
+//     journal.mu only after freeze shared and treeMu. The absorber
+//     recycles a staging file with no lock held. A background spill and a
+//     preflush take freeze shared for one step of 8 MiB at a time
+//     (spillInSteps), then each file's node.mu in turn. The goroutines
+//     that use the store for a session start only while it is open
+//     (checked under workers.mu with the count taken).
+//   - The kernel is told of invalidations only with no lock held: it may
+//     call back into the mount. This also keeps the rings live: a ring
+//     thread serving a request inline holds up the other requests of its
+//     CPU, so no handler may wait for a FUSE request.
 package fusefs

@@ -130,41 +130,16 @@ var (
 func (h ptHandle) PassthroughFd() (int, bool) { return h.fd, true }
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
-	f := h.f
+	f, s := h.f, h.f.sess()
 	if h.n != nil {
-		s := f.sess()
-		s.open.remove(h.n)
-		if h.writes {
-			s.writing.remove(h.n)
-		}
-		if !s.open.has(h.n) && !s.hasName(h.n) {
-			// The last handle of a file with no name (O_TMPFILE, or
-			// unlinked): nothing can reach its buffers any more. Its
-			// backing file, if any, goes with the absorber or the flush.
-			h.n.dropBuffers()
-		}
+		s.released(h.n, h.writes)
 	}
 	f.openMu.Lock()
 	defer f.openMu.Unlock()
 	f.opens--
 	if h.pt {
 		f.ptOpens--
-		n := f.n.Load()
-		n.mu.Lock()
-		if b := n.data.backing; b != nil {
-			b.opens--
-			if b.opens == 0 && b.isStaged() {
-				// Absorbed and dropped in the background, so that a flush
-				// (which holds writers back) seldom has to. A read copy
-				// only readers opened since it was kept is as it was: the
-				// absorber drops it only if the file lost its names.
-				if b.kind != backingKept {
-					n.sess.markContent(n)
-				}
-				n.sess.absorbLater(n)
-			}
-		}
-		n.mu.Unlock()
+		s.closeRoute(f.n.Load())
 	}
 	return 0
 }
@@ -188,14 +163,7 @@ func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, 
 	defer f.openMu.Unlock()
 	r, fd, err := s.openRoute(ctx, n, flags, mountOpens{all: f.opens, pt: f.ptOpens, releasing: &f.m.releasing})
 	if err != nil {
-		if r.joins() {
-			return nil, 0, err
-		}
-		if !errors.Is(err, errNoStagingFile) {
-			// The daemon can serve the open itself (a full disk, say).
-			f.m.log.Warn("no passthrough for a writer", "mount", f.m.dir, "err", err)
-		}
-		r = routeDaemon
+		return nil, 0, err
 	}
 	h := &handle{f: f, pt: r != routeDaemon, fd: fd}
 	var keep uint32

@@ -13,32 +13,7 @@ import (
 	"github.com/homefs/homefs/manifest"
 )
 
-// Garbage collection runs while sessions are mounted and written. Its
-// protocol:
-//
-//  1. Start recording: from now on every ref put into the store (directly
-//     or through a batch) is added to a set, whether the chunk was new or
-//     already present. Before recording starts, gc waits for every
-//     operation begun earlier under Guard (captures, forks, imports: work
-//     that puts objects and then names them) to finish.
-//  2. Sync every live session, so that every chunk known only to memory
-//     is reachable from a session head. (A write that put a chunk before
-//     step 1 holds the session's freeze lock until the chunk is in the
-//     in-memory tree; Sync waits for it.)
-//  3. Mark everything reachable from session heads and indexed snapshot
-//     records (catalog.Reachable; lineage links do not reach, so a
-//     forgotten snapshot goes), and the roots of read-only and snapshot
-//     mounts (a mounted snapshot stays readable even if forgotten).
-//  4. Sweep: enumerate the store and delete chunks neither marked nor
-//     recorded. The check against the recorded set and the delete happen
-//     under the recorder's lock, and a put records before it stores, so a
-//     chunk put again during the sweep is either kept or stored anew.
-//  5. Stop recording.
-//
-// The chunks of every file open in a live session are roots too (marked
-// after the heads): a file unlinked, or replaced by a restore, while open
-// is named by no head, and its handles still read it. A file opened later
-// was named when the sessions were synced, or is one of those.
+// Garbage collection's protocol: see doc.go, Garbage collection.
 
 // Recorder is a cas.Store that can record the refs put into it while a
 // garbage collection runs. An Engine wraps its store in one (see New); a

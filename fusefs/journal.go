@@ -19,36 +19,7 @@ import (
 	"github.com/homefs/homefs/manifest"
 )
 
-// The journal makes the commonest fsync cheap: a process rewrote or
-// appended to files that already exist in the durable head, and nothing in
-// the namespace changed (SQLite's pages, a rollout's appends). Such an
-// fsync appends the file's written byte ranges to a per-session journal
-// file and fdatasyncs it, instead of flushing the session into the store
-// and syncing Badger's logs twice. Any other change (create, rename,
-// truncate, chmod, …) makes the next fsync a full flush, and every full
-// flush empties the journal.
-//
-// While the namespace is unchanged, every write the daemon serves is also
-// a record in the journal before it is acknowledged (logWrite), copied
-// into a shared mapping of the file with no sync: a crash of the daemon
-// leaves it in the page cache, and the next daemon replays it, so no
-// acknowledged write is lost to a kill -9. An fsync then only syncs the
-// journal.
-//
-// A journal applies to one durable head: its header holds the head's
-// generation. On load, a journal whose generation is the head's is
-// replayed (its records are writes in order, at paths that exist in that
-// head; a file's last stage record supersedes its records before it) and
-// then flushed; any other is stale (a flush moved the head after the
-// journal was written) and is discarded.
-//
-// The file is preallocated (written with zeros ahead of the records) and
-// overwritten in place, never truncated by a reset: an fdatasync then
-// writes data blocks only, with no journal commit of the file's size,
-// which costs a third less than an append on ext4. So that records left
-// from before a reset are never taken for new ones, every reset picks a
-// fresh random nonce, written in the header and in every record; a record
-// counts only if its CRC holds and its nonce is the header's.
+// The journal's design: see doc.go, The journal.
 
 const (
 	journalMagic = "HFJ2"

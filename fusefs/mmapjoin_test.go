@@ -6,8 +6,8 @@ package fusefs
 // store into a page already dirty faults no more and changes no time, so
 // no fingerprint shows it, and a mapping outlives its descriptor's close.
 // The daemon reads such a file whole while a mapping may write it, and
-// keeps its backing file until none can (backing.mappable). Found by a
-// review helper in round 8; each lost the second store before.
+// keeps its backing file until none can (backing.mappable); otherwise
+// each test below loses its second store.
 
 import (
 	"context"

@@ -2,15 +2,8 @@ package fusefs
 
 import "github.com/hanwen/go-fuse/v2/fuse"
 
-// The kernel sends INTERRUPT when the caller of a request is signalled,
-// and go-fuse then closes the request's cancel channel, which cancels the
-// operation's context: an fsync or a write could then fail with EINTR,
-// which no local filesystem returns (ext4's are not interruptible) and few
-// programs retry (SQLite reports an fsync's EINTR as an I/O error). No
-// homefs operation waits on anything a signal could end (locks are the
-// kernel's), so the gate answers every request as if no INTERRUPT came,
-// as the rings do (INTERRUPT never reaches a request they serve). It also
-// times each request for the engine's Observer (observe.go).
+// The gate ignores INTERRUPT (see doc.go, Interrupts) and times each
+// request for the engine's Observer (observe.go).
 
 func (g *rawGate) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string, out *fuse.EntryOut) (status fuse.Status) {
 	t := g.begin()

@@ -17,35 +17,7 @@ import (
 	"github.com/homefs/homefs/manifest"
 )
 
-// Write-only appenders (a rollout or transcript opened O_WRONLY|O_APPEND)
-// get kernel passthrough: the file's content is copied into a local
-// backing file and the kernel sends their writes straight to it, with no
-// round trip to the daemon (a 600-byte append costs about what it costs on
-// ext4, where a FUSE write costs 13–18 µs here).
-//
-// The daemon does not see those writes, so the backing file is the
-// authority for bytes past what the node holds, and ingest folds its new
-// tail into the node (as writes: chunk buffers, journal spans) whenever the
-// daemon needs the content: on getattr, read, write, truncate, fsync and
-// every flush. Appends only grow a file, so the tail since the last ingest
-// is exactly what changed: a capture costs the appended bytes, never the
-// file. Durability is unchanged: an fsync ingests and then goes through the
-// journal or a flush; the backing file is never what survives a crash.
-//
-// A capture ingests every backed file under the freeze lock and then checks
-// that none grew meanwhile (retrying if one did), so the snapshot holds
-// every backed file as it was at one instant, with the rest of the session
-// frozen (see ingestAll).
-//
-// The kernel requires that while one open of an inode is passthrough,
-// every open of it is (else it fails the open with EIO), so a mount starts
-// passthrough for a node only when it has no open handle of it, and then
-// answers every open of that node with passthrough until the last closes.
-// Such an open that may write elsewhere than at the end (O_RDWR, or
-// O_WRONLY without O_APPEND) makes the backing file wild: its whole
-// content is ingested from then on, which costs the file's size but stays
-// correct. Files with setuid, setgid or capabilities never get passthrough
-// (the kernel would not drop them on write), nor files past maxBacked.
+// Passthrough appenders and the backing file's kinds: see doc.go.
 
 // maxBacked bounds the files copied into a backing file on open.
 const maxBacked = 64 << 20
@@ -393,8 +365,8 @@ func (p *sparePool) close() []spare {
 // of them made before a mount returns), and recycledPool how many it keeps
 // at most, until the next periodic flush trims the pool: over an
 // untar the absorber gives staging files back a few hundred files behind
-// the writer, and with the 8 a session kept before, about a third of the
-// files went unstaged for want of one.
+// the writer, and with a pool of 8 about a third of the files go
+// unstaged for want of one.
 const (
 	backingPool  = 32
 	recycledPool = 256
@@ -564,7 +536,9 @@ type mountOpens struct {
 // go-fuse gives back the backing id of a node's last passthrough handle
 // only after the handle's Release returned, and an open handed that id in
 // between would leave the node with an id the kernel refuses for its next
-// open. An error is the backing file's: it returns with the route chosen.
+// open. A first passthrough open whose backing file cannot be had (no
+// staging file ready, a full disk) falls back to the daemon, which can
+// serve it; an error is a joining open's backing file's, which cannot.
 // Called with freeze held shared (for a writable session) and the mount's
 // fnode.openMu held.
 func (s *Session) openRoute(ctx context.Context, n *node, flags uint32, o mountOpens) (route, int, error) {
@@ -588,11 +562,39 @@ func (s *Session) openRoute(ctx context.Context, n *node, flags uint32, o mountO
 		return r, 0, nil
 	}
 	b, err := n.openBacking(ctx, r)
-	if err != nil {
+	switch {
+	case err != nil && r.joins():
 		return r, 0, err
+	case err != nil:
+		if !errors.Is(err, errNoStagingFile) {
+			s.log.Warn("no passthrough for a writer", "session", s.name, "err", err)
+		}
+		return routeDaemon, 0, nil
 	}
 	b.join(flags, r)
 	return r, int(b.f.Fd()), nil
+}
+
+// closeRoute undoes, for a passthrough handle of n closing, what
+// openRoute did. The last passthrough handle of a staged file, in every
+// mount, hands it to the absorber, so that a flush (which holds writers
+// back) seldom has to absorb it; a read copy that only readers opened
+// since it was kept is as it was, and the absorber drops it only if the
+// file lost its names. Called with the mount's fnode.openMu held.
+func (s *Session) closeRoute(n *node) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	b := n.data.backing
+	if b == nil {
+		return
+	}
+	b.opens--
+	if b.opens == 0 && b.isStaged() {
+		if b.kind != backingKept {
+			s.markContent(n)
+		}
+		s.absorbLater(n)
+	}
 }
 
 // serveOpen readies n, a file, for an open the daemon serves, and returns
@@ -635,6 +637,22 @@ func (s *Session) opened(n *node, flags uint32) bool {
 	}
 	s.writing.add(n)
 	return true
+}
+
+// released undoes opened for a handle of n closing (writes is what opened
+// reported), and drops the buffers of a file with no name at its last
+// close.
+func (s *Session) released(n *node, writes bool) {
+	s.open.remove(n)
+	if writes {
+		s.writing.remove(n)
+	}
+	if !s.open.has(n) && !s.hasName(n) {
+		// The last handle of a file with no name (O_TMPFILE, or
+		// unlinked): nothing can reach its buffers any more. Its backing
+		// file, if any, goes with the absorber or the flush.
+		n.dropBuffers()
+	}
 }
 
 // scribbles reports whether a descriptor opened with flags may write

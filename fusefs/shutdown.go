@@ -16,16 +16,7 @@ import (
 	"github.com/homefs/homefs/internal/mountinfo"
 )
 
-// The engine's end (Close) must leave no dead mount and lose no write it
-// acknowledged, also while files are open. A mount that will not unmount
-// (busy) is detached lazily: it leaves the mount table at once, so nothing
-// new can reach it and the same dir can be mounted again, while the files
-// open in it keep being served. Once those are closed, or after the grace
-// period, the connection is ended (fusectl's abort): the kernel then fails
-// every request of it, so nothing can be acknowledged any more. The
-// passthrough writers' backing files are sealed (immutable) next, since
-// their writes never reach the daemon or the connection; and only then is
-// every session flushed, so that the flush holds everything acknowledged.
+// The engine's end, in order: see doc.go, Shutdown.
 
 // defaultShutdownGrace is how long a busy mount's open files are served
 // after it was detached, unless Options.ShutdownGrace says otherwise.

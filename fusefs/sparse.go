@@ -1,20 +1,6 @@
 package fusefs
 
-// Holes: st_blocks, SEEK_DATA and SEEK_HOLE.
-//
-// A file's stored content is chunks at fixed offsets, and a chunk whose ref
-// is zero is a hole: a flush stores no chunk that is all zeros (putChunk),
-// a punched or zeroed range of whole chunks becomes holes (punchHole), a
-// grow leaves holes past the old end (growTo), and an absorbed staged file
-// keeps its zero chunks holes (putBack). So which parts of a file may hold
-// data is known per chunk without reading any: st_blocks counts the chunks
-// that are not holes, rounded up to ext4's 4 KiB blocks, and SEEK_DATA and
-// SEEK_HOLE report them, at chunk granularity (a write buffer, at block
-// granularity). A file with a backing file has its content there, on the
-// local disk, whose own st_blocks and lseek answer at the disk's
-// granularity. st_blocks never counts less than the data a file holds:
-// tools that take a file with no blocks for an empty one (cp, tar
-// --sparse) would copy nothing.
+// Holes, st_blocks, SEEK_DATA and SEEK_HOLE: see doc.go, Holes.
 
 import (
 	"context"

@@ -18,45 +18,7 @@ import (
 	"github.com/homefs/homefs/manifest"
 )
 
-// Staged files. A write-only open of an empty file (a file being created,
-// or rewritten from scratch: an output, a download, an untarred file, a
-// temp file before its rename) gets kernel passthrough to a staging file
-// in the backing directory, which then holds the file's content: writes
-// cost what they cost on the disk under the store, with no round trip and
-// no hashing on the write path. The content enters the store when it is
-// absorbed:
-//
-//   - by a capture, a graft, Sync and Close: every staged file, so that a
-//     snapshot holds everything written before it;
-//   - by the session's absorber once the last passthrough handle closed
-//     (a big file a second later: absorbHold), or by any flush that finds
-//     it closed first (the file is then dropped), and by any flush when an
-//     fsync made content durable that no durable head holds (see below);
-//   - by the periodic flush when it stays open but went idle (idleState);
-//   - when the daemon needs the content itself (a read, write, truncate,
-//     fallocate or copy_file_range it serves): the file is then unstaged,
-//     and kept current as a wild backing file is.
-//
-// Absorbing reads the staging file and writes into the node the chunks
-// that differ from what it holds (into write buffers, which a flush
-// stores), so a file absorbed again costs a read and a hash of it, and
-// nothing when its fingerprint (size, mtime, ctime) is unchanged.
-//
-// A flush absorbs under the freeze lock and then checks that no absorbed
-// file's fingerprint changed (retrying if one did, as for appenders), so a
-// snapshot holds each staged file as it was at one instant with the rest
-// of the session frozen. That check needs a ctime that changes on every
-// write, which Linux's multigrain timestamps give (6.13+, ext4, xfs,
-// btrfs, tmpfs); a session probes its backing directory once and stages
-// nothing where they are missing.
-//
-// Durability: an fsync of a staged file fdatasyncs the staging file and
-// appends a stage record (the file's path in the durable head, the staging
-// file's name and the size synced) to the journal; a replay reads the
-// content back from the staging file. Every durable head move empties the
-// journal, so a flush absorbs every staged file with such content
-// (stageState.fsynced) first, and a staging file's name is removed only
-// once a journal reset follows its drop (removeStaleBackings).
+// Staged files: see doc.go, Staged files.
 
 // fingerprint identifies a staging file's state: with multigrain
 // timestamps every write changes ctime.

@@ -18,8 +18,8 @@ import (
 // a passed-through appender of the first mount writes. The kernel's inode
 // lock serializes the two only within one mount; the daemon's repeat of
 // its change in the shared backing file must not cut the appends made
-// since it last looked (it truncated the file to that size, losing up to
-// a sixth of 240 KB of appends, until round 8).
+// since it last looked (truncating the file to that size would lose up
+// to a sixth of 240 KB of appends).
 func TestFallocateRacesAppendsTwoMounts(t *testing.T) {
 	t.Parallel()
 	e := NewTestEngine(t, nil)

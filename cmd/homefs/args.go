@@ -7,8 +7,14 @@ import (
 )
 
 // permute moves a command's flags in front of its positional arguments,
-// so that "homefs capture SESSION -m MSG" works as the help shows it
-// (urfave/cli v2 stops reading flags at the first positional argument).
+// so that "homefs capture SESSION -m MSG" works as the help shows it.
+// It exists because of urfave/cli v2, the project's fixed choice of CLI
+// library: v2 parses a command's flags with the standard flag package,
+// which stops at the first positional argument, so the "-m MSG" above
+// would arrive as two more arguments. urfave/cli v3 reads flags after
+// positional arguments itself and would make this unnecessary; the
+// project stays on v2, so it stays.
+//
 // The app's own flags (--root, --socket) are accepted wherever a
 // command's flags are and moved in front of the command name, the only
 // place urfave/cli reads them; a command's flag of the same name wins.

@@ -30,6 +30,10 @@ type runHold struct {
 	ours  bool // made for runs: unmounted when the last one ends
 	ready chan struct{}
 	err   error // set before ready closes
+	// ending is set while the last run's release unmounts a mount made
+	// for runs, and closed once it is done: a run of the session starting
+	// meanwhile waits for it rather than binding from a mount about to go.
+	ending chan struct{}
 }
 
 // RunDirFor is the directory under which the daemon of root mounts
@@ -55,15 +59,10 @@ func (s *Service) RunMount(ctx context.Context, session string) (*RunMountInfo, 
 	if err != nil {
 		return nil, nil, err
 	}
-	s.runMu.Lock()
-	hold := s.runs[session]
-	first := hold == nil
-	if first {
-		hold = &runHold{ready: make(chan struct{})}
-		s.runs[session] = hold
+	hold, first, err := s.holdRun(ctx, session)
+	if err != nil {
+		return nil, nil, err
 	}
-	hold.runs++
-	s.runMu.Unlock()
 	if first {
 		err := s.runMountFor(ctx, session, hold)
 		s.runMu.Lock()
@@ -84,6 +83,33 @@ func (s *Service) RunMount(ctx context.Context, session string) (*RunMountInfo, 
 	s.log.Info("run started", "session", session, "dir", dir)
 	release := func() { s.releaseRun(session, hold) }
 	return &RunMountInfo{Dir: dir, Layout: h.Layout}, release, nil
+}
+
+// holdRun counts a run in session's hold, made if the session has none
+// (first), once a mount of the session that the last run left is gone.
+func (s *Service) holdRun(ctx context.Context, session string) (hold *runHold, first bool, err error) {
+	for {
+		s.runMu.Lock()
+		hold = s.runs[session]
+		if hold == nil || hold.ending == nil {
+			break
+		}
+		ending := hold.ending
+		s.runMu.Unlock()
+		select {
+		case <-ending:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
+	first = hold == nil
+	if first {
+		hold = &runHold{ready: make(chan struct{})}
+		s.runs[session] = hold
+	}
+	hold.runs++
+	s.runMu.Unlock()
+	return hold, first, nil
 }
 
 // runMountFor finds or makes the mount a run of session binds from and
@@ -135,22 +161,36 @@ func (s *Service) runMountFor(ctx context.Context, session string, hold *runHold
 
 // releaseRun ends one run's hold; the last one unmounts a mount made for
 // runs. The kernel may still be releasing the run's files: a busy mount
-// is retried for a while before it is left for homefs unmount.
+// is retried for a while, or until the service closes, before it is left
+// for homefs unmount (or for the close, which unmounts every mount).
 func (s *Service) releaseRun(session string, hold *runHold) {
-	// The unmount happens under runMu, so that a run starting meanwhile
-	// waits for it rather than binding from a mount about to go.
 	s.runMu.Lock()
-	defer s.runMu.Unlock()
 	hold.runs--
 	s.log.Info("run ended", "session", session, "runs", hold.runs)
 	if hold.runs > 0 {
+		s.runMu.Unlock()
 		return
 	}
-	delete(s.runs, session)
 	if !hold.ours {
+		delete(s.runs, session)
+		s.runMu.Unlock()
 		return
 	}
-	ctx := context.Background()
+	// The hold stays, ending, while the mount goes: a run starting
+	// meanwhile waits for it (holdRun) rather than binding from it. The
+	// wait is not under runMu, which the other sessions' runs take.
+	hold.ending = make(chan struct{})
+	s.runMu.Unlock()
+	s.unmountRun(hold)
+	s.runMu.Lock()
+	delete(s.runs, session)
+	close(hold.ending)
+	s.runMu.Unlock()
+}
+
+// unmountRun unmounts hold's mount, made for runs, retrying while it is
+// busy for a while or until the service closes.
+func (s *Service) unmountRun(hold *runHold) {
 	s.mu.Lock()
 	info, ok := s.mounts[hold.dir]
 	s.mu.Unlock()
@@ -159,10 +199,13 @@ func (s *Service) releaseRun(session string, hold *runHold) {
 	}
 	var err error
 	for wait := 50 * time.Millisecond; wait < 10*time.Second; wait *= 2 {
-		if _, err = s.unmount(ctx, hold.dir, info); err == nil || !errors.Is(err, fusefs.ErrBusy) {
+		if _, err = s.unmount(context.Background(), hold.dir, info); err == nil || !errors.Is(err, fusefs.ErrBusy) {
 			break
 		}
-		time.Sleep(wait)
+		if !s.sleep(wait) {
+			s.log.Info("a run's mount is left to the daemon's close", "dir", hold.dir)
+			return
+		}
 	}
 	if err != nil {
 		if still, _ := isMountpoint(hold.dir); still {
@@ -182,12 +225,25 @@ func (s *Service) releaseRun(session string, hold *runHold) {
 	_ = os.Remove(s.runDir) // only once no session of this daemon runs
 }
 
+// sleep waits for d, and reports false at once if the service closes
+// first.
+func (s *Service) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.life.Done():
+		return false
+	}
+}
+
 // heldByRun reports whether a run binds from the mount at dir.
 func (s *Service) heldByRun(dir string) bool {
 	s.runMu.Lock()
 	defer s.runMu.Unlock()
 	for _, h := range s.runs {
-		if h.dir == dir {
+		if h.dir == dir && h.ending == nil {
 			return true
 		}
 	}

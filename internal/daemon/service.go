@@ -53,6 +53,11 @@ type Service struct {
 	runs  map[string]*runHold // by session; GUARDED_BY(runMu)
 
 	leases *leaseKeeper // the remote leases this daemon holds (lease.go)
+
+	// life ends when Close begins: background waits (a run's busy mount)
+	// give up then.
+	life    context.Context
+	endLife context.CancelFunc
 }
 
 // NewService serves store, whose directory lies in root. Reads go through
@@ -80,7 +85,8 @@ func newService(ctx context.Context, root string, store cas.Store, log *slog.Log
 	rec := fusefs.Record(rt)
 	cat := catalog.New(rec)
 	eng := fusefs.New(rec, cat, fusefs.Options{StoreDir: root, Logger: log, URing: uring, ShutdownGrace: grace, Observer: m.observer()})
-	return &Service{root: root, rt: rt, remotes: remotes, rec: rec, cat: cat, eng: eng, log: log, started: time.Now(), metrics: m, mounts: make(map[string]MountInfo), runDir: RunDirFor(root), runs: make(map[string]*runHold), leases: newLeaseKeeper(root, log)}, nil
+	life, endLife := context.WithCancel(context.Background())
+	return &Service{root: root, rt: rt, remotes: remotes, rec: rec, cat: cat, eng: eng, log: log, started: time.Now(), metrics: m, mounts: make(map[string]MountInfo), runDir: RunDirFor(root), runs: make(map[string]*runHold), leases: newLeaseKeeper(root, log), life: life, endLife: endLife}, nil
 }
 
 // CloseStore stops background fetches and closes the store; call it after
@@ -675,6 +681,7 @@ func (s *Service) Stats(ctx context.Context) (*fsck.Stats, error) {
 // stays open (its owner closes it). A mount that could not leave the mount
 // table stays in the record, for the next start to detach.
 func (s *Service) Close(ctx context.Context) error {
+	s.endLife()
 	s.leases.close()
 	err := s.eng.Close(ctx)
 	left := make(map[string]bool)

@@ -18,8 +18,9 @@ import (
 	"time"
 )
 
-// Version is the Codex CLI release whose behaviour ../shared/AGENT-CLIS.md
-// records and .ci/run installs.
+// Version is the Codex CLI release whose behaviour (its rollout format,
+// its flags) the provider tests are written against; .ci/install
+// installs it.
 const Version = "0.169.0"
 
 // Require skips a test that needs the real Codex CLI and FUSE mounts when
