@@ -68,68 +68,15 @@ func TestTmpfile(t *testing.T) {
 		{"wronly", unix.O_WRONLY, []byte("staged")},
 		{"big", unix.O_RDWR, big},
 	} {
-		tf := openTmpfile(t, filepath.Join(d, "sub"), tc.flags, 0o640)
-		fd := int(tf.Fd())
-		pwriteAll(t, fd, tc.data, 256<<10)
-		var st unix.Stat_t
-		require.NoError(t, unix.Fstat(fd, &st))
-		require.Equal(t, uint64(0), uint64(st.Nlink), tc.name)
-		require.Equal(t, int64(len(tc.data)), st.Size, tc.name)
-		require.Equal(t, uint32(unix.S_IFREG|0o640), st.Mode, tc.name)
-		require.NoError(t, unix.Fchown(fd, 1000, 100), tc.name)
-		require.NoError(t, unix.Fsync(fd), "fsync of a file with no name")
-		if tc.flags == unix.O_RDWR {
-			got := make([]byte, len(tc.data))
-			k, err := unix.Pread(fd, got, 0)
-			require.NoError(t, err)
-			require.Equal(t, len(got), k)
-			require.True(t, bytes.Equal(tc.data, got), "%s: read back through the descriptor", tc.name)
-		}
-		p := filepath.Join(d, "sub", tc.name)
-		require.NoError(t, linkFd(fd, p), tc.name)
-		st2 := stat(t, p)
-		require.Equal(t, st.Ino, st2.Ino, tc.name)
-		require.Equal(t, uint64(1), uint64(st2.Nlink), tc.name)
-		require.Equal(t, uint32(unix.S_IFREG|0o640), st2.Mode, tc.name)
-		require.Equal(t, [2]uint32{1000, 100}, [2]uint32{st2.Uid, st2.Gid}, tc.name)
-		require.NoError(t, unix.Fstat(fd, &st))
-		require.Equal(t, uint64(1), uint64(st.Nlink), "%s: the descriptor sees the name", tc.name)
-		// A second linkat is a hard link like any other.
-		require.NoError(t, linkFd(fd, p+"-2"), tc.name)
-		require.Equal(t, uint64(2), uint64(stat(t, p).Nlink), tc.name)
-		require.NoError(t, tf.Close())
-		require.True(t, bytes.Equal(tc.data, []byte(read(t, p))), "%s: content after linkat", tc.name)
-		require.NoError(t, os.Remove(p+"-2"))
+		checkTmpfileNamed(t, filepath.Join(d, "sub"), tc.name, tc.flags, tc.data)
 	}
 
-	// A setgid directory gives its group; a removed directory, in which
-	// a process still sits, takes no new file.
-	sgid := filepath.Join(d, "sgid")
-	require.NoError(t, os.Mkdir(sgid, 0o755))
-	require.NoError(t, os.Chown(sgid, 0, 100))
-	require.NoError(t, unix.Chmod(sgid, 0o2775))
-	gf := openTmpfile(t, sgid, unix.O_RDWR, 0o600)
-	g := int(gf.Fd())
-	var gst unix.Stat_t
-	require.NoError(t, unix.Fstat(g, &gst))
-	require.Equal(t, uint32(100), gst.Gid)
-	require.NoError(t, linkFd(g, filepath.Join(sgid, "g")))
-	require.Equal(t, uint32(100), stat(t, filepath.Join(sgid, "g")).Gid)
-	require.NoError(t, gf.Close())
-	require.NoError(t, os.RemoveAll(sgid))
-	gone := filepath.Join(d, "gone")
-	require.NoError(t, os.Mkdir(gone, 0o755))
-	dirFd, err := unix.Open(gone, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	require.NoError(t, err)
-	require.NoError(t, os.Remove(gone))
-	_, err = unix.Openat(dirFd, ".", unix.O_TMPFILE|unix.O_RDWR, 0o600)
-	requireErrno(t, err, unix.ENOENT)
-	require.NoError(t, unix.Close(dirFd))
+	checkTmpfileDirs(t, d)
 
 	// O_EXCL: the file can never be named (the kernel refuses, ENOENT).
 	exclf := openTmpfile(t, d, unix.O_RDWR|unix.O_EXCL, 0o600)
 	excl := int(exclf.Fd())
-	_, err = unix.Write(excl, []byte("never named"))
+	_, err := unix.Write(excl, []byte("never named"))
 	require.NoError(t, err)
 	requireErrno(t, linkFd(excl, filepath.Join(d, "excl")), unix.ENOENT)
 	// The session refuses too, should a kernel send that LINK.
@@ -166,6 +113,73 @@ func TestTmpfile(t *testing.T) {
 	m2 := MountForTest(t, e, "s", "", MountOptions{})
 	require.Equal(t, live, dumpTree(t, m2.Dir()))
 	require.True(t, bytes.Equal(big, []byte(read(t, filepath.Join(m2.Dir(), "sub/big")))))
+}
+
+// checkTmpfileNamed writes data through an O_TMPFILE file in dir opened
+// with flags, checks it has no name, then names it with linkat (twice)
+// and checks the names, the descriptor and the content agree.
+func checkTmpfileNamed(t *testing.T, dir, name string, flags int, data []byte) {
+	t.Helper()
+	tf := openTmpfile(t, dir, flags, 0o640)
+	fd := int(tf.Fd())
+	pwriteAll(t, fd, data, 256<<10)
+	var st unix.Stat_t
+	require.NoError(t, unix.Fstat(fd, &st))
+	require.Equal(t, uint64(0), uint64(st.Nlink), name)
+	require.Equal(t, int64(len(data)), st.Size, name)
+	require.Equal(t, uint32(unix.S_IFREG|0o640), st.Mode, name)
+	require.NoError(t, unix.Fchown(fd, 1000, 100), name)
+	require.NoError(t, unix.Fsync(fd), "fsync of a file with no name")
+	if flags == unix.O_RDWR {
+		got := make([]byte, len(data))
+		k, err := unix.Pread(fd, got, 0)
+		require.NoError(t, err)
+		require.Equal(t, len(got), k)
+		require.True(t, bytes.Equal(data, got), "%s: read back through the descriptor", name)
+	}
+	p := filepath.Join(dir, name)
+	require.NoError(t, linkFd(fd, p), name)
+	st2 := stat(t, p)
+	require.Equal(t, st.Ino, st2.Ino, name)
+	require.Equal(t, uint64(1), uint64(st2.Nlink), name)
+	require.Equal(t, uint32(unix.S_IFREG|0o640), st2.Mode, name)
+	require.Equal(t, [2]uint32{1000, 100}, [2]uint32{st2.Uid, st2.Gid}, name)
+	require.NoError(t, unix.Fstat(fd, &st))
+	require.Equal(t, uint64(1), uint64(st.Nlink), "%s: the descriptor sees the name", name)
+	// A second linkat is a hard link like any other.
+	require.NoError(t, linkFd(fd, p+"-2"), name)
+	require.Equal(t, uint64(2), uint64(stat(t, p).Nlink), name)
+	require.NoError(t, tf.Close())
+	require.True(t, bytes.Equal(data, []byte(read(t, p))), "%s: content after linkat", name)
+	require.NoError(t, os.Remove(p+"-2"))
+}
+
+// checkTmpfileDirs: a setgid directory gives an O_TMPFILE file its group;
+// a removed directory, in which a process still sits, takes no new file.
+func checkTmpfileDirs(t *testing.T, d string) {
+	t.Helper()
+	sgid := filepath.Join(d, "sgid")
+	require.NoError(t, os.Mkdir(sgid, 0o755))
+	require.NoError(t, os.Chown(sgid, 0, 100))
+	require.NoError(t, unix.Chmod(sgid, 0o2775))
+	gf := openTmpfile(t, sgid, unix.O_RDWR, 0o600)
+	g := int(gf.Fd())
+	var gst unix.Stat_t
+	require.NoError(t, unix.Fstat(g, &gst))
+	require.Equal(t, uint32(100), gst.Gid)
+	require.NoError(t, linkFd(g, filepath.Join(sgid, "g")))
+	require.Equal(t, uint32(100), stat(t, filepath.Join(sgid, "g")).Gid)
+	require.NoError(t, gf.Close())
+	require.NoError(t, os.RemoveAll(sgid))
+	gone := filepath.Join(d, "gone")
+	require.NoError(t, os.Mkdir(gone, 0o755))
+	dirFd, err := unix.Open(gone, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(gone))
+	_, err = unix.Openat(dirFd, ".", unix.O_TMPFILE|unix.O_RDWR, 0o600)
+	requireErrno(t, err, unix.ENOENT)
+	require.NoError(t, unix.Close(dirFd))
+
 }
 
 // TestTmpfileAsNobody: an unprivileged user makes a file with O_TMPFILE
