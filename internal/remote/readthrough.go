@@ -134,7 +134,9 @@ func (t *ReadThrough) Unwrap() cas.Store { return t.Store }
 // Get returns the chunk from the local store or, failing that, from a
 // remote. A chunk no remote holds is an error wrapping cas.ErrNotFound; a
 // chunk whose every copy is damaged one wrapping cas.ErrCorrupt. Wrong
-// bytes are never returned.
+// bytes are never returned. Under cas.LocalOnly, a chunk the local store
+// lacks (or holds damaged) is cas.ErrNotLocal at once, with no remote
+// asked.
 func (t *ReadThrough) Get(ctx context.Context, ref cas.Ref) ([]byte, error) {
 	data, err := t.Store.Get(ctx, ref)
 	if err == nil {
@@ -150,6 +152,9 @@ func (t *ReadThrough) Get(ctx context.Context, ref cas.Ref) ([]byte, error) {
 	t.mu.Unlock()
 	if n == 0 && errors.Is(err, cas.ErrCorrupt) {
 		return nil, err // nowhere else to look
+	}
+	if n > 0 && cas.IsLocalOnly(ctx) {
+		return nil, fmt.Errorf("chunk %s: %w (%v)", ref.Short(), cas.ErrNotLocal, localErr)
 	}
 	if errors.Is(err, cas.ErrCorrupt) {
 		t.log.Warn("local chunk damaged, fetching it again from the remote", "ref", ref.Short(), "err", err)
