@@ -16,24 +16,44 @@ import (
 // atimeRefresh is how old an atime relatime refreshes on a read anyway.
 const atimeRefresh = 24 * 60 * 60 * 1e9
 
-// noAtimeRead is the cancel channel the gate hands go-fuse with a READ
-// through an O_NOATIME descriptor (never closed: nothing is cancelled),
-// since go-fuse gives a NodeReader no flags (see appendWrite).
-var noAtimeRead = make(chan struct{})
+// readModes are the cancel channels the gate hands go-fuse with a READ
+// (never closed: nothing is cancelled), since go-fuse gives a NodeReader
+// neither the request's flags nor anything of the gate's (see
+// appendWrite): by bits, modeNoAtime for a read through an O_NOATIME
+// descriptor, modeLocal for one to serve from local data alone
+// (rawGate.ReadLocal). A plain read's is nil.
+var readModes = [4]chan struct{}{nil, make(chan struct{}), make(chan struct{}), make(chan struct{})}
 
-// readMode returns the cancel channel for a READ: noAtimeRead for one
-// through an O_NOATIME descriptor (as fcntl left it), nil otherwise.
-func readMode(in *fuse.ReadIn) <-chan struct{} {
+const (
+	modeNoAtime = 1 << iota
+	modeLocal
+)
+
+// readMode returns the cancel channel for a READ: O_NOATIME as fcntl
+// left it, and local.
+func readMode(in *fuse.ReadIn, local bool) <-chan struct{} {
+	m := 0
 	if in.Flags&syscall.O_NOATIME != 0 {
-		return noAtimeRead
+		m |= modeNoAtime
 	}
-	return nil
+	if local {
+		m |= modeLocal
+	}
+	return readModes[m]
 }
 
-// atimeOff reports whether the READ of ctx leaves atimes alone.
-func atimeOff(ctx context.Context) bool {
+// readBits returns the readModes bits of the READ of ctx.
+func readBits(ctx context.Context) int {
 	fc, ok := ctx.(*fuse.Context)
-	return ok && fc.Cancel == noAtimeRead
+	if !ok || fc.Cancel == nil {
+		return 0
+	}
+	for m := 1; m < len(readModes); m++ {
+		if fc.Cancel == readModes[m] {
+			return m
+		}
+	}
+	return 0
 }
 
 // needsAtime is relatime's rule: whether a read at now sets the atime.

@@ -3,6 +3,8 @@ package fusefs
 import (
 	"container/list"
 	"context"
+	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 
@@ -25,12 +27,26 @@ type chunkCache struct {
 	ahead chan struct{}
 }
 
-// load is one fetch in flight; waiters block on done.
+// load is one fetch in flight; waiters block on done. remote is closed
+// once the fetch turned out to need a remote: a waiter under
+// cas.LocalOnly stops waiting then.
 type load struct {
-	done chan struct{}
-	data []byte
-	err  error
+	done   chan struct{}
+	remote chan struct{}
+	data   []byte
+	err    error
 }
+
+// remoteChunk is a chunk that a read under cas.LocalOnly found only a
+// remote could give: the caller fetches it with no lock held and reads
+// again (Session.Read).
+type remoteChunk struct {
+	ref cas.Ref
+	err error
+}
+
+func (e *remoteChunk) Error() string { return fmt.Sprintf("chunk %s: %v", e.ref.Short(), e.err) }
+func (e *remoteChunk) Unwrap() error { return e.err }
 
 // readAheadChunks is how many chunks past a sequential read are fetched in
 // the background (one kernel request's worth: MaxWrite), and maxAhead how
@@ -81,27 +97,67 @@ func (c *chunkCache) prefetch(refs []cas.Ref) {
 
 // get returns the plain bytes of ref; callers must not modify them. A
 // fetch already in flight for ref (a read-ahead) is joined, not repeated.
+// Under cas.LocalOnly, a chunk that only a remote has is a *remoteChunk
+// (wrapping cas.ErrNotLocal), and so is one whose fetch in flight waits
+// for a remote.
 func (c *chunkCache) get(ctx context.Context, ref cas.Ref) ([]byte, error) {
-	c.mu.Lock()
-	if it, ok := c.items[ref]; ok {
-		c.order.MoveToFront(it.elem)
-		c.mu.Unlock()
-		return it.data, nil
-	}
-	if l, ok := c.loading[ref]; ok {
-		c.mu.Unlock()
-		select {
-		case <-l.done:
-			return l.data, l.err
-		case <-ctx.Done():
-			return nil, ctx.Err()
+	local := cas.IsLocalOnly(ctx)
+	for {
+		c.mu.Lock()
+		if it, ok := c.items[ref]; ok {
+			c.order.MoveToFront(it.elem)
+			c.mu.Unlock()
+			return it.data, nil
 		}
+		l, joined := c.loading[ref]
+		if !joined {
+			l = &load{done: make(chan struct{}), remote: make(chan struct{})}
+			c.loading[ref] = l
+		}
+		c.mu.Unlock()
+		if !joined {
+			c.load(ctx, ref, l)
+		} else if err := l.wait(ctx, local); errors.Is(err, cas.ErrNotLocal) {
+			return nil, &remoteChunk{ref: ref, err: err}
+		} else if err != nil {
+			return nil, err
+		}
+		if errors.Is(l.err, cas.ErrNotLocal) {
+			if local {
+				return nil, &remoteChunk{ref: ref, err: l.err}
+			}
+			continue // a local-only load: this caller may fetch
+		}
+		return l.data, l.err
 	}
-	l := &load{done: make(chan struct{})}
-	c.loading[ref] = l
-	c.mu.Unlock()
+}
 
-	l.data, l.err = c.store.Get(ctx, ref)
+// wait waits for l to end; under local, only while it needs no remote,
+// else it answers cas.ErrNotLocal.
+func (l *load) wait(ctx context.Context, local bool) error {
+	remote := l.remote
+	if !local {
+		remote = nil
+	}
+	select {
+	case <-l.done:
+		return nil
+	case <-remote:
+		return cas.ErrNotLocal
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// load fetches ref into l and the cache. The store is asked for its local
+// copy first, so that waiters under cas.LocalOnly learn when the fetch
+// goes to a remote.
+func (c *chunkCache) load(ctx context.Context, ref cas.Ref, l *load) {
+	l.data, l.err = c.store.Get(cas.LocalOnly(ctx), ref)
+	if errors.Is(l.err, cas.ErrNotLocal) && !cas.IsLocalOnly(ctx) {
+		close(l.remote)
+		l.data, l.err = c.store.Get(ctx, ref)
+	}
 
 	c.mu.Lock()
 	delete(c.loading, ref)
@@ -116,5 +172,4 @@ func (c *chunkCache) get(ctx context.Context, ref cas.Ref) ([]byte, error) {
 	}
 	c.mu.Unlock()
 	close(l.done)
-	return l.data, l.err
 }

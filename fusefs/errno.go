@@ -13,7 +13,9 @@ import (
 // toErrno is the one place where errors become kernel errnos. POSIX
 // outcomes travel as syscall.Errno and pass through; cancellation becomes
 // EINTR; a store that refuses data on a full disk (cas.ErrNoSpace) is
-// ENOSPC, as a full ext4 says; everything else (corrupt or missing
+// ENOSPC, as a full ext4 says; a chunk that a read tried on local data
+// alone found only a remote has (cas.ErrNotLocal) is EAGAIN, which the
+// gate takes back (rawGate.ReadLocal); everything else (corrupt or missing
 // chunks, store failures, a remote that refused or timed out, whatever
 // errno its network error carries) is logged with the path and becomes
 // EIO, so that wrong bytes are never served.
@@ -36,6 +38,11 @@ func (m *Mount) toErrno(op string, f *fnode, err error) syscall.Errno {
 		return errno
 	case errors.Is(err, context.Canceled):
 		return syscall.EINTR
+	}
+	if errors.Is(err, cas.ErrNotLocal) {
+		// Only a read the gate tried on local data alone meets it; the
+		// gate serves it again, remote allowed (rawGate.ReadLocal).
+		return syscall.EAGAIN
 	}
 	if errors.Is(err, cas.ErrNoSpace) {
 		// The store logs when it starts and stops refusing.

@@ -16,6 +16,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/manifest"
 )
 
@@ -577,11 +578,15 @@ func (f *fnode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, 
 
 func (f *fnode) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n := f.n.Load()
+	mode := readBits(ctx)
+	if mode&modeLocal != 0 {
+		ctx = cas.LocalOnly(ctx)
+	}
 	k, err := f.sess().Read(ctx, n, dest, off)
 	if err != nil {
 		return nil, f.m.toErrno("read", f, err)
 	}
-	if !atimeOff(ctx) {
+	if mode&modeNoAtime == 0 {
 		f.m.accessed(n)
 	}
 	return fuse.ReadResultData(dest[:k]), 0

@@ -1,6 +1,10 @@
 package fusefs
 
-import "github.com/hanwen/go-fuse/v2/fuse"
+import (
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
 
 // The gate ignores INTERRUPT (see doc.go, Interrupts) and times each
 // request for the engine's Observer (observe.go).
@@ -117,7 +121,20 @@ func (g *rawGate) Open(cancel <-chan struct{}, input *fuse.OpenIn, out *fuse.Ope
 
 func (g *rawGate) Read(cancel <-chan struct{}, input *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
 	t := g.begin()
-	r, st := g.RawFileSystem.Read(readMode(input), input, buf)
+	r, st := g.RawFileSystem.Read(readMode(input, false), input, buf)
+	return r, g.end(OpRead, t, st)
+}
+
+// ReadLocal serves a READ from local data alone (uring.LocalReader): a
+// read that needs a remote's chunk answers EAGAIN (cas.ErrNotLocal, as
+// toErrno maps it), and the ring hands it to a goroutine that calls Read.
+// That attempt is not timed: Read times the request.
+func (g *rawGate) ReadLocal(input *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	t := g.begin()
+	r, st := g.RawFileSystem.Read(readMode(input, true), input, buf)
+	if st == fuse.Status(syscall.EAGAIN) {
+		return r, st
+	}
 	return r, g.end(OpRead, t, st)
 }
 

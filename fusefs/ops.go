@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -830,11 +831,41 @@ func (s *Session) write(ctx context.Context, n *node, data []byte, off int64, op
 	return len(data), full, nil
 }
 
-// Read reads at off into dest.
+// fetchRounds bounds how often Read fetches a chunk with no lock held and
+// reads again; past it (the chunks fetched keep leaving the cache), the
+// read fetches with n.mu held.
+const fetchRounds = 4
+
+// Read reads at off into dest. A chunk that only a remote has is fetched
+// with no lock held and the read tried again, so that a slow remote holds
+// up no other operation on n (a stat, a listing of its directory); under
+// cas.LocalOnly it is an error wrapping cas.ErrNotLocal instead.
 func (s *Session) Read(ctx context.Context, n *node, dest []byte, off int64) (int, error) {
 	if _, err := s.ingestNode(ctx, n); err != nil {
 		return 0, err
 	}
+	if cas.IsLocalOnly(ctx) {
+		return n.read(ctx, dest, off)
+	}
+	local := cas.LocalOnly(ctx)
+	for range fetchRounds {
+		k, err := n.read(local, dest, off)
+		var miss *remoteChunk
+		if !errors.As(err, &miss) {
+			if errors.Is(err, cas.ErrNotLocal) {
+				break // not a chunk (a chunk list): read with the remote allowed
+			}
+			return k, err
+		}
+		if _, err := s.chunks.get(ctx, miss.ref); err != nil {
+			return 0, err
+		}
+	}
+	return n.read(ctx, dest, off)
+}
+
+// read reads at off into dest with n.mu held.
+func (n *node) read(ctx context.Context, dest []byte, off int64) (int, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.kind != manifest.KindFile {

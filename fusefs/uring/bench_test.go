@@ -57,7 +57,7 @@ func BenchmarkServe(b *testing.B) {
 				// As complete does with what the kernel wrote.
 				copy(e.in[:inHeaderSize], e.hdr[hdrInOut:])
 				copy(e.in[inHeaderSize:], e.hdr[hdrOpIn:hdrOpIn+128])
-				s.serve(e, uint32(len(rq.data)))
+				s.serve(e, uint32(len(rq.data)), true)
 			}
 			if oh := (*fuse.OutHeader)(unsafe.Pointer(&e.hdr[hdrInOut])); oh.Status != 0 {
 				b.Fatalf("status %d", oh.Status)

@@ -70,9 +70,24 @@ func outAt[T any](buf []byte) (*T, int) {
 	return (*T)(unsafe.Pointer(&buf[0])), n
 }
 
+// LocalReader is a file system that can try a READ on local data alone,
+// so that a ring thread never waits for a remote: ReadLocal answers as
+// Read does, or EAGAIN when the read needs data that only a remote has,
+// and the ring then hands the request to a goroutine that calls Read (a
+// file system's own EAGAIN is answered by that Read all the same).
+type LocalReader interface {
+	ReadLocal(in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status)
+}
+
+// offRing is the status of a handler on the ring thread whose request
+// must be served by a goroutine instead; it writes nothing, so the
+// request is served again from the start.
+const offRing fuse.Status = -1
+
 // serve answers the request in e, whose payload holds n bytes, writing the
-// reply into e's buffers.
-func (s *Server) serve(e *entry, n uint32) {
+// reply into e's buffers. On the ring thread (inline), it reports false,
+// having written nothing, for a request that must go to a goroutine.
+func (s *Server) serve(e *entry, n uint32, inline bool) bool {
 	in := unsafe.Pointer(&e.in[0])
 	h := (*fuse.InHeader)(in)
 	data := e.payload[:min(int(n), len(e.payload))]
@@ -80,7 +95,13 @@ func (s *Server) serve(e *entry, n uint32) {
 		data = data[:len(data)-ext]
 	}
 	out := e.payload
-	size, st := s.dispatch(h, in, data, out)
+	size, st := s.dispatch(h, request{h: h, in: in, data: data, out: out, inline: inline})
+	if st == offRing {
+		if s.debug {
+			s.log("fuse ring request off the ring", "op", h.Opcode, "node", h.NodeId, "unique", h.Unique, "queue", e.qid)
+		}
+		return false
+	}
 	if s.debug {
 		s.log("fuse ring request", "op", h.Opcode, "node", h.NodeId, "unique", h.Unique, "queue", e.qid, "in", n, "out", size, "status", st)
 	}
@@ -90,29 +111,32 @@ func (s *Server) serve(e *entry, n uint32) {
 	oh := (*fuse.OutHeader)(unsafe.Pointer(&e.hdr[hdrInOut]))
 	*oh = fuse.OutHeader{Length: uint32(outHeaderSize + size), Status: -int32(st), Unique: h.Unique}
 	*(*uint32)(unsafe.Pointer(&e.hdr[hdrEntInOut+16])) = uint32(size)
+	return true
 }
 
 // dispatch calls the file system for one request, as go-fuse's opcode
 // table does for /dev/fuse, and returns the size of the reply written at
-// the start of out. data and out are the same buffer: a handler reads all
-// of data before it writes out.
-func (s *Server) dispatch(h *fuse.InHeader, in unsafe.Pointer, data, out []byte) (int, fuse.Status) {
+// the start of r.out. r.data and r.out are the same buffer: a handler
+// reads all of data before it writes out.
+func (s *Server) dispatch(h *fuse.InHeader, r request) (int, fuse.Status) {
 	if h.NodeId == pollHackInode {
-		return pollHackReply(h.Opcode, out)
+		return pollHackReply(h.Opcode, r.out)
 	}
 	if int(h.Opcode) >= len(handlers) || handlers[h.Opcode] == nil {
 		return 0, fuse.ENOSYS
 	}
-	return handlers[h.Opcode](s, request{h: h, in: in, data: data, out: out})
+	return handlers[h.Opcode](s, r)
 }
 
 // request is one request as its handler sees it: the header, the fixed
-// input struct at in, the rest of the payload and the reply buffer.
+// input struct at in, the rest of the payload and the reply buffer, and
+// whether it is served on the ring thread.
 type request struct {
-	h    *fuse.InHeader
-	in   unsafe.Pointer
-	data []byte
-	out  []byte
+	h      *fuse.InHeader
+	in     unsafe.Pointer
+	data   []byte
+	out    []byte
+	inline bool
 }
 
 // name is the request's one NUL-terminated name.
@@ -293,10 +317,24 @@ func doRename(s *Server, r request) (int, fuse.Status) {
 	return noReply(s.fs.Rename(nil, (*fuse.RenameIn)(r.in), from, to))
 }
 
+// doRead serves a READ; on the ring thread, from local data alone where
+// the file system can tell (LocalReader), else off the ring.
 func doRead(s *Server, r request) (int, fuse.Status) {
 	rin := (*fuse.ReadIn)(r.in)
 	buf := r.out[:min(int(rin.Size), len(r.out))]
-	res, st := s.fs.Read(nil, rin, buf)
+	var res fuse.ReadResult
+	var st fuse.Status
+	if r.inline && s.local != nil {
+		res, st = s.local.ReadLocal(rin, buf)
+		if st == fuse.Status(syscall.EAGAIN) {
+			if res != nil {
+				res.Done()
+			}
+			return 0, offRing
+		}
+	} else {
+		res, st = s.fs.Read(nil, rin, buf)
+	}
 	if res == nil {
 		return 0, st
 	}

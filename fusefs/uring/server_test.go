@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"unsafe"
 
@@ -46,7 +47,7 @@ func FuzzURingServe(f *testing.F) {
 		h.Opcode, h.NodeId, h.Unique, h.TotalExtlen = op, 1, 77, extlen
 		copy(e.in[inHeaderSize:], opIn)
 		copy(e.payload, payload)
-		s.serve(e, uint32(n))
+		require.True(t, s.serve(e, uint32(n), true))
 		oh := (*fuse.OutHeader)(unsafe.Pointer(&e.hdr[hdrInOut]))
 		require.Equal(t, uint64(77), oh.Unique)
 		sz := *(*uint32)(unsafe.Pointer(&e.hdr[hdrEntInOut+16]))
@@ -57,6 +58,48 @@ func FuzzURingServe(f *testing.F) {
 			require.Less(t, oh.Status, int32(0))
 		}
 	})
+}
+
+// splitFS has local data at offsets below 4096 and the rest "on a
+// remote": ReadLocal answers EAGAIN there, and only Read serves it.
+type splitFS struct{ fuse.RawFileSystem }
+
+func (splitFS) ReadLocal(in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	if in.Offset >= 4096 {
+		return nil, fuse.Status(syscall.EAGAIN)
+	}
+	return fuse.ReadResultData([]byte("local")), fuse.OK
+}
+
+func (splitFS) Read(_ <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	return fuse.ReadResultData([]byte("fetched")), fuse.OK
+}
+
+// TestServeOffRing: on the ring thread a READ of a LocalReader is served
+// from local data where it can be, and otherwise left unanswered for a
+// goroutine, which then serves it with Read.
+func TestServeOffRing(t *testing.T) {
+	fs := splitFS{fuse.NewDefaultRawFileSystem()}
+	s := &Server{fs: fs, local: fs, log: t.Logf}
+	mem := make([]byte, 4096+16384)
+	e := &entry{hdr: mem[:hdrSize], payload: mem[4096:]}
+	read := func(off uint64, inline bool) (bool, string) {
+		clear(e.hdr)
+		rin := (*fuse.ReadIn)(unsafe.Pointer(&e.in[0]))
+		*rin = fuse.ReadIn{InHeader: fuse.InHeader{Opcode: opRead, NodeId: 2, Unique: 9}, Offset: off, Size: 100}
+		answered := s.serve(e, 0, inline)
+		oh := (*fuse.OutHeader)(unsafe.Pointer(&e.hdr[hdrInOut]))
+		return answered, string(e.payload[:oh.Length-uint32(min(outHeaderSize, int(oh.Length)))])
+	}
+	answered, got := read(0, true)
+	require.True(t, answered)
+	require.Equal(t, "local", got)
+	answered, got = read(8192, true)
+	require.False(t, answered, "a read that needs the remote, answered on the ring thread")
+	require.Empty(t, got, "a reply written for a read left to a goroutine")
+	answered, got = read(8192, false)
+	require.True(t, answered)
+	require.Equal(t, "fetched", got)
 }
 
 // TestURingMount serves go-fuse's loopback file system through Mount, with
