@@ -576,11 +576,17 @@ func (f *fnode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, 
 	return h, f.openedToRead(ctx, flags, keep, h), 0
 }
 
+// localRead is the context of a ring thread's read (rawGate.ReadLocal).
+// A read uses its context only to reach the store, and the gate's never
+// ends (see readModes), so one shared context spares every read on the
+// rings an allocation.
+var localRead = cas.LocalOnly(context.Background())
+
 func (f *fnode) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n := f.n.Load()
 	mode := readBits(ctx)
 	if mode&modeLocal != 0 {
-		ctx = cas.LocalOnly(ctx)
+		ctx = localRead
 	}
 	k, err := f.sess().Read(ctx, n, dest, off)
 	if err != nil {
