@@ -831,15 +831,13 @@ func (s *Session) write(ctx context.Context, n *node, data []byte, off int64, op
 	return len(data), full, nil
 }
 
-// fetchRounds bounds how often Read fetches a chunk with no lock held and
-// reads again; past it (the chunks fetched keep leaving the cache), the
-// read fetches with n.mu held.
-const fetchRounds = 4
-
 // Read reads at off into dest. A chunk that only a remote has is fetched
 // with no lock held and the read tried again, so that a slow remote holds
 // up no other operation on n (a stat, a listing of its directory); under
-// cas.LocalOnly it is an error wrapping cas.ErrNotLocal instead.
+// cas.LocalOnly it is an error wrapping cas.ErrNotLocal instead. Each try
+// fetches one chunk, so a read of k chunks tries at most k+2 times; past
+// that (the chunks fetched keep leaving the cache) it fetches with n.mu
+// held.
 func (s *Session) Read(ctx context.Context, n *node, dest []byte, off int64) (int, error) {
 	if _, err := s.ingestNode(ctx, n); err != nil {
 		return 0, err
@@ -848,7 +846,7 @@ func (s *Session) Read(ctx context.Context, n *node, dest []byte, off int64) (in
 		return n.read(ctx, dest, off)
 	}
 	local := cas.LocalOnly(ctx)
-	for range fetchRounds {
+	for range len(dest)/manifest.ChunkSize + 3 {
 		k, err := n.read(local, dest, off)
 		var miss *remoteChunk
 		if !errors.As(err, &miss) {

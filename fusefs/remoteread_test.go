@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/manifest"
 )
 
 // remoteStore is a store whose chosen chunks behave as if only a remote
@@ -133,6 +135,7 @@ func TestRemoteReadHoldsNothingElse(t *testing.T) {
 	store := newRemoteStore()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	remote := func(c int) string { return fmt.Sprintf("remote-%d.bin", c) }
+	content := func(c int) []byte { return randBytes(uint64(c), remoteSize) }
 	local := func(c, x int) string { return fmt.Sprintf("local-%d-%d.txt", c, x) }
 
 	// The session's files, stored, then a fresh engine: nothing of them in
@@ -143,14 +146,16 @@ func TestRemoteReadHoldsNothingElse(t *testing.T) {
 	m1, err := e1.Mount(ctx, "s", "", t.TempDir(), MountOptions{})
 	require.NoError(t, err)
 	for _, c := range cpus {
-		require.NoError(t, os.WriteFile(filepath.Join(m1.Dir(), remote(c)), randBytes(uint64(c), 40<<10), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(m1.Dir(), remote(c)), content(c), 0o644))
 		for _, x := range cpus {
 			write(t, filepath.Join(m1.Dir(), local(c, x)), local(c, x))
 		}
 	}
 	require.NoError(t, e1.Close(ctx))
 	for _, c := range cpus {
-		store.makeRemote(cas.Sum(randBytes(uint64(c), 40<<10)))
+		for _, ref := range chunksOf(content(c)) {
+			store.makeRemote(ref)
+		}
 	}
 	e := NewTestEngine(t, store)
 	m := MountForTest(t, e, "s", "", MountOptions{})
@@ -158,18 +163,21 @@ func TestRemoteReadHoldsNothingElse(t *testing.T) {
 	t.Logf("transport: %s, CPUs %v", m.Transport(), cpus)
 
 	for _, c := range cpus {
-		want := randBytes(uint64(c), 40<<10)
+		want := content(c)
 		var got []byte
 		read := onCPU(c, func() (err error) {
 			got, err = os.ReadFile(filepath.Join(m.Dir(), remote(c)))
 			return err
 		})
-		select {
-		case <-store.waiting:
-		case err := <-read:
-			t.Fatalf("the read of %s on CPU %d ended (%v) without waiting for the remote", remote(c), c, err)
-		case <-time.After(stuckLimit):
-			t.Fatalf("the read of %s on CPU %d never asked the remote", remote(c), c)
+		for asked := false; !asked; {
+			select {
+			case ref := <-store.waiting:
+				asked = slices.Contains(chunksOf(want), ref)
+			case err := <-read:
+				t.Fatalf("the read of %s on CPU %d ended (%v) without waiting for the remote", remote(c), c, err)
+			case <-time.After(stuckLimit):
+				t.Fatalf("the read of %s on CPU %d never asked the remote", remote(c), c)
+			}
 		}
 		for _, x := range cpus {
 			done := onCPU(x, func() error { return localOps(m.Dir(), remote(c), local(c, x)) })
@@ -185,10 +193,25 @@ func TestRemoteReadHoldsNothingElse(t *testing.T) {
 			t.Fatalf("the read of %s ended (%v) before the remote answered", remote(c), err)
 		default:
 		}
-		store.release(cas.Sum(want))
+		for _, ref := range chunksOf(want) {
+			store.release(ref)
+		}
 		require.NoError(t, <-read)
 		require.True(t, bytes.Equal(want, got), "the read of %s after the remote answered returned the wrong bytes", remote(c))
 	}
+}
+
+// remoteSize is the size of the files whose chunks only the "remote" has:
+// several chunks, the last one short.
+const remoteSize = 5*manifest.ChunkSize - 100
+
+// chunksOf returns the refs of b's chunks.
+func chunksOf(b []byte) []cas.Ref {
+	var refs []cas.Ref
+	for off := 0; off < len(b); off += manifest.ChunkSize {
+		refs = append(refs, cas.Sum(b[off:min(off+manifest.ChunkSize, len(b))]))
+	}
+	return refs
 }
 
 // localOps stats the file being read, lists the directory as ls -l does
@@ -199,7 +222,7 @@ func localOps(dir, reading, name string) error {
 	if err := unix.Lstat(filepath.Join(dir, reading), &st); err != nil {
 		return err
 	}
-	if st.Size != 40<<10 {
+	if st.Size != remoteSize {
 		return fmt.Errorf("stat %s: size %d", reading, st.Size)
 	}
 	ents, err := os.ReadDir(dir)
