@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/internal/testkit/cputest"
 	"github.com/homefs/homefs/manifest"
 )
 
@@ -88,37 +88,6 @@ func (s *remoteStore) releaseAll() {
 	}
 }
 
-// onCPU runs fn on an OS thread of its own pinned to cpu, so that the
-// kernel queues its FUSE requests on that CPU's ring.
-func onCPU(cpu int, fn func() error) <-chan error {
-	done := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread, pinned, ends with the goroutine.
-		runtime.LockOSThread()
-		var set unix.CPUSet
-		set.Set(cpu)
-		if err := unix.SchedSetaffinity(0, &set); err != nil {
-			done <- fmt.Errorf("pin to CPU %d: %w", cpu, err)
-			return
-		}
-		done <- fn()
-	}()
-	return done
-}
-
-// usableCPUs are the CPUs this process may run on.
-func usableCPUs(t *testing.T) []int {
-	var set unix.CPUSet
-	require.NoError(t, unix.SchedGetaffinity(0, &set))
-	var cpus []int
-	for c := 0; len(cpus) < set.Count(); c++ {
-		if set.IsSet(c) {
-			cpus = append(cpus, c)
-		}
-	}
-	return cpus
-}
-
 // stuckLimit is far longer than any local operation takes, even under
 // -race on a loaded host: one that has not ended by then waits for the
 // "remote".
@@ -131,7 +100,7 @@ const stuckLimit = 30 * time.Second
 // once the remote answers, the read returns the right bytes.
 func TestRemoteReadHoldsNothingElse(t *testing.T) {
 	ctx := context.Background()
-	cpus := usableCPUs(t)
+	cpus := cputest.Usable(t)
 	store := newRemoteStore()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	remote := func(c int) string { return fmt.Sprintf("remote-%d.bin", c) }
@@ -165,7 +134,7 @@ func TestRemoteReadHoldsNothingElse(t *testing.T) {
 	for _, c := range cpus {
 		want := content(c)
 		var got []byte
-		read := onCPU(c, func() (err error) {
+		read := cputest.On(c, func() (err error) {
 			got, err = os.ReadFile(filepath.Join(m.Dir(), remote(c)))
 			return err
 		})
@@ -180,7 +149,7 @@ func TestRemoteReadHoldsNothingElse(t *testing.T) {
 			}
 		}
 		for _, x := range cpus {
-			done := onCPU(x, func() error { return localOps(m.Dir(), remote(c), local(c, x)) })
+			done := cputest.On(x, func() error { return localOps(m.Dir(), remote(c), local(c, x)) })
 			select {
 			case err := <-done:
 				require.NoError(t, err, "CPU %d", x)

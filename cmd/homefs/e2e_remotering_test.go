@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/homefs/homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/internal/testkit/cputest"
 )
 
 // TestRemoteFrozenGatewayLocalOps: while a lazy read waits for a frozen
@@ -24,7 +24,7 @@ func TestRemoteFrozenGatewayLocalOps(t *testing.T) {
 	needFUSE(t)
 	srv := s3test.Start(t)
 	url := "s3://" + srv.Bucket(t) + "/fleet"
-	cpus := usableCPUs(t)
+	cpus := cputest.Usable(t)
 	a, b := newEnv(t), newEnv(t)
 	a.daemonEnv = remoteCreds()
 	a.start(quickRemote...)
@@ -65,7 +65,7 @@ func TestRemoteFrozenGatewayLocalOps(t *testing.T) {
 		}
 	})
 	for round, c := range cpus {
-		read := onCPU(c, func() error {
+		read := cputest.On(c, func() error {
 			_, err := os.ReadFile(filepath.Join(mntB, remote(c)))
 			return err
 		})
@@ -80,7 +80,7 @@ func TestRemoteFrozenGatewayLocalOps(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		for _, x := range cpus {
-			require.NoError(t, <-onCPU(x, func() error { return localOpsAt(mntB, remote(c), local(c, x)) }), "CPU %d", x)
+			require.NoError(t, <-cputest.On(x, func() error { return localOpsAt(mntB, remote(c), local(c, x)) }), "CPU %d", x)
 		}
 		// The daemon logs the lazy read's failure before it answers it:
 		// local requests that waited for it come after that line.
@@ -149,35 +149,4 @@ func localOpsAt(mnt, reading, name string) error {
 		return fmt.Errorf("read %s: %q", name, b[:n])
 	}
 	return nil
-}
-
-// onCPU runs fn on an OS thread of its own pinned to cpu, so that the
-// kernel queues its FUSE requests on that CPU's ring.
-func onCPU(cpu int, fn func() error) <-chan error {
-	done := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread, pinned, ends with the goroutine.
-		runtime.LockOSThread()
-		var set unix.CPUSet
-		set.Set(cpu)
-		if err := unix.SchedSetaffinity(0, &set); err != nil {
-			done <- fmt.Errorf("pin to CPU %d: %w", cpu, err)
-			return
-		}
-		done <- fn()
-	}()
-	return done
-}
-
-// usableCPUs are the CPUs this process may run on.
-func usableCPUs(t *testing.T) []int {
-	var set unix.CPUSet
-	require.NoError(t, unix.SchedGetaffinity(0, &set))
-	var cpus []int
-	for c := 0; len(cpus) < set.Count(); c++ {
-		if set.IsSet(c) {
-			cpus = append(cpus, c)
-		}
-	}
-	return cpus
 }
