@@ -10,7 +10,7 @@ BENCHTIME ?= 1x
 # binary reports its VCS revision (internal/version).
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 
-.PHONY: all build test test-short bench fuzz lint staticcheck demo clean
+.PHONY: all build test test-short bench bench-peers fuzz lint staticcheck demo clean
 
 all: lint build test
 
@@ -29,10 +29,16 @@ test:
 test-short:
 	$(GO) test -count=1 -short $(PKGS)
 
-# Benchmarks with ratios against the native disk measured in the same run;
-# HOMEFS_BENCH_SCALE=small for a quick pass. See docs/BENCHMARKS.md.
+# Benchmarks with ratios against the native disk measured in the same run,
+# then the side-by-side run (bench-peers); HOMEFS_BENCH_SCALE=small for a
+# quick pass. See docs/BENCHMARKS.md.
 bench:
 	scripts/bench.sh
+
+# homefs side by side with ext4, overlayfs and fuse-overlayfs on one loop
+# disk, and capture/fork against btrfs snapshots: table, JSON and chart.
+bench-peers:
+	scripts/bench-peers.sh
 
 # Every fuzz target, briefly, seeded from testdata.
 fuzz:

@@ -1,13 +1,16 @@
 #!/bin/sh
 # Mount benchmarks: each operation on the native disk under the
 # store and on a homefs mount, in the same run, then the ratio table
-# (internal/benchreport) and, when benchstat can be fetched, its summary.
+# (internal/benchreport) and, when benchstat can be fetched, its summary;
+# then homefs side by side with ext4, overlayfs and fuse-overlayfs
+# (scripts/bench-peers.sh).
 #
 #   HOMEFS_BENCH_SCALE=small  sizes for a smoke run (under 3 minutes)
 #   HOMEFS_BENCH_DIR=DIR      where the store, native dir and mount live
 #   BENCH=REGEXP              which benchmarks (default: all)
 #   BENCHTIME, BENCHCOUNT     go test -benchtime / -count (default 1s, 1)
 #   BENCH_OUT=FILE            keep the raw results (default: a temp file)
+#   BENCH_PEERS=0             without the side-by-side run
 set -eu
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -26,3 +29,7 @@ else
 	echo "benchstat unavailable (it needs the network); raw results: $out"
 fi
 rm -f "$out.fs"
+if [ "${BENCH_PEERS:-1}" != 0 ]; then
+	echo
+	scripts/bench-peers.sh
+fi

@@ -1,8 +1,8 @@
 // Command benchreport turns the output of the fusefs mount benchmarks
 // (go test -bench, any -count) into the table of docs/BENCHMARKS.md: for
-// each operation, homefs ÷ native measured in the same run, beside the goal
-// and the go-fuse loopback reference. Repeated results are
-// summarised by their median.
+// each operation, homefs ÷ native measured in the same run, beside the goal.
+// Repeated results are summarised by their median. Other filesystems are
+// measured side by side by internal/benchpeers.
 //
 // Usage: go test ./fusefs -run '^$' -bench . | go run ./internal/benchreport
 package main
@@ -21,29 +21,28 @@ import (
 // An op is one row of the table: benchmark name (without /native or
 // /homefs) and how to judge it.
 type op struct {
-	name     string
-	label    string
-	rate     bool    // compare throughput (MB/s); otherwise time per op
-	goal     float64 // rate: homefs ≥ goal × native; time: homefs ≤ goal × native; 0: none
-	loopback string  // go-fuse example loopback on the same workloads, fixed
-	homefs   string  // the homefs sub-benchmark, when not "homefs"
+	name   string
+	label  string
+	rate   bool    // compare throughput (MB/s); otherwise time per op
+	goal   float64 // rate: homefs ≥ goal × native; time: homefs ≤ goal × native; 0: none
+	homefs string  // the homefs sub-benchmark, when not "homefs"
 }
 
 var ops = []op{
-	{"SeqWrite", "sequential write, 1 MiB blocks + fsync", true, 0.7, "0.47×", ""},
-	{"SeqWrite", "the same, then close and capture (the bytes stored)", true, 0, "—", "homefs+capture"},
-	{"SeqRead", "sequential read, 1 MiB blocks, cold cache", true, 0, "—", ""},
-	{"SeqReadCached", "the same file read again (page cache kept)", true, 0.8, "—", ""},
-	{"SeqReadJustWritten", "a 1 GiB file read right after it was written and closed", true, 0.8, "—", ""},
-	{"RandWrite4K", "4 KiB random write + fsync", true, 0.5, "0.55×", ""},
-	{"JSONLAppend", "JSONL append, fsync every 32 lines (O_WRONLY descriptor)", true, 0.5, "0.15×", ""},
-	{"JSONLAppendRW", "the same through O_RDWR (Codex's rollout descriptor)", true, 0.5, "0.15×", ""},
-	{"Tree/untar", "untar of Go's src/ (tar -xf)", false, 3, "20× time", ""},
-	{"Tree/untar+sync", "the same, then sync (homefs: and flush, the bytes stored)", false, 0, "—", ""},
-	{"SmallFile", "one file written as tar writes it (2 KiB)", false, 0, "—", ""},
-	{"RoundTrip", "one fchmod of an open file (homefs: one round trip)", false, 0, "—", ""},
-	{"Tree/git-status", "git status on it", false, 3, "5.8× time", ""},
-	{"Tree/rm-rf", "rm -rf of it", false, 3, "2.7× time", ""},
+	{"SeqWrite", "sequential write, 1 MiB blocks + fsync", true, 0.7, ""},
+	{"SeqWrite", "the same, then close and capture (the bytes stored)", true, 0, "homefs+capture"},
+	{"SeqRead", "sequential read, 1 MiB blocks, cold cache", true, 0, ""},
+	{"SeqReadCached", "the same file read again (page cache kept)", true, 0.8, ""},
+	{"SeqReadJustWritten", "a 1 GiB file read right after it was written and closed", true, 0.8, ""},
+	{"RandWrite4K", "4 KiB random write + fsync", true, 0.5, ""},
+	{"JSONLAppend", "JSONL append, fsync every 32 lines (O_WRONLY descriptor)", true, 0.5, ""},
+	{"JSONLAppendRW", "the same through O_RDWR (Codex's rollout descriptor)", true, 0.5, ""},
+	{"Tree/untar", "untar of Go's src/ (tar -xf)", false, 3, ""},
+	{"Tree/untar+sync", "the same, then sync (homefs: and flush, the bytes stored)", false, 0, ""},
+	{"SmallFile", "one file written as tar writes it (2 KiB)", false, 0, ""},
+	{"RoundTrip", "one fchmod of an open file (homefs: one round trip)", false, 0, ""},
+	{"Tree/git-status", "git status on it", false, 3, ""},
+	{"Tree/rm-rf", "rm -rf of it", false, 3, ""},
 }
 
 // snapshotGoal is the bound on Engine.Capture and Engine.Fork, in ns.
@@ -112,8 +111,8 @@ func duration(ns float64) string {
 }
 
 func report(w io.Writer, res map[string]*result, order []string) {
-	fmt.Fprintln(w, "| operation | native | homefs | homefs ÷ native | goal | met | go-fuse loopback |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| operation | native | homefs | homefs ÷ native | goal | met |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	for _, o := range ops {
 		sub := o.homefs
 		if sub == "" {
@@ -144,7 +143,7 @@ func report(w io.Writer, res map[string]*result, order []string) {
 		if goalS == "" {
 			goalS, met = "—", "—"
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", o.label, natS, hfsS, ratioS, goalS, met, o.loopback)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", o.label, natS, hfsS, ratioS, goalS, met)
 	}
 
 	// Snapshot/<size>/<capture|fork>: absolute time, flat across sizes.

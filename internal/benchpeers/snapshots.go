@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// The capture and fork rows' targets.
+const (
+	nameSnapHomefs = "homefs (CLI)"
+	nameSnapBtrfs  = "btrfs subvolume snapshot"
+)
+
+// fill writes what both sides snapshot: Go's tree and a rollout of the
+// large file's size, durable.
+func (r *rig) fill(ctx context.Context, dir string) (rollout string, err error) {
+	tree := filepath.Join(dir, "tree")
+	if err := os.Mkdir(tree, 0o755); err != nil {
+		return "", fmt.Errorf("fill: %w", err)
+	}
+	if err := run(ctx, tree, nil, "tar", "-xf", r.in.tar); err != nil {
+		return "", err
+	}
+	rollout = filepath.Join(dir, "rollout.jsonl")
+	return rollout, run(ctx, "", nil, "dd", "if="+r.in.big, "of="+rollout, "bs=1M", "conv=fsync", "status=none")
+}
+
+// change appends one line to the rollout, as a turn of an agent does
+// between two captures.
+func change(rollout string, round int) error {
+	line := fmt.Appendf(nil, `{"type":"turn","round":%d}`+"\n", round)
+	return appendLines(rollout, [][]byte{line})
+}
+
+// timed runs fn and records its time in the snapshot table.
+func (r *rig) timed(target, key string, round int, fn func() error) error {
+	start := time.Now()
+	if err := fn(); err != nil {
+		return fmt.Errorf("%s: %s: %w", target, key, err)
+	}
+	d := time.Since(start)
+	r.res.addSnapshot(target, key, round, d)
+	fmt.Fprintf(os.Stderr, "  %-26s %-8s %8.4f s\n", target, key, d.Seconds())
+	return nil
+}
+
+// snapshotsHomefs captures a mounted session and forks the capture
+// through the CLI, each round after a one-line change.
+func (r *rig) snapshotsHomefs(ctx context.Context, h *homefsTarget) error {
+	mnt := filepath.Join(r.work, "mnt", "snap")
+	if err := os.MkdirAll(mnt, 0o755); err != nil {
+		return fmt.Errorf("snapshots: %w", err)
+	}
+	if err := h.cli(ctx, "session", "create", "snap"); err != nil {
+		return err
+	}
+	if err := h.cli(ctx, "mount", "snap", mnt); err != nil {
+		return err
+	}
+	r.undo.push("unmount "+mnt, func() error {
+		if err := h.cli(context.Background(), "unmount", mnt); err != nil {
+			return errors.Join(err, unmount(mnt))
+		}
+		return nil
+	})
+	rollout, err := r.fill(ctx, mnt)
+	if err != nil {
+		return err
+	}
+	if err := h.cli(ctx, "capture", "snap"); err != nil { // stores the bytes: not timed
+		return err
+	}
+	for round := range r.sc.count {
+		if err := change(rollout, round); err != nil {
+			return err
+		}
+		var id string
+		if err := r.timed(nameSnapHomefs, "capture", round, func() error {
+			out, err := h.out(ctx, "capture", "snap")
+			id = strings.TrimSpace(out)
+			return err
+		}); err != nil {
+			return err
+		}
+		if err := r.timed(nameSnapHomefs, "fork", round, func() error {
+			return h.cli(ctx, "fork", "snap@"+id, fmt.Sprintf("snap-fork-%d", round))
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// snapshotsBtrfs does the same on a btrfs subvolume on a loop device: a
+// read-only snapshot of it, then a writable snapshot of that.
+func (r *rig) snapshotsBtrfs(ctx context.Context) error {
+	mnt := filepath.Join(r.work, "mnt", "btrfs")
+	size := 2*r.sc.bigBytes + 4<<30
+	if err := loopFS(ctx, &r.undo, filepath.Join(r.work, "btrfs.img"), size, mnt, "mkfs.btrfs", "-q", "-f"); err != nil {
+		return err
+	}
+	sv := filepath.Join(mnt, "sv")
+	if err := run(ctx, "", nil, "btrfs", "subvolume", "create", sv); err != nil {
+		return err
+	}
+	rollout, err := r.fill(ctx, sv)
+	if err != nil {
+		return err
+	}
+	if err := run(ctx, "", nil, "sync"); err != nil {
+		return err
+	}
+	for round := range r.sc.count {
+		if err := change(rollout, round); err != nil {
+			return err
+		}
+		snap := filepath.Join(mnt, fmt.Sprintf("snap-%d", round))
+		if err := r.timed(nameSnapBtrfs, "capture", round, func() error {
+			return run(ctx, "", nil, "btrfs", "subvolume", "snapshot", "-r", sv, snap)
+		}); err != nil {
+			return err
+		}
+		if err := r.timed(nameSnapBtrfs, "fork", round, func() error {
+			return run(ctx, "", nil, "btrfs", "subvolume", "snapshot", snap, filepath.Join(mnt, fmt.Sprintf("fork-%d", round)))
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
