@@ -6,52 +6,16 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
-)
 
-// loopExt4 mounts a fresh ext4 of size bytes on a loop device and returns
-// its mountpoint. Without loop devices it skips, or fails under CI=true.
-func loopExt4(t *testing.T, size int64) string {
-	t.Helper()
-	unavailable := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("loop devices unavailable: "+format, args...)
-		}
-		t.Skipf("loop devices unavailable: "+format, args...)
-	}
-	dir := t.TempDir()
-	img := filepath.Join(dir, "disk.img")
-	f, err := os.Create(img)
-	require.NoError(t, err)
-	require.NoError(t, f.Truncate(size))
-	require.NoError(t, f.Close())
-	if out, err := exec.Command("mkfs.ext4", "-q", "-F", img).CombinedOutput(); err != nil {
-		unavailable("mkfs.ext4: %v: %s", err, out)
-	}
-	out, err := exec.Command("losetup", "-f", "--show", img).CombinedOutput()
-	if err != nil {
-		unavailable("losetup: %v: %s", err, out)
-	}
-	dev := strings.TrimSpace(string(out))
-	t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
-	mnt := filepath.Join(dir, "mnt")
-	require.NoError(t, os.Mkdir(mnt, 0o755))
-	if err := unix.Mount(dev, mnt, "ext4", 0, ""); err != nil {
-		unavailable("mount %s: %v", dev, err)
-	}
-	// Cleanups run last in, first out: the caller's daemon stops first.
-	t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
-	return mnt
-}
+	"github.com/homefs/homefs/internal/testkit/loopfs"
+)
 
 func availMiB(t *testing.T, dir string) int64 {
 	t.Helper()
@@ -121,7 +85,7 @@ func writeServed(p string, data []byte) error {
 // works, and dropping data and gc make room for writes again.
 func TestDiskFull(t *testing.T) {
 	needFUSE(t)
-	disk := loopExt4(t, 256<<20)
+	disk := loopfs.Ext4(t, 256<<20, "")
 	e := newEnv(t)
 	e.root = filepath.Join(disk, "root")
 	e.start()
@@ -205,7 +169,7 @@ func TestDiskFull(t *testing.T) {
 // is freed elsewhere, and then it mounts without a restart, nothing lost.
 func TestDiskFullStaged(t *testing.T) {
 	needFUSE(t)
-	disk := loopExt4(t, 256<<20)
+	disk := loopfs.Ext4(t, 256<<20, "")
 	other := filepath.Join(disk, "other")
 	require.NoError(t, os.WriteFile(other, bytes.Repeat([]byte{1}, 100<<20), 0o644))
 	e := newEnv(t)
