@@ -383,9 +383,14 @@ type RunHold struct {
 
 // RunMount holds a whole-session mount of session for homefs run until
 // Release is called (or the process ends): the daemon gives it back when
-// the connection closes.
-func (c *Client) RunMount(ctx context.Context, session string) (*RunHold, error) {
-	resp, err := c.do(ctx, http.MethodPost, pathSessions+"/"+url.PathEscape(session)+"/run", nil, nil, "")
+// the connection closes. With lease (a remote's name), the daemon takes
+// the session's lease on that remote first and gives it back then.
+func (c *Client) RunMount(ctx context.Context, session, lease string) (*RunHold, error) {
+	var q url.Values
+	if lease != "" {
+		q = url.Values{"lease": {lease}}
+	}
+	resp, err := c.do(ctx, http.MethodPost, pathSessions+"/"+url.PathEscape(session)+"/run", q, nil, "")
 	if err != nil {
 		return nil, err
 	}

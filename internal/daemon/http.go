@@ -95,7 +95,7 @@ func (s *Service) sessionRoutes(mux *http.ServeMux) {
 	})
 	mux.HandleFunc("POST "+pathSessions+"/{name}/run", func(w http.ResponseWriter, r *http.Request) {
 		// The run holds its mount for as long as this request is open.
-		info, release, err := s.RunMount(r.Context(), r.PathValue("name"))
+		info, release, err := s.RunMount(r.Context(), r.PathValue("name"), r.URL.Query().Get("lease"))
 		if err != nil {
 			reply(w, nil, err)
 			return
