@@ -417,7 +417,7 @@ func snapshotInfo(id string, snap *manifest.Snapshot, forkPoint bool) *SnapshotI
 
 // Log returns a session's history, newest first, across forks.
 func (s *Service) Log(ctx context.Context, session string) ([]SnapshotInfo, error) {
-	entries, err := s.cat.Log(ctx, session)
+	entries, err := s.cat.LogOf(ctx, session)
 	if err != nil {
 		return nil, err
 	}
