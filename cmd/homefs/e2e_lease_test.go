@@ -230,19 +230,16 @@ func TestLeaseRun(t *testing.T) {
 
 	require.NoError(t, os.WriteFile(stop, nil, 0o644))
 	require.NoError(t, cmd.Wait(), out.String())
-	// The daemon sees the run's request close, as it does to unmount.
-	waitFor(t, "the end of the run to release the lease", func() bool {
-		return a.lease("lease", "show", "s", "origin").Released
-	})
-	require.False(t, a.lease("lease", "show", "s", "origin").Kept)
+	// homefs run returns once the daemon has given the lease back.
+	l = a.lease("lease", "show", "s", "origin")
+	require.True(t, l.Released, "the end of the run releases the lease: %+v", l)
+	require.False(t, l.Kept)
 
 	// Now B may run, and A is refused naming B.
 	r := b.run("run", "--lease", "origin", "s", "--", "touch", ran)
 	require.Equal(t, 0, r.code, r.stderr)
 	require.FileExists(t, ran)
-	waitFor(t, "B's run to release the lease", func() bool {
-		return b.lease("lease", "show", "s", "origin").Released
-	})
+	require.True(t, b.lease("lease", "show", "s", "origin").Released, "B's run released it too")
 	b.ok("lease", "acquire", "s", "origin")
 	a.fails(exitConflict, b.rootID(), "run", "--lease", "origin", "s", "--", "true")
 	a.fails(exitNotFound, "no such remote", "run", "--lease", "nowhere", "s", "--", "true")
