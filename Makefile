@@ -21,10 +21,15 @@ build:
 # the mount's suite again over FUSE over io_uring (fusefs tests use
 # /dev/fuse unless told otherwise; HOMEFS_FUSE_URING=1 turns the host's
 # switch on for the run if it is off, and off again after it, as the
-# end-to-end tests' daemons do with serve --fuse-uring=on).
+# end-to-end tests' daemons do with serve --fuse-uring=on); then the
+# remote's tests again against encrypted remotes (HOMEFS_TEST_ENCRYPT=1:
+# every remote a test makes is encrypted; REMOTE_TESTS names them, in the
+# remote package and end to end; about 2 minutes more).
+REMOTE_TESTS := Remote|Lease|Push|Pull|Host|Server|Head|Ping|Chunks|Lock|Encrypted|FsckRepair|Service
 test:
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 	HOMEFS_FUSE_URING=1 $(GO) test -race -count=1 -timeout 30m ./fusefs
+	HOMEFS_TEST_ENCRYPT=1 $(GO) test -race -count=1 -timeout 30m -run '$(REMOTE_TESTS)' ./internal/remote ./cmd/homefs
 
 test-short:
 	$(GO) test -count=1 -short $(PKGS)

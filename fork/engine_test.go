@@ -9,15 +9,14 @@ import (
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/fork"
 	"github.com/homefs/homefs/fusefs/fusefstest"
+	"github.com/homefs/homefs/internal/testkit/needfuse"
 )
 
 // TestBindWithEngine binds through the real fusefs.Engine: rollouts are
 // written into the source through its FUSE mount, bound into a mounted
 // target, and read back there; the store gains no file chunk.
 func TestBindWithEngine(t *testing.T) {
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("no /dev/fuse")
-	}
+	needfuse.Require(t)
 	ctx := context.Background()
 	store := cas.NewMemory()
 	e := fusefstest.NewEngine(t, store)

@@ -38,7 +38,10 @@ func captureCommand() *cli.Command {
 started) as an immutable snapshot and prints its id. --handle records the
 provider session the snapshot belongs to and the turn it is valid through.
 --push then pushes the snapshot to REMOTE (or the only remote) and returns
-once it is durable there (see "homefs push"); progress goes to stderr.
+once it is durable there (see "homefs push"); progress goes to stderr. If
+the push fails, the snapshot stays captured: the message says how to push
+it again or, on a conflict (exit 4), how to keep it as a new session or
+take the other host's turn.
 
    homefs capture agent-1 -m "after turn 3" --handle codex=0199a3b2-…@turn-3
    homefs capture agent-1 --push origin`,
@@ -101,7 +104,7 @@ func runCapture(ctx context.Context, cl *daemon.Client, out io.Writer, o capture
 		res.Pushed, err = cl.Push(ctx, daemon.PushRequest{Spec: snap.ID, Remote: o.remote}, p.show)
 		p.done()
 		if err != nil {
-			return fmt.Errorf("captured %s, but the push failed (rerun: homefs push %s): %w", snap.ID, snap.ID, err)
+			return pushFailed(snap, o.remote, err)
 		}
 	}
 	if o.json {
@@ -112,4 +115,23 @@ func runCapture(ctx context.Context, cl *daemon.Client, out io.Writer, o capture
 		printPush(os.Stderr, res.Pushed)
 	}
 	return nil
+}
+
+// pushFailed is the error of capture --push when the capture succeeded
+// and the push of snap to remoteName did not. An interrupted push
+// completes when rerun; a conflict does not (the remote head moved along
+// another line), so that one says the two ways out instead.
+func pushFailed(snap *daemon.SnapshotInfo, remoteName string, err error) error {
+	on := ""
+	if remoteName != "" {
+		on = " " + remoteName
+	}
+	if exitCode(err) != exitConflict {
+		return fmt.Errorf("captured %s, but the push failed (rerun: homefs push %s%s): %w", snap.ID, snap.ID, on, err)
+	}
+	short := shortID(snap.ID)
+	return fmt.Errorf("captured %s, but the remote head of %s moved along another line (another host pushed a turn this snapshot does not descend from), "+
+		"so pushing it again conflicts again; keep this turn as a new session: homefs fork %s@%s NEW && homefs capture --push NEW%s; "+
+		"or take the other host's turn: homefs pull %s%s, then fork or restore the snapshot it prints: %w",
+		snap.ID, snap.Session, snap.Session, short, on, snap.Session, on, err)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -186,4 +187,60 @@ func TestLeaseMount(t *testing.T) {
 	a.fails(exitConflict, b.rootID(), "mount", "--lease", "origin", "s", mntA)
 	b.ok("unmount", mntB)
 	require.True(t, b.lease("lease", "show", "s", "origin").Released)
+}
+
+// TestLeaseRun: run --lease takes the session's lease before the run's
+// mount, so that the other host's run --lease is refused naming the
+// holder, and its command never starts; the daemon keeps (renews) the
+// lease while the run lasts, a mount --lease unmounted meanwhile leaves
+// it to the run, and the end of the run releases it.
+func TestLeaseRun(t *testing.T) {
+	a, b := leaseHosts(t)
+	for _, e := range []*env{a, b} {
+		canon := filepath.Join(e.dir, "canon")
+		require.NoError(t, os.MkdirAll(canon, 0o755))
+		e.ok("session", "create", "s", "--workspace-at", canon+"/ws")
+	}
+	// A's command waits for the test to let it end.
+	started, stop := filepath.Join(a.dir, "started"), filepath.Join(a.dir, "stop")
+	cmd := exec.Command(homefsBin, "run", "--lease", "origin", "s", "--", "sh", "-c",
+		`echo from A > a.txt; touch "$1"; while [ ! -e "$2" ]; do sleep 0.05; done`, "sh", started, stop)
+	cmd.Env = append(os.Environ(), "HOMEFS_ROOT="+a.root)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	waitFor(t, "A's command to start", func() bool { _, err := os.Stat(started); return err == nil })
+
+	idA := a.rootID()
+	l := a.lease("lease", "show", "s", "origin")
+	require.True(t, l.Live && l.Ours && l.Kept, "the run holds the lease: %+v", l)
+	ran := filepath.Join(b.dir, "ran")
+	b.fails(exitConflict, idA, "run", "--lease", "origin", "s", "--", "touch", ran)
+	require.NoFileExists(t, ran, "a refused run runs nothing")
+	require.Empty(t, hostMounts(t, daemon.RunDirFor(b.root)), "a refused run mounts nothing")
+
+	// A mount --lease of the same session comes and goes: the run still
+	// holds the lease.
+	mnt := a.mkdir("mnt")
+	a.ok("mount", "--lease", "origin", "s", mnt)
+	a.ok("unmount", mnt)
+	l = a.lease("lease", "show", "s", "origin")
+	require.True(t, l.Live && l.Kept && !l.Released, "the run still holds the lease: %+v", l)
+
+	require.NoError(t, os.WriteFile(stop, nil, 0o644))
+	require.NoError(t, cmd.Wait(), out.String())
+	// homefs run returns once the daemon has given the lease back.
+	l = a.lease("lease", "show", "s", "origin")
+	require.True(t, l.Released, "the end of the run releases the lease: %+v", l)
+	require.False(t, l.Kept)
+
+	// Now B may run, and A is refused naming B.
+	r := b.run("run", "--lease", "origin", "s", "--", "touch", ran)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.FileExists(t, ran)
+	require.True(t, b.lease("lease", "show", "s", "origin").Released, "B's run released it too")
+	b.ok("lease", "acquire", "s", "origin")
+	a.fails(exitConflict, b.rootID(), "run", "--lease", "origin", "s", "--", "true")
+	a.fails(exitNotFound, "no such remote", "run", "--lease", "nowhere", "s", "--", "true")
 }

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -96,17 +97,7 @@ func TestRemoteTwoHosts(t *testing.T) {
 	b.ok("unmount", mntB2)
 
 	// B resumes from A's first snapshot and diverges: its push is refused.
-	b.ok("session", "create", "s")
-	b.ok("restore", "s", cap1.ID)
-	mntB3 := b.mkdir("b3")
-	b.ok("mount", "s", mntB3)
-	writeFile(t, filepath.Join(mntB3, "workspace/b.txt"), "from B\n")
-	r := b.fails(exitConflict, "head changed concurrently", "capture", "s", "--push", "origin")
-	require.Contains(t, r.stderr, "captured ")
-	b.fails(exitConflict, "head changed concurrently", "push", "s", "origin")
-	var head daemon.PullResult
-	require.NoError(t, json.Unmarshal([]byte(a.ok("pull", "s", "--json")), &head))
-	require.Equal(t, cap2.ID, head.Snapshot, "the remote head is still A's")
+	checkDivergingPush(t, a, b, cap1.ID, cap2.ID)
 
 	// Errors: unknown remote, unknown snapshot, remote rm.
 	b.fails(exitNotFound, "no such remote", "push", "s", "nowhere")
@@ -127,4 +118,39 @@ func randomText(n int, seed uint64) string {
 		b[i] = alphabet[r.IntN(len(alphabet))]
 	}
 	return string(b)
+}
+
+// checkDivergingPush has b resume session s from A's snapshot first and
+// capture --push a diverging turn while the remote head is A's head: the
+// push is refused (exit 4) with a message that offers no rerun, which
+// could only conflict again, but the two ways out, which then work: the
+// turn forked and pushed as a new session, or A's turn pulled.
+func checkDivergingPush(t *testing.T, a, b *env, first, head string) {
+	t.Helper()
+	b.ok("session", "create", "s")
+	b.ok("restore", "s", first)
+	mntB3 := b.mkdir("b3")
+	b.ok("mount", "s", mntB3)
+	writeFile(t, filepath.Join(mntB3, "workspace/b.txt"), "from B\n")
+	r := b.fails(exitConflict, "head changed concurrently", "capture", "s", "--push", "origin")
+	require.Contains(t, r.stderr, "captured ")
+	require.NotContains(t, r.stderr, "rerun")
+	capB := strings.Fields(strings.TrimSpace(r.stderr))[2] // "homefs: captured ID, …"
+	capB = strings.TrimSuffix(capB, ",")
+	require.Len(t, capB, 64, r.stderr)
+	fork := "homefs fork s@" + capB[:12] + " NEW && homefs capture --push NEW origin"
+	require.Contains(t, r.stderr, fork)
+	require.Contains(t, r.stderr, "homefs pull s origin")
+	b.fails(exitConflict, "head changed concurrently", "push", "s", "origin")
+	var onRemote daemon.PullResult
+	require.NoError(t, json.Unmarshal([]byte(a.ok("pull", "s", "--json")), &onRemote))
+	require.Equal(t, head, onRemote.Snapshot, "the remote head is still A's")
+	b.ok("fork", "s@"+capB[:12], "s-b")
+	var capFork captureResult
+	require.NoError(t, json.Unmarshal([]byte(b.ok("capture", "--push", "s-b", "origin", "--json")), &capFork))
+	require.Equal(t, "s-b", capFork.Pushed.Session)
+	require.True(t, capFork.Pushed.HeadMoved, "B's turn is on the remote as s-b")
+	var pullA daemon.PullResult
+	require.NoError(t, json.Unmarshal([]byte(b.ok("pull", "s", "origin", "--json")), &pullA))
+	require.Equal(t, head, pullA.Snapshot, "the other way: pull A's turn")
 }

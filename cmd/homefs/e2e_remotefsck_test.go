@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,6 +12,7 @@ import (
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/internal/daemon"
 	"github.com/homefs/homefs/internal/remote"
+	"github.com/homefs/homefs/internal/remote/s3test"
 	"github.com/homefs/homefs/manifest"
 )
 
@@ -26,9 +29,7 @@ func TestRemoteFsckRepair(t *testing.T) {
 	a.captureFiles("s", want)
 	require.Contains(t, b.ok("fsck", "--remote", "origin"), "remote origin: checked 1 heads, 1 snapshots")
 
-	damaged := cas.Sum([]byte(big[:manifest.ChunkSize]))
-	lost := cas.Sum([]byte(big[manifest.ChunkSize : 2*manifest.ChunkSize]))
-	damagedKey, lostKey := "fleet/chunks/"+damaged.Hex(), "fleet/chunks/"+lost.Hex()
+	damagedKey, lostKey := bigChunkKeys(t, srv, bucket, big)
 	path := srv.ObjectPath(bucket, damagedKey)
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
@@ -65,4 +66,38 @@ func TestRemoteFsckRepair(t *testing.T) {
 	require.Contains(t, b.ok("fsck", "--remote", "origin"), ": 0 problems")
 
 	b.pullComplete("s", want)
+}
+
+// bigChunkKeys returns the keys of two of big's chunks on the remote. On
+// a plain remote they are named by their refs; an encrypted remote hides
+// the names, so there they are found as the largest objects under
+// chunks/ (big's chunks dwarf the session's tree nodes and small files),
+// which on a plain remote are big's chunks too.
+func bigChunkKeys(t *testing.T, srv *s3test.Server, bucket, big string) (string, string) {
+	t.Helper()
+	type object struct {
+		key  string
+		size int64
+	}
+	var objs []object
+	dir := srv.ObjectPath(bucket, "fleet/chunks")
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range ents {
+		info, err := e.Info()
+		require.NoError(t, err)
+		objs = append(objs, object{"fleet/chunks/" + e.Name(), info.Size()})
+	}
+	slices.SortFunc(objs, func(a, b object) int { return cmp.Compare(b.size, a.size) })
+	n := len(big) / manifest.ChunkSize
+	require.Greater(t, len(objs), n)
+	if !s3test.Encrypted() {
+		var want, got []string
+		for i := range n {
+			want = append(want, "fleet/chunks/"+cas.Sum([]byte(big[i*manifest.ChunkSize:(i+1)*manifest.ChunkSize])).Hex())
+			got = append(got, objs[i].key)
+		}
+		require.ElementsMatch(t, want, got, "the largest objects are big's chunks")
+	}
+	return objs[0].key, objs[1].key
 }

@@ -223,7 +223,7 @@ func (e *env) origin(t *testing.T) remote.Config {
 // TestRemotePurgeMarker: a unique incompressible marker written into a
 // session is in the bucket's files after its push, and in none of them
 // after session rm --purge --remote and gc --remote; the other session
-// still pulls complete.
+// still passes fsck --remote and pulls complete.
 func TestRemotePurgeMarker(t *testing.T) {
 	srv, bucket, h := remoteHosts(t, 2)
 	a, b := h[0], h[1]
@@ -275,6 +275,12 @@ func TestRemotePurgeMarker(t *testing.T) {
 	require.GreaterOrEqual(t, gc.DeletedBytes, int64(len(marker)))
 	require.Empty(t, found(), "no object holds the marker after gc --remote")
 	require.NotContains(t, b.remoteSessions(), "secret")
+	// Every object the remaining head reaches is there and intact.
+	var fsck remote.FsckReport
+	require.NoError(t, json.Unmarshal([]byte(a.ok("fsck", "--remote", "origin", "--json")), &fsck))
+	require.Equal(t, 1, fsck.Heads, "the kept session's head")
+	require.Positive(t, fsck.Objects)
+	require.Empty(t, fsck.Problems, "fsck --remote after the purge and gc")
 
 	// A second gc finds nothing to delete; the kept session is whole.
 	var again remote.GCResult

@@ -418,3 +418,33 @@ func TestRunSkipsAMountGoneBehindTheDaemon(t *testing.T) {
 		return errors.Is(err, os.ErrNotExist)
 	}, 20*time.Second, 20*time.Millisecond, "the run's mount directory stayed")
 }
+
+// TestRunLostWhenDaemonStops: a daemon that stops (or dies) during a run
+// ends its hold: the command is told to end and homefs run exits 125
+// saying so.
+func TestRunLostWhenDaemonStops(t *testing.T) {
+	for _, stop := range []string{"stop", "crash"} {
+		t.Run(stop, func(t *testing.T) {
+			e, _ := newRunEnv(t, "home")
+			started := filepath.Join(e.dir, "started")
+			cmd := exec.Command(homefsBin, "run", "s", "--", "sh", "-c",
+				`trap 'exit 0' TERM; touch "$1"; while :; do sleep 0.05; done`, "sh", started)
+			cmd.Env = append(os.Environ(), "HOMEFS_ROOT="+e.root)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			require.NoError(t, cmd.Start())
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+			waitFor(t, "the command to start", func() bool { _, err := os.Stat(started); return err == nil })
+			if stop == "stop" {
+				e.stop()
+			} else {
+				e.crash()
+			}
+			err := cmd.Wait()
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee, stderr.String())
+			require.Equal(t, 125, ee.ExitCode(), stderr.String())
+			require.Contains(t, stderr.String(), "the daemon stopped serving s during the run")
+		})
+	}
+}

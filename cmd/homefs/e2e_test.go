@@ -22,6 +22,7 @@ import (
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/internal/daemon"
 	"github.com/homefs/homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/internal/testkit/needfuse"
 )
 
 // The end-to-end tests build the binary once and drive it as a user does:
@@ -51,14 +52,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// needFUSE skips a test that cannot mount here, or fails it under CI.
 func needFUSE(t *testing.T) {
 	t.Helper()
-	if os.Getuid() != 0 {
-		t.Skip("end-to-end tests mount with FUSE: run as root")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("no /dev/fuse")
-	}
+	needfuse.Require(t)
 }
 
 type env struct {

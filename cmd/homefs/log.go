@@ -16,13 +16,19 @@ func logCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "log",
 		Usage:     "list a session's snapshots, newest first, with lineage across forks",
-		ArgsUsage: "SESSION",
+		ArgsUsage: "SESSION|SNAPSHOT",
 		Description: `Follows each snapshot's parent; where the session was forked it continues
 with the origin session's history (marked "fork point"). Where a parent was
 forgotten (homefs forget) a line says so and the log goes on with the
 session's older snapshots still kept; a forgotten origin ends it.
+A SNAPSHOT (an id, a unique prefix, SESSION@ID) starts the log at that
+snapshot. A SESSION with no head here whose snapshots are here (pulled
+from a remote: homefs pull creates no local session) starts it at the
+newest of them.
 
-   homefs log agent-1-retry`,
+   homefs log agent-1-retry
+   homefs pull agent-1 origin && homefs log agent-1
+   homefs log 3f2a9c1e`,
 		Flags: []cli.Flag{jsonFlag},
 		Action: func(c *cli.Context) error {
 			if err := args(c, 1, 1); err != nil {

@@ -26,10 +26,11 @@ func remoteCommand() *cli.Command {
 				ArgsUsage: "NAME s3://BUCKET[/PREFIX]",
 				Description: `Records the remote in the daemon's remotes.json (name, URL, endpoint, region,
 profile, where an encryption key comes from: never keys). Credentials are the
-daemon's: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (AWS_SESSION_TOKEN) in its
-environment, else its shared credentials file (AWS_SHARED_CREDENTIALS_FILE,
-~/.aws/credentials; --profile, AWS_PROFILE or "default"). The server is not
-contacted, unless --encrypt.
+daemon's: with --profile, that profile of its shared credentials file
+(AWS_SHARED_CREDENTIALS_FILE, ~/.aws/credentials), whatever its environment
+holds; else AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (AWS_SESSION_TOKEN) in
+its environment, else the AWS_PROFILE or "default" profile of that file. The
+server is not contacted, unless --encrypt.
 
 --encrypt seals every object on the remote (AES-256-GCM) and hides the names of
 chunks, snapshots and sessions, with a 32-byte key (raw, 64 hex digits or

@@ -56,14 +56,22 @@ forwarded to CMD (those a terminal sends its foreground reach CMD
 directly). The exit status is CMD's (128+N for signal N). --capture
 captures the session when CMD exits, whatever its status.
 
+--lease REMOTE takes the session's lease on REMOTE before the session is
+mounted (see "homefs lease"): while another host holds it the run is
+refused (exit 4, naming the holder) and CMD never starts. The daemon renews
+the lease during the run and releases it when the run ends, unless another
+run or mount of the session on this daemon still holds it.
+
    homefs run agent-1 --user agent -- codex exec "fix the tests"
-   homefs run agent-1 --user agent --capture -m "turn 4" -- claude -p "go on" --resume 3f0c…`,
+   homefs run agent-1 --user agent --capture -m "turn 4" -- claude -p "go on" --resume 3f0c…
+   homefs run agent-1 --lease origin --user agent --capture -- codex exec "go on"`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "user", Aliases: []string{"u"}, Usage: "run CMD as this user (USER, UID or UID:GID)"},
 			&cli.StringFlag{Name: "cwd", Usage: "start CMD here (default: the workspace's canonical path)"},
 			&cli.StringSliceFlag{Name: "env", Usage: "KEY=VALUE for CMD, repeatable"},
 			&cli.BoolFlag{Name: "capture", Usage: "capture the session when CMD exits"},
 			&cli.StringFlag{Name: "message", Aliases: []string{"m"}, Usage: "message of the --capture snapshot"},
+			&cli.StringFlag{Name: "lease", Usage: "take the session's lease on this `REMOTE` first (refused, exit 4, while another host holds it); released when the run ends"},
 			jsonFlag,
 		},
 		Action: func(c *cli.Context) error {
@@ -81,7 +89,7 @@ captures the session when CMD exits, whatever its status.
 			return runRun(c.Context, client(c), os.Stdout, runOptions{
 				session: argv[0], argv: cmdArgv,
 				user: c.String("user"), cwd: c.String("cwd"), env: c.StringSlice("env"),
-				capture: c.Bool("capture"), message: c.String("message"), json: c.Bool("json"),
+				capture: c.Bool("capture"), message: c.String("message"), lease: c.String("lease"), json: c.Bool("json"),
 			})
 		},
 	}
@@ -94,6 +102,7 @@ type runOptions struct {
 	env       []string
 	capture   bool
 	message   string
+	lease     string // a remote's name: hold the session's lease there
 	json      bool
 }
 
@@ -144,7 +153,7 @@ func runRun(ctx context.Context, cl *daemon.Client, out io.Writer, o runOptions)
 	}
 	// The run holds the daemon's mount until it ends: a signal that ends
 	// the command must not drop the hold before the command is gone.
-	hold, err := cl.RunMount(context.WithoutCancel(ctx), o.session)
+	hold, err := cl.RunMount(context.WithoutCancel(ctx), o.session, o.lease)
 	if err != nil {
 		return err
 	}

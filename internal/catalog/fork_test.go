@@ -277,3 +277,53 @@ func TestRestoreOtherSession(t *testing.T) {
 	assert.Empty(t, snap.Parent)
 	assert.Equal(t, h.Origin, snap.Origin)
 }
+
+// TestLogOf: log of a snapshot walks from it; of a session without a head
+// here whose snapshots are here (a pulled one), from its newest.
+func TestLogOf(t *testing.T) {
+	ctx := context.Background()
+	c, st := newTestCatalog(t)
+	_, err := c.CreateSession(ctx, "a", "")
+	require.NoError(t, err)
+	a1 := capture(t, c, st, "a", "1")
+	a2 := capture(t, c, st, "a", "2")
+	a3 := capture(t, c, st, "a", "3")
+	_, err = c.Fork(ctx, a2, "b")
+	require.NoError(t, err)
+	b1 := capture(t, c, st, "b", "1")
+	require.NoError(t, c.DeleteSession(ctx, "a")) // its snapshots stay, as after a pull
+
+	ids := func(log []LogEntry) []string {
+		var out []string
+		for _, e := range log {
+			out = append(out, e.ID)
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		spec string
+		want []string
+	}{
+		{"a", []string{a3, a2, a1}},
+		{a2[:12], []string{a2, a1}},
+		{a2, []string{a2, a1}},
+		{"a@" + a1[:8], []string{a1}},
+		{"b", []string{b1, a2, a1}},
+		{"b@" + b1[:12], []string{b1, a2, a1}},
+	} {
+		log, err := c.LogOf(ctx, tt.spec)
+		require.NoError(t, err, tt.spec)
+		assert.Equal(t, tt.want, ids(log), tt.spec)
+	}
+	_, err = c.Log(ctx, "a")
+	assert.ErrorIs(t, err, ErrNoSession, "Log itself needs a head")
+	for _, name := range []string{"nope", "bad"} { // "bad" is hex, but too short an id
+		_, err = c.LogOf(ctx, name)
+		assert.ErrorIs(t, err, ErrNoSession, name)
+		assert.ErrorContains(t, err, "homefs pull "+name)
+	}
+	_, err = c.LogOf(ctx, "0123456789ab")
+	assert.ErrorIs(t, err, ErrNoSnapshot)
+	_, err = c.LogOf(ctx, "b@"+a1[:12])
+	assert.ErrorIs(t, err, ErrNoSnapshot, "a snapshot of another session")
+}

@@ -256,10 +256,80 @@ func (c *Catalog) Log(ctx context.Context, session string) ([]LogEntry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("catalog: log: %w", err)
 	}
-	next, fork, linkSession, before := h.Snapshot, false, session, int64(math.MaxInt64)
-	if next == "" && h.Origin != nil {
-		next, fork, linkSession, before = h.Origin.Snapshot, true, h.Origin.Session, h.CreatedNs
+	start := logStart{next: h.Snapshot, linkSession: session, before: math.MaxInt64}
+	if start.next == "" && h.Origin != nil {
+		start = logStart{next: h.Origin.Snapshot, fork: true, linkSession: h.Origin.Session, before: h.CreatedNs}
 	}
+	return c.walkLog(ctx, session, start)
+}
+
+// LogOf returns the history Log returns, for spec: a session with a head
+// here (Log); a snapshot (a full id, a prefix, SESSION@ID), from that
+// snapshot; or a session without a head here whose snapshots are here
+// (pulled from a remote, or left by session rm), from the newest of them.
+// A spec that is none of these wraps ErrNoSession, or ErrNoSnapshot for
+// an id.
+func (c *Catalog) LogOf(ctx context.Context, spec string) ([]LogEntry, error) {
+	if !strings.Contains(spec, "@") && manifest.ValidateSessionName(spec) == nil {
+		log, err := c.Log(ctx, spec)
+		if !errors.Is(err, ErrNoSession) {
+			return log, err
+		}
+		id, err := c.newestOf(ctx, spec)
+		if err != nil {
+			return nil, fmt.Errorf("catalog: log: %w", err)
+		}
+		if id != "" {
+			return c.walkLog(ctx, spec, logStart{next: id, linkSession: spec, before: math.MaxInt64})
+		}
+		if len(spec) < MinPrefixLen || !isHex(strings.ToLower(spec)) {
+			return nil, fmt.Errorf("catalog: log: no session %s here, and no snapshot of it (pull it first: homefs pull %s REMOTE): %w", spec, spec, ErrNoSession)
+		}
+	}
+	snap, id, err := c.Resolve(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: log: %w", err)
+	}
+	return c.walkLog(ctx, spec, logStart{next: id, linkSession: snap.Session, before: math.MaxInt64})
+}
+
+// newestOf returns the id of session's newest indexed snapshot (by
+// creation time, then id), or "" when none is indexed.
+func (c *Catalog) newestOf(ctx context.Context, session string) (string, error) {
+	idx, err := c.SnapshotIndex(ctx)
+	if err != nil {
+		return "", err
+	}
+	var best string
+	var bestNs int64
+	for _, e := range idx {
+		if e.Session != session {
+			continue
+		}
+		snap, err := loadRecord(ctx, c.store, e.ID)
+		if err != nil {
+			return "", err
+		}
+		if best == "" || snap.CreatedNs > bestNs || (snap.CreatedNs == bestNs && e.ID > best) {
+			best, bestNs = e.ID, snap.CreatedNs
+		}
+	}
+	return best, nil
+}
+
+// logStart is where a log's walk starts: the snapshot next (a fork's
+// origin when fork), linked from linkSession's history, created before
+// before (ns).
+type logStart struct {
+	next        string
+	fork        bool
+	linkSession string
+	before      int64
+}
+
+// walkLog is Log's walk from start; session names the log in errors.
+func (c *Catalog) walkLog(ctx context.Context, session string, start logStart) ([]LogEntry, error) {
+	next, fork, linkSession, before := start.next, start.fork, start.linkSession, start.before
 	var log []LogEntry
 	seen := make(map[string]bool)
 	var kept map[string][]Candidate // by session, newest first; read at the first gap

@@ -12,8 +12,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/homefs/homefs/internal/fsck"
 	"github.com/homefs/homefs/internal/remote"
@@ -377,49 +379,82 @@ type RunHold struct {
 	// Lost is closed if the daemon ends the hold before Release: it
 	// stopped, or died, and no longer serves the mount.
 	Lost <-chan struct{}
-	// Release gives the hold back; the daemon may then unmount.
+	// Release gives the hold back and waits (at most runReleaseWait) for
+	// the daemon to unmount a mount made for the run and give back its
+	// lease.
 	Release func()
 }
 
+// runReleaseWait bounds Release's wait for the daemon: an unmount the
+// kernel refuses is retried for up to about 10 s.
+const runReleaseWait = 30 * time.Second
+
 // RunMount holds a whole-session mount of session for homefs run until
-// Release is called (or the process ends): the daemon gives it back when
-// the connection closes.
-func (c *Client) RunMount(ctx context.Context, session string) (*RunHold, error) {
-	resp, err := c.do(ctx, http.MethodPost, pathSessions+"/"+url.PathEscape(session)+"/run", nil, nil, "")
+// Release is called (or the process ends): the request's body stays open
+// while the hold lasts, and the daemon gives the hold back when the body
+// ends, answering then, or when the connection closes. With lease (a
+// remote's name), the daemon takes the session's lease on that remote
+// first and gives it back with the hold.
+func (c *Client) RunMount(ctx context.Context, session, lease string) (*RunHold, error) {
+	var q url.Values
+	if lease != "" {
+		q = url.Values{"lease": {lease}}
+	}
+	hold, end := io.Pipe()
+	// A first byte at once: without one, the transport waits 200 ms to
+	// tell whether a body of unknown length is empty before it sends the
+	// request.
+	body := io.MultiReader(strings.NewReader("\n"), hold)
+	resp, err := c.do(ctx, http.MethodPost, pathSessions+"/"+url.PathEscape(session)+"/run", q, body, "application/octet-stream")
 	if err != nil {
+		end.Close()
 		return nil, err
 	}
-	dec := json.NewDecoder(resp.Body)
-	var line struct {
-		Result *RunMountInfo `json:"result"`
-		Error  *Error        `json:"error"`
-	}
-	if err := dec.Decode(&line); err != nil {
+	info, err := runAnswer(resp)
+	if err != nil {
+		end.Close()
 		resp.Body.Close()
-		return nil, fmt.Errorf("homefs daemon: bad answer to run: %w", err)
+		return nil, err
 	}
-	if line.Error != nil {
-		resp.Body.Close()
-		return nil, line.Error
-	}
-	if line.Result == nil {
-		resp.Body.Close()
-		return nil, fmt.Errorf("homefs daemon: empty answer to run")
-	}
-	lost := make(chan struct{})
+	lost, done := make(chan struct{}), make(chan struct{})
 	var released atomic.Bool
 	go func() {
 		// The daemon writes nothing more: any end of the stream is the
 		// end of the hold.
 		_, _ = io.Copy(io.Discard, resp.Body)
+		close(done)
 		if !released.Load() {
 			close(lost)
 		}
 	}()
 	release := func() {
-		if !released.Swap(true) {
-			resp.Body.Close()
+		if released.Swap(true) {
+			return
 		}
+		end.Close()
+		select {
+		case <-done:
+		case <-time.After(runReleaseWait):
+		}
+		resp.Body.Close()
 	}
-	return &RunHold{RunMountInfo: *line.Result, Lost: lost, Release: release}, nil
+	return &RunHold{RunMountInfo: *info, Lost: lost, Release: release}, nil
+}
+
+// runAnswer reads the first line of the daemon's answer to a run.
+func runAnswer(resp *http.Response) (*RunMountInfo, error) {
+	var line struct {
+		Result *RunMountInfo `json:"result"`
+		Error  *Error        `json:"error"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&line); err != nil {
+		return nil, fmt.Errorf("homefs daemon: bad answer to run: %w", err)
+	}
+	if line.Error != nil {
+		return nil, line.Error
+	}
+	if line.Result == nil {
+		return nil, fmt.Errorf("homefs daemon: empty answer to run")
+	}
+	return line.Result, nil
 }

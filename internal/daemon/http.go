@@ -94,19 +94,45 @@ func (s *Service) sessionRoutes(mux *http.ServeMux) {
 		reply(w, v, err)
 	})
 	mux.HandleFunc("POST "+pathSessions+"/{name}/run", func(w http.ResponseWriter, r *http.Request) {
-		// The run holds its mount for as long as this request is open.
-		info, release, err := s.RunMount(r.Context(), r.PathValue("name"))
+		// The run holds its mount for as long as this request is open:
+		// until its body ends (homefs run gives the hold back, and the
+		// answer ends once the mount and lease are given back) or its
+		// connection closes (homefs run died). The body is read while the
+		// answer streams.
+		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
+			// Without it the server would wait for the body's end
+			// before answering: the run would never start.
+			reply(w, nil, fmt.Errorf("run: %w", err))
+			return
+		}
+		info, release, err := s.RunMount(r.Context(), r.PathValue("name"), r.URL.Query().Get("lease"))
 		if err != nil {
 			reply(w, nil, err)
 			return
 		}
-		defer release()
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		_ = json.NewEncoder(w).Encode(streamLine{Result: info})
 		if f, ok := w.(http.Flusher); ok {
 			f.Flush()
 		}
-		<-r.Context().Done()
+		ended := make(chan struct{})
+		go func() {
+			_, _ = io.Copy(io.Discard, r.Body)
+			close(ended)
+		}()
+		select {
+		case <-ended:
+			release()
+		case <-r.Context().Done():
+			// homefs run died, or the daemon stops: the answer ends
+			// first, so that a run still going learns that its hold is
+			// lost and ends its command, which keeps the mount busy.
+			s.lostRuns.Add(1)
+			go func() {
+				defer s.lostRuns.Done()
+				release()
+			}()
+		}
 	})
 	mux.HandleFunc("POST "+pathSessions+"/{name}/layout", func(w http.ResponseWriter, r *http.Request) {
 		var req SetLayoutRequest
@@ -291,6 +317,10 @@ func (w *statusWriter) Flush() {
 		f.Flush()
 	}
 }
+
+// Unwrap lets an http.ResponseController reach the server's writer (the
+// run's full duplex).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // startWriter notes whether any byte was written.
 type startWriter struct {

@@ -74,6 +74,7 @@ type leaseKeeper struct {
 	opMu sync.Mutex
 	mu   sync.Mutex
 	held map[leaseKey]*heldLease // GUARDED_BY(mu)
+	runs map[leaseKey]int        // GUARDED_BY(mu); runs (run --lease) holding each
 	id   string                  // GUARDED_BY(mu); "" until loaded
 }
 
@@ -86,7 +87,7 @@ type heldLease struct {
 
 func newLeaseKeeper(root string, log *slog.Logger) *leaseKeeper {
 	ctx, stop := context.WithCancel(context.Background())
-	return &leaseKeeper{root: root, log: log, ctx: ctx, stop: stop, held: make(map[leaseKey]*heldLease)}
+	return &leaseKeeper{root: root, log: log, ctx: ctx, stop: stop, held: make(map[leaseKey]*heldLease), runs: make(map[leaseKey]int)}
 }
 
 // close stops every renewal and waits for them.
@@ -337,39 +338,102 @@ func (c *Client) Lease(ctx context.Context, session, remoteName string) (*LeaseI
 // returns the remote's name and how to give the lease back if the mount
 // fails: unless the daemon held it already.
 func (s *Service) leaseForMount(ctx context.Context, session, remoteName string) (string, func(), error) {
+	return s.leaseFor(ctx, "mount --lease", session, remoteName)
+}
+
+// leaseFor is leaseForMount for the command what.
+func (s *Service) leaseFor(ctx context.Context, what, session, remoteName string) (string, func(), error) {
 	r, err := s.remotes.Remote(ctx, remoteName)
 	if err != nil {
-		return "", nil, fmt.Errorf("mount --lease: %w", err)
+		return "", nil, fmt.Errorf("%s: %w", what, err)
 	}
 	before := s.leases.kept(leaseKey{r.Name(), session})
 	if _, err := s.AcquireLease(ctx, LeaseRequest{Session: session, Remote: r.Name()}); err != nil {
-		return "", nil, fmt.Errorf("mount --lease: %w", err)
+		return "", nil, fmt.Errorf("%s: %w", what, err)
 	}
 	undo := func() {
 		if before {
 			return
 		}
 		if _, err := s.ReleaseLease(context.WithoutCancel(ctx), LeaseRequest{Session: session, Remote: r.Name()}); err != nil {
-			s.log.Warn("mount failed, and its lease could not be released: it expires", "remote", r.Name(), "session", session, "err", err)
+			s.log.Warn(what+" failed, and its lease could not be released: it expires", "remote", r.Name(), "session", session, "err", err)
 		}
 	}
 	return r.Name(), undo, nil
 }
 
+// leaseForRun takes the lease of session on remoteName for a run (homefs
+// run --lease) before its mount is held. undo gives it back if the run
+// cannot start (unless the daemon held it already); end, when the run
+// ends, once no other run or mount of this daemon holds it.
+func (s *Service) leaseForRun(ctx context.Context, session, remoteName string) (undo, end func(), err error) {
+	name, undoAcquire, err := s.leaseFor(ctx, "run --lease", session, remoteName)
+	if err != nil {
+		return nil, nil, err
+	}
+	key := leaseKey{name, session}
+	s.leases.mu.Lock()
+	s.leases.runs[key]++
+	s.leases.mu.Unlock()
+	undo = func() {
+		if !s.leases.dropRun(key) {
+			undoAcquire()
+		}
+	}
+	end = func() {
+		if s.leases.dropRun(key) || s.mountHoldsLease(key) {
+			return
+		}
+		if _, err := s.ReleaseLease(context.Background(), LeaseRequest{Session: session, Remote: name}); err != nil {
+			s.log.Warn("run ended, but its lease could not be released: it expires", "remote", name, "session", session, "err", err)
+		}
+	}
+	return undo, end, nil
+}
+
+// dropRun counts one run less holding key's lease and reports whether
+// other runs still hold it.
+func (k *leaseKeeper) dropRun(key leaseKey) (others bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.runs[key]--
+	if k.runs[key] > 0 {
+		return true
+	}
+	delete(k.runs, key)
+	return false
+}
+
+// runHolds reports whether a run holds key's lease.
+func (k *leaseKeeper) runHolds(key leaseKey) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.runs[key] > 0
+}
+
+// mountHoldsLease reports whether a mount of this daemon holds key's
+// lease.
+func (s *Service) mountHoldsLease(key leaseKey) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.mounts {
+		if m.Lease == key.remote && m.Session == key.session {
+			return true
+		}
+	}
+	return false
+}
+
 // releaseMountLease gives back the lease an unmounted mount took, once no
-// other mount of this daemon holds it.
+// other mount or run of this daemon holds it.
 func (s *Service) releaseMountLease(ctx context.Context, info MountInfo) {
 	if info.Lease == "" {
 		return
 	}
-	s.mu.Lock()
-	for _, m := range s.mounts {
-		if m.Lease == info.Lease && m.Session == info.Session {
-			s.mu.Unlock()
-			return
-		}
+	key := leaseKey{info.Lease, info.Session}
+	if s.mountHoldsLease(key) || s.leases.runHolds(key) {
+		return
 	}
-	s.mu.Unlock()
 	if _, err := s.ReleaseLease(context.WithoutCancel(ctx), LeaseRequest{Session: info.Session, Remote: info.Lease}); err != nil {
 		s.log.Warn("unmounted, but its lease could not be released: it expires", "remote", info.Lease, "session", info.Session, "err", err)
 	}

@@ -50,8 +50,10 @@ type RunMountInfo struct {
 }
 
 // RunMount holds a whole-session mount of session for a run and returns
-// its directory; release gives it back.
-func (s *Service) RunMount(ctx context.Context, session string) (*RunMountInfo, func(), error) {
+// its directory; release gives it back. With lease (a remote's name, ""
+// for none), the session's lease on that remote is taken first and given
+// back after the run's hold (leaseForRun).
+func (s *Service) RunMount(ctx context.Context, session, lease string) (*RunMountInfo, func(), error) {
 	if err := manifest.ValidateSessionName(session); err != nil {
 		return nil, nil, err
 	}
@@ -59,8 +61,15 @@ func (s *Service) RunMount(ctx context.Context, session string) (*RunMountInfo, 
 	if err != nil {
 		return nil, nil, err
 	}
+	undoLease, endLease := func() {}, func() {}
+	if lease != "" {
+		if undoLease, endLease, err = s.leaseForRun(ctx, session, lease); err != nil {
+			return nil, nil, err
+		}
+	}
 	hold, first, err := s.holdRun(ctx, session)
 	if err != nil {
+		undoLease()
 		return nil, nil, err
 	}
 	if first {
@@ -75,13 +84,17 @@ func (s *Service) RunMount(ctx context.Context, session string) (*RunMountInfo, 
 	}
 	<-hold.ready
 	if hold.err != nil {
+		undoLease()
 		return nil, nil, hold.err
 	}
 	s.runMu.Lock()
 	dir := hold.dir
 	s.runMu.Unlock()
 	s.log.Info("run started", "session", session, "dir", dir)
-	release := func() { s.releaseRun(session, hold) }
+	release := func() {
+		s.releaseRun(session, hold)
+		endLease()
+	}
 	return &RunMountInfo{Dir: dir, Layout: h.Layout}, release, nil
 }
 

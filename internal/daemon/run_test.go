@@ -71,7 +71,7 @@ func TestReleaseRunBusyMount(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	info, release, err := svc.RunMount(ctx, "busy")
+	info, release, err := svc.RunMount(ctx, "busy", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestReleaseRunBusyMount(t *testing.T) {
 
 	// The release retries the busy mount's unmount for seconds: another
 	// session's run must not wait for it to give up.
-	_, releaseOther, err := svc.RunMount(ctx, "other")
+	_, releaseOther, err := svc.RunMount(ctx, "other", "")
 	if err != nil {
 		t.Fatal(err)
 	}

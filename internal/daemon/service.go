@@ -51,6 +51,9 @@ type Service struct {
 	// order: runMu before mu.
 	runMu sync.Mutex
 	runs  map[string]*runHold // by session; GUARDED_BY(runMu)
+	// lostRuns counts the releases of runs whose request ended without
+	// homefs run giving the hold back; Close waits for them.
+	lostRuns sync.WaitGroup
 
 	leases *leaseKeeper // the remote leases this daemon holds (lease.go)
 
@@ -423,7 +426,7 @@ func snapshotInfo(id string, snap *manifest.Snapshot, forkPoint bool) *SnapshotI
 
 // Log returns a session's history, newest first, across forks.
 func (s *Service) Log(ctx context.Context, session string) ([]SnapshotInfo, error) {
-	entries, err := s.cat.Log(ctx, session)
+	entries, err := s.cat.LogOf(ctx, session)
 	if err != nil {
 		return nil, err
 	}
@@ -682,6 +685,7 @@ func (s *Service) Stats(ctx context.Context) (*fsck.Stats, error) {
 // table stays in the record, for the next start to detach.
 func (s *Service) Close(ctx context.Context) error {
 	s.endLife()
+	waitGroup(ctx, &s.lostRuns)
 	s.leases.close()
 	err := s.eng.Close(ctx)
 	left := make(map[string]bool)
@@ -699,4 +703,17 @@ func (s *Service) Close(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	return err
+}
+
+// waitGroup waits for wg, or until ctx ends.
+func waitGroup(ctx context.Context, wg *sync.WaitGroup) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }

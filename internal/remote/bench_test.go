@@ -41,6 +41,7 @@ import (
 	"github.com/homefs/homefs/internal/catalog"
 	"github.com/homefs/homefs/internal/remote"
 	"github.com/homefs/homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/internal/testkit/needfuse"
 	"github.com/homefs/homefs/manifest"
 )
 
@@ -280,9 +281,7 @@ func (e *benchRemote) secondPush(b *testing.B, encrypted bool) {
 }
 
 func (e *benchRemote) ttfb(b *testing.B, rs *remote.Remote) {
-	if os.Getuid() != 0 {
-		b.Skip("FUSE mounts need root")
-	}
+	needfuse.Require(b)
 	ctx := context.Background()
 	for range b.N {
 		b.StopTimer()
@@ -354,9 +353,7 @@ func (e *benchRemote) wholeObject(b *testing.B, bucket string) {
 }
 
 func (e *benchRemote) lazyRead(b *testing.B, rs *remote.Remote) {
-	if os.Getuid() != 0 {
-		b.Skip("FUSE mounts need root")
-	}
+	needfuse.Require(b)
 	ctx := context.Background()
 	b.SetBytes(e.size)
 	for range b.N {

@@ -29,8 +29,9 @@ type Config struct {
 	Endpoint string `json:"endpoint,omitempty"`
 	// Region signs requests; empty means AWS_REGION or us-east-1.
 	Region string `json:"region,omitempty"`
-	// Profile selects a section of the shared credentials file; empty
-	// means AWS_PROFILE or "default".
+	// Profile selects a section of the shared credentials file, whose
+	// keys then win over the environment's; empty means the environment's
+	// keys, else AWS_PROFILE or "default".
 	Profile string `json:"profile,omitempty"`
 	// Encryption, when set, seals every object and hides their names
 	// under a key from the named source (crypt.go).
@@ -86,21 +87,30 @@ func (c Config) region() string {
 	return "us-east-1"
 }
 
-// credentialsFor resolves keys from the environment, then the shared
-// credentials file. It never reaches the network (no instance metadata),
-// and the keys go only into request signing.
+// credentialsFor resolves keys: from the profile the remote names, if
+// any (an operator who named one means it, whatever the daemon's
+// environment holds); else from the environment, then the shared
+// credentials file's AWS_PROFILE or "default" profile. It never reaches
+// the network (no instance metadata), and the keys go only into request
+// signing.
 func credentialsFor(ctx context.Context, c Config) (aws.CredentialsProvider, error) {
+	if c.Profile != "" {
+		return profileCredentials(ctx, c.Name, c.Profile)
+	}
 	id, secret := os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
 	if id != "" && secret != "" {
 		return credentials.NewStaticCredentialsProvider(id, secret, os.Getenv("AWS_SESSION_TOKEN")), nil
 	}
-	profile := c.Profile
-	if profile == "" {
-		profile = os.Getenv("AWS_PROFILE")
-	}
+	profile := os.Getenv("AWS_PROFILE")
 	if profile == "" {
 		profile = "default"
 	}
+	return profileCredentials(ctx, c.Name, profile)
+}
+
+// profileCredentials reads the keys of profile from the shared
+// credentials and config files.
+func profileCredentials(ctx context.Context, name, profile string) (aws.CredentialsProvider, error) {
 	shared, err := config.LoadSharedConfigProfile(ctx, profile, func(o *config.LoadSharedConfigOptions) {
 		if f := os.Getenv("AWS_SHARED_CREDENTIALS_FILE"); f != "" {
 			o.CredentialsFiles = []string{f}
@@ -110,7 +120,7 @@ func credentialsFor(ctx context.Context, c Config) (aws.CredentialsProvider, err
 		}
 	})
 	if err != nil || !shared.Credentials.HasKeys() {
-		return nil, fmt.Errorf("remote %s: %w", c.Name, ErrNoCredentials)
+		return nil, fmt.Errorf("remote %s: profile %q: %w", name, profile, ErrNoCredentials)
 	}
 	creds := shared.Credentials
 	return credentials.NewStaticCredentialsProvider(creds.AccessKeyID, creds.SecretAccessKey, creds.SessionToken), nil

@@ -359,10 +359,7 @@ func (r *Remote) prefixEmpty(ctx context.Context) (bool, error) {
 		return err
 	})
 	if err != nil {
-		if err := r.notThere(err); err != nil {
-			return false, err
-		}
-		return false, fmt.Errorf("remote %s: list %s: %w", r.cfg.Name, p, err)
+		return false, r.listErr(p, err)
 	}
 	return len(page.Contents) == 0, nil
 }

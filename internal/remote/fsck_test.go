@@ -84,7 +84,8 @@ func TestFsckRepair(t *testing.T) {
 	shared := cas.Sum(want1["rollout.jsonl"][:manifest.ChunkSize])
 	lost := cas.Sum(want1["big/index-file.bin"][5*manifest.ChunkSize : 6*manifest.ChunkSize])
 	deep := treeRef(t, a.store, snap1.Root, "notes", "deep")
-	key := func(dir, name string) string { return "p/" + dir + name }
+	// The remote's own key for a name (hidden on an encrypted remote).
+	key := func(dir, name string) string { return r.prefix + dir + r.objectName(dir, name) }
 	damage(t, srv.ObjectPath(bucket, key(chunksDir, shared.Hex())))
 	damage(t, srv.ObjectPath(bucket, key(snapshotsDir, id1)))
 	for _, ref := range []cas.Ref{lost, deep} {

@@ -16,6 +16,7 @@ import (
 	"github.com/homefs/homefs/internal/catalog"
 	"github.com/homefs/homefs/internal/remote"
 	"github.com/homefs/homefs/internal/remote/s3test"
+	"github.com/homefs/homefs/internal/testkit/needfuse"
 	"github.com/homefs/homefs/manifest"
 )
 
@@ -120,9 +121,7 @@ func pseudoRandom(seed byte, n int) []byte {
 // lazily on B and mounted, forked and extended there, and B's new turn is
 // pushed and pulled back on A.
 func TestTwoHosts(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("FUSE mounts need root")
-	}
+	needfuse.Require(t)
 	ctx := context.Background()
 	srv, bucket, ra, rb := sharedRemotes(t)
 	a, b := newTestHost(t, ra), newTestHost(t, rb)

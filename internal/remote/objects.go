@@ -39,7 +39,7 @@ func (r *Remote) listObjects(ctx context.Context, dir string, fn func(object) er
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("remote %s: list %s: %w", r.cfg.Name, p, err)
+			return r.listErr(p, err)
 		}
 		for _, o := range page.Contents {
 			obj := object{name: strings.TrimPrefix(aws.ToString(o.Key), p), size: aws.ToInt64(o.Size), modified: aws.ToTime(o.LastModified)}

@@ -110,6 +110,27 @@ func TestCredentials(t *testing.T) {
 	if creds, _ := r.client.Options().Credentials.Retrieve(t.Context()); creds.AccessKeyID != "ENVID" {
 		t.Fatalf("environment does not win over the file: %s", creds.AccessKeyID)
 	}
+
+	// A profile the remote names wins over the environment's keys (and
+	// over AWS_PROFILE); one without keys is an error, never the
+	// environment's keys instead.
+	if err := os.WriteFile(file, []byte("[default]\naws_access_key_id = AKID\naws_secret_access_key = SEKRIT\n"+
+		"[fleet]\naws_access_key_id = FLEETID\naws_secret_access_key = FLEETSECRET\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_PROFILE", "default")
+	c.Profile = "fleet"
+	r, err = Open(t.Context(), c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if creds, _ := r.client.Options().Credentials.Retrieve(t.Context()); creds.AccessKeyID != "FLEETID" {
+		t.Fatalf("--profile fleet with keys in the environment: %s, want the profile's", creds.AccessKeyID)
+	}
+	c.Profile = "nowhere"
+	if _, err := Open(t.Context(), c, Options{}); !errors.Is(err, ErrNoCredentials) || !strings.Contains(err.Error(), `profile "nowhere"`) {
+		t.Fatalf("a named profile without keys: %v, want ErrNoCredentials naming it", err)
+	}
 }
 
 // TestServiceRemove: a removed remote leaves the registry and the

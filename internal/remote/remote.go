@@ -346,6 +346,9 @@ func (r *Remote) store(ctx context.Context, key string, body []byte, contentType
 		if (ifMatch != "" || ifNoneMatch) && isPrecondition(err) {
 			return "", fmt.Errorf("remote %s: put %s: %w", r.cfg.Name, key, ErrConflict)
 		}
+		if nt := r.notThere(err); nt != nil {
+			return "", nt
+		}
 		return "", fmt.Errorf("remote %s: put %s: %w", r.cfg.Name, key, err)
 	}
 	r.bytesOut.Add(int64(len(body)))
@@ -393,7 +396,7 @@ func (r *Remote) list(ctx context.Context, dir, start string, maxPages int, fn f
 			return err
 		})
 		if err != nil {
-			return false, fmt.Errorf("remote %s: list %s: %w", r.cfg.Name, p, err)
+			return false, r.listErr(p, err)
 		}
 		for _, o := range page.Contents {
 			if err := fn(strings.TrimPrefix(aws.ToString(o.Key), r.prefix+dir)); err != nil {
@@ -418,9 +421,18 @@ func (r *Remote) Ping(ctx context.Context) error {
 	defer cancel()
 	_, err := r.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &r.bucket, Prefix: &p, MaxKeys: &one})
 	if err != nil {
-		return fmt.Errorf("remote %s: list %s: %w", r.cfg.Name, r.cfg.URL, err)
+		return r.listErr(r.cfg.URL, err)
 	}
 	return nil
+}
+
+// listErr is the error of a listing of p: a missing bucket or an
+// endpoint that is no S3 server says so (notThere).
+func (r *Remote) listErr(p string, err error) error {
+	if nt := r.notThere(err); nt != nil {
+		return nt
+	}
+	return fmt.Errorf("remote %s: list %s: %w", r.cfg.Name, p, err)
 }
 
 // GetChunk fetches a chunk or node and returns its plain bytes after
