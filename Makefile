@@ -29,10 +29,13 @@ test:
 test-short:
 	$(GO) test -count=1 -short $(PKGS)
 
-# Benchmarks with ratios against the native disk measured in the same run;
-# HOMEFS_BENCH_SCALE=small for a quick pass. See docs/BENCHMARKS.md.
+# Benchmarks with ratios against the native disk measured in the same run,
+# then what one daemon holds per idle mount at 200 and 1,000 mounts
+# (scripts/bench-scale.sh, as root); HOMEFS_BENCH_SCALE=small for a quick
+# pass. See docs/BENCHMARKS.md.
 bench:
 	scripts/bench.sh
+	scripts/bench-scale.sh
 
 # Every fuzz target, briefly, seeded from testdata.
 fuzz:
