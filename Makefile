@@ -35,10 +35,13 @@ test-short:
 	$(GO) test -count=1 -short $(PKGS)
 
 # Benchmarks with ratios against the native disk measured in the same run,
-# then the side-by-side run (bench-peers); HOMEFS_BENCH_SCALE=small for a
-# quick pass. See docs/BENCHMARKS.md.
+# then the side-by-side run (bench-peers; BENCH_PEERS=0 skips it), then
+# what one daemon holds per idle mount at 200 and 1,000 mounts
+# (scripts/bench-scale.sh); as root. HOMEFS_BENCH_SCALE=small for a quick
+# pass. See docs/BENCHMARKS.md.
 bench:
 	scripts/bench.sh
+	scripts/bench-scale.sh
 
 # homefs side by side with ext4, overlayfs and fuse-overlayfs on one loop
 # disk, and capture/fork against btrfs snapshots: table, JSON and chart.

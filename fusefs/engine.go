@@ -69,6 +69,11 @@ type Options struct {
 	// Observer, when set, is told of every kernel request and flush
 	// (observe.go); nil costs a request one comparison.
 	Observer Observer
+	// IdleAfter is how long a session's empty journal and its pool of
+	// staging files stay open unused before the periodic flush closes
+	// them (Session.parkIdle), so that an idle mount holds no descriptor
+	// but its connection's; 0 means 10 s.
+	IdleAfter time.Duration
 }
 
 // Engine serves sessions of one store: it mounts them and implements
@@ -80,6 +85,7 @@ type Engine struct {
 	noStage  bool
 	uring    URingMode
 	grace    time.Duration // Options.ShutdownGrace
+	idle     time.Duration // Options.IdleAfter
 	obs      Observer      // Options.Observer; nil when nothing observes
 	log      *slog.Logger
 	cache    *chunkCache
@@ -129,6 +135,10 @@ func New(store cas.Store, cat *catalog.Catalog, opts Options) *Engine {
 	if e.grace <= 0 {
 		e.grace = defaultShutdownGrace
 	}
+	e.idle = opts.IdleAfter
+	if e.idle <= 0 {
+		e.idle = defaultIdleAfter
+	}
 	switch v := os.Getenv("HOMEFS_FUSE_URING"); v {
 	case "":
 	case "1":
@@ -168,7 +178,12 @@ func (e *Engine) flushEvery(interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		for _, s := range e.liveSessions() {
+		sessions := e.liveSessions()
+		// Parking first: a pass of flushes over many sessions takes long.
+		for _, s := range sessions {
+			s.parkIdle(time.Now(), e.idle)
+		}
+		for _, s := range sessions {
 			s.trimBackingPool()
 			s.dropKeptIfFull()
 			s.dirtyMu.Lock()
@@ -245,6 +260,8 @@ func (e *Engine) openJournal(ctx context.Context, s *Session) error {
 	}
 	// No record names a staging file any more.
 	s.clearBackingDir()
+	// The first record reopens it (journal.unpark).
+	j.park(time.Now(), 0)
 	return nil
 }
 
@@ -336,10 +353,6 @@ func (e *Engine) Mount(ctx context.Context, session, subtree, dir string, opts M
 	s, err := e.live(ctx, session)
 	if err != nil {
 		return nil, err
-	}
-	if s.backingDir != "" && s.stagingOK() {
-		// A new file is staged only with a staging file ready.
-		s.primeBackingPool()
 	}
 	return e.mount(ctx, s, subtree, dir, opts)
 }

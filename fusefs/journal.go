@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -40,8 +41,10 @@ var errJournalFull = errors.New("journal full")
 
 // journal is a session's journal file. GUARDED_BY(mu) for every field.
 type journal struct {
-	mu    sync.Mutex
-	path  string
+	mu   sync.Mutex
+	path string
+	// f is the open file, nil while the journal is parked (park): an idle
+	// session holds neither its descriptor nor its mapping.
 	f     *os.File
 	size  int64  // end of the last record
 	alloc int64  // bytes of the file already written (zeros or old records)
@@ -63,6 +66,8 @@ type journal struct {
 	// file's end would be SIGBUS, and so could one into a hole on a full
 	// disk.
 	mem []byte
+	// used is when a record was last put, in Unix nanoseconds (park).
+	used int64
 }
 
 // span is a written byte range of a file.
@@ -91,25 +96,78 @@ func openJournal(dir, session string) (*journal, error) {
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return nil, fmt.Errorf("journal directory: %w", err)
 	}
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+	j := &journal{path: p}
+	if err := j.open(); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// open opens (creating) the file and maps it. Called with mu held, or
+// before j is shared.
+func (j *journal) open() error {
+	f, err := os.OpenFile(j.path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("open journal: %w", err)
+		return fmt.Errorf("open journal: %w", err)
 	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("open journal: %w", err)
+		return fmt.Errorf("open journal: %w", err)
 	}
 	// The file's name must be durable before a record in it counts.
-	if d, err := os.Open(filepath.Dir(p)); err == nil {
+	if d, err := os.Open(filepath.Dir(j.path)); err == nil {
 		_ = d.Sync()
 		d.Close()
 	}
-	j := &journal{path: p, f: f, alloc: st.Size()}
+	j.f, j.alloc, j.used = f, st.Size(), time.Now().UnixNano()
 	if mem, err := unix.Mmap(int(f.Fd()), 0, journalMaxBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err == nil {
 		j.mem = mem
 	}
-	return j, nil
+	return nil
+}
+
+// park closes the file of a journal that holds no record (every one it
+// took is in the durable head, reset emptied it) and took none for idle
+// as of now. The file keeps a
+// header that no record follows, which a replay skips; the first record
+// put after reopens the file and writes the current header first.
+func (j *journal) park(now time.Time, idle time.Duration) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.f == nil || j.size > int64(journalHeaderLen) || j.unsynced || now.UnixNano()-j.used < idle.Nanoseconds() {
+		return
+	}
+	j.unmap()
+	j.f.Close()
+	j.f = nil
+}
+
+// unpark reopens a parked journal and writes its header. Called with mu
+// held.
+func (j *journal) unpark() error {
+	if j.f != nil {
+		return nil
+	}
+	if err := j.open(); err != nil {
+		return err
+	}
+	if _, err := j.f.WriteAt(encodeJournalHeader(j.gen, j.nonce), 0); err != nil {
+		j.unmap()
+		j.f.Close()
+		j.f = nil
+		return fmt.Errorf("reopen journal: %w", err)
+	}
+	j.alloc = max(j.alloc, j.size)
+	return nil
+}
+
+// unmap drops the mapping. Called with mu held.
+func (j *journal) unmap() {
+	if j.mem != nil {
+		_ = unix.Munmap(j.mem)
+		j.mem = nil
+	}
 }
 
 func encodeJournalHeader(gen, nonce uint64) []byte {
@@ -136,6 +194,12 @@ func (j *journal) reset(gen uint64) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	nonce := newNonce()
+	if j.f == nil {
+		// Parked: the header goes to the file when it is reopened.
+		j.size, j.gen, j.nonce = int64(journalHeaderLen), gen, nonce
+		j.unsynced, j.full = false, false
+		return nil
+	}
 	if j.alloc > journalKeep {
 		if err := j.f.Truncate(journalGrow); err != nil {
 			return fmt.Errorf("reset journal: %w", err)
@@ -233,6 +297,15 @@ func (j *journal) write(rec *journalRecord) error {
 // A record that does not fit, or fails to be written, makes the journal
 // full until the next reset.
 func (j *journal) put(buf []byte) error {
+	if j.full {
+		return errJournalFull
+	}
+	if err := j.unpark(); err != nil {
+		// The caller flushes instead, as for a full journal.
+		j.full = true
+		return fmt.Errorf("%w: %w", errJournalFull, err)
+	}
+	j.used = time.Now().UnixNano()
 	end, err := j.room(len(buf))
 	if err != nil {
 		return err
@@ -287,11 +360,13 @@ func (j *journal) sync() error {
 func (j *journal) close() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.mem != nil {
-		_ = unix.Munmap(j.mem)
-		j.mem = nil
+	j.unmap()
+	if j.f == nil {
+		return nil
 	}
-	return j.f.Close()
+	f := j.f
+	j.f = nil
+	return f.Close()
 }
 
 // readJournal returns the generation and the whole records of a journal;

@@ -244,12 +244,16 @@ type spare struct {
 // the last minute), which a writer of a small file would otherwise wait
 // for in its create. With an empty pool it makes one only if create is set,
 // and returns a zero spare otherwise; either way the pool is topped up.
+//
+// The first open to find the pool parked (emptied by parkIdle) makes its
+// file itself, as one with create set does: an idle session that starts
+// writing again stages its first file too.
 func (s *Session) newBackingFile(create bool) (spare, error) {
-	sp, ok, fill := s.spares.take()
+	sp, ok, fill, woke := s.spares.take(time.Now())
 	if fill {
 		go s.fillBackingPool()
 	}
-	if ok || !create {
+	if ok || !(create || woke) {
 		return sp, nil
 	}
 	return s.makeSpare()
@@ -262,25 +266,33 @@ func (s *Session) newBackingFile(create bool) (spare, error) {
 // under the lock it appends under, the lock close takes the pool under,
 // so that no file lands in the pool after close took it, where nothing
 // would ever close it.
+//
+// used is when the pool last gave or took a file, or was filled; parked
+// is set while parkIdle emptied it and no open has asked for a file since.
 type sparePool struct {
 	mu      sync.Mutex
 	spares  []spare // GUARDED_BY(mu)
 	filling bool    // GUARDED_BY(mu)
 	closed  bool    // GUARDED_BY(mu)
+	used    int64   // Unix nanoseconds; GUARDED_BY(mu)
+	parked  bool    // GUARDED_BY(mu)
 }
 
 // take returns the last spare of the pool, if it has one (ok), and fill
 // reports whether the caller is to start topping the pool up: it is empty
-// or less than half full, and no fill runs yet.
-func (p *sparePool) take() (sp spare, ok, fill bool) {
+// or less than half full, and no fill runs yet. woke reports that the pool
+// was parked: the caller is the first to want a file since.
+func (p *sparePool) take(now time.Time) (sp spare, ok, fill, woke bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.used = now.UnixNano()
 	if k := len(p.spares); k > 0 {
 		sp = p.spares[k-1]
 		p.spares = p.spares[:k-1]
-		return sp, true, k-1 < backingPool/2 && p.claimFill()
+		return sp, true, k-1 < backingPool/2 && p.claimFill(), false
 	}
-	return spare{}, false, p.claimFill()
+	woke, p.parked = p.parked, false
+	return spare{}, false, p.claimFill(), woke
 }
 
 // put adds sp to the pool unless the pool is closed or holds recycledPool
@@ -292,18 +304,25 @@ func (p *sparePool) put(sp spare) bool {
 		return false
 	}
 	p.spares = append(p.spares, sp)
+	p.used, p.parked = time.Now().UnixNano(), false
 	return true
 }
 
-// claim reports whether the caller is to top the pool up, and then marks
-// a fill as running.
-func (p *sparePool) claim() bool {
+// idle empties the pool and parks it if it was not used for idle as of
+// now and no fill runs, and returns the spares it held.
+func (p *sparePool) idle(now time.Time, idle time.Duration) []spare {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.claimFill()
+	if p.filling || p.closed || p.parked || now.UnixNano()-p.used < idle.Nanoseconds() {
+		return nil
+	}
+	spares := p.spares
+	p.spares, p.parked = nil, true
+	return spares
 }
 
-// claimFill is claim, called with p.mu held.
+// claimFill reports whether the caller is to top the pool up, and then
+// marks a fill as running. Called with p.mu held.
 func (p *sparePool) claimFill() bool {
 	if p.filling || p.closed {
 		return false
@@ -334,6 +353,7 @@ func (p *sparePool) filled(sp spare, err error) bool {
 		return false
 	}
 	p.spares = append(p.spares, sp)
+	p.used, p.parked = time.Now().UnixNano(), false
 	return true
 }
 
@@ -361,8 +381,8 @@ func (p *sparePool) close() []spare {
 	return spares
 }
 
-// backingPool is how many empty backing files a session keeps ready (all
-// of them made before a mount returns), and recycledPool how many it keeps
+// backingPool is how many empty backing files a session keeps ready (made
+// from its first new file on), and recycledPool how many it keeps
 // at most, until the next periodic flush trims the pool: over an
 // untar the absorber gives staging files back a few hundred files behind
 // the writer, and with a pool of 8 about a third of the files go
@@ -371,6 +391,9 @@ const (
 	backingPool  = 32
 	recycledPool = 256
 )
+
+// defaultIdleAfter is Options.IdleAfter's default: two periodic flushes.
+const defaultIdleAfter = 10 * time.Second
 
 // recycleBacking empties a backing file no open uses and puts it back in
 // the pool, rather than closing it: a new ext4 inode is dear where a file
@@ -413,10 +436,17 @@ func (s *Session) recycleBacking(f *os.File) {
 	}
 }
 
-// primeBackingPool fills the pool before the session's first open.
-func (s *Session) primeBackingPool() {
-	if s.spares.claim() {
-		s.fillBackingPool()
+// parkIdle closes what an idle session keeps open ahead of need: its
+// pool of staging files, unused for idle, and its journal, empty and
+// unused for idle. The next new file or fsync opens them again (take,
+// journal.unpark): an idle mount then holds no descriptor of its own
+// but its connection's.
+func (s *Session) parkIdle(now time.Time, idle time.Duration) {
+	for _, sp := range s.spares.idle(now, idle) {
+		sp.f.Close()
+	}
+	if s.journal != nil {
+		s.journal.park(now, idle)
 	}
 }
 

@@ -235,6 +235,9 @@ func newSession(name string, store cas.Store, cache *chunkCache, inos *atomic.Ui
 		flushed:  root,
 		synced:   root,
 	}
+	// The pool is filled on first need (newBackingFile), not at mount: a
+	// mount nobody writes holds no staging file.
+	s.spares.parked = true
 	now := time.Now().UnixNano()
 	s.root = &node{ino: inos.Add(1), kind: manifest.KindDir, sess: s, tree: root, mode: 0o755, mtime: now, ctime: now, atime: now}
 	return s

@@ -548,8 +548,16 @@ func TestStagedPoolEmpty(t *testing.T) {
 	e, m, p := mountedFile(t, "f")
 	s, err := e.live(context.Background(), "s")
 	require.NoError(t, err)
+	// Fill the pool as a first new file would, but with no file written
+	// whose staging file the absorber could give back meanwhile.
 	s.spares.mu.Lock()
-	require.NotEmpty(t, s.spares.spares, "a mount starts with staging files ready")
+	s.spares.parked = false
+	fill := s.spares.claimFill()
+	s.spares.mu.Unlock()
+	require.True(t, fill)
+	s.fillBackingPool()
+	require.Positive(t, poolLen(t, e, "s"))
+	s.spares.mu.Lock()
 	pool := s.spares.spares
 	s.spares.spares = nil
 	s.spares.filling = true // no refill meanwhile

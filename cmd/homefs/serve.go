@@ -6,6 +6,9 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -140,6 +143,11 @@ func runServe(ctx context.Context, o serveOptions) error {
 		o.remote.RetryTotal = -1 // no retries; 0 would mean the default
 	}
 	log := slog.New(h)
+	if b, err := os.ReadFile("/proc/sys/kernel/threads-max"); err == nil {
+		if n := threadLimit(string(b)); n > 0 {
+			debug.SetMaxThreads(n)
+		}
+	}
 	notify, err := sdnotify.FromEnv()
 	if err != nil {
 		log.Warn("systemd watchdog off", "err", err)
@@ -158,4 +166,23 @@ func runServe(ctx context.Context, o serveOptions) error {
 		return err
 	}
 	return err
+}
+
+// goMaxThreads is the Go runtime's default limit on OS threads, past which
+// it ends the process.
+const goMaxThreads = 10000
+
+// threadLimit is the thread limit the daemon sets, given the kernel's
+// (kernel.threads-max): the kernel's when it is higher than Go's default,
+// else 0 (leave it). Threads grow with mounts: each mount's go-fuse
+// readers wait in read(2) on /dev/fuse and its ring threads in
+// io_uring_enter, a thread each (docs/DEPLOY.md, Scale), so at a thousand
+// mounts on a host with many CPUs Go's default would end the daemon
+// long before the kernel or the unit's TasksMax refuse a thread.
+func threadLimit(threadsMax string) int {
+	n, err := strconv.Atoi(strings.TrimSpace(threadsMax))
+	if err != nil || n <= goMaxThreads {
+		return 0
+	}
+	return n
 }
