@@ -1,7 +1,6 @@
 package fusefs
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -294,81 +293,164 @@ func (j *journal) close() error {
 	return j.f.Close()
 }
 
-// readJournal returns the generation and the whole records of a journal;
-// a torn or corrupt tail (a crash during an append that was never
-// acknowledged), zeros, or a record of an earlier incarnation end the list.
+// readJournal returns the generation and the whole records of a journal,
+// up to the first that is torn, damaged, zeros or of an earlier
+// incarnation. Where intact records of this incarnation follow a damaged
+// one (damage in the middle, not the torn tail of a crash), it returns
+// those before the damage and a *JournalDamageError.
 func readJournal(r io.Reader) (uint64, []journalRecord, error) {
-	br := bufio.NewReader(r)
-	magic, err := br.Peek(len(journalMagic))
+	b, err := io.ReadAll(io.LimitReader(r, journalMaxBytes+journalGrow))
 	if err != nil {
-		return 0, nil, fmt.Errorf("journal header: %w", err)
+		return 0, nil, fmt.Errorf("read journal: %w", err)
 	}
-	switch string(magic) {
+	if len(b) < len(journalMagic) {
+		return 0, nil, fmt.Errorf("journal header: %w", io.ErrUnexpectedEOF)
+	}
+	switch string(b[:len(journalMagic)]) {
 	case journalMagic:
-		hdr := make([]byte, journalHeaderLen)
-		if _, err := io.ReadFull(br, hdr); err != nil {
-			return 0, nil, fmt.Errorf("journal header: %w", err)
+		if len(b) < journalHeaderLen {
+			return 0, nil, fmt.Errorf("journal header: %w", io.ErrUnexpectedEOF)
 		}
-		body := hdr[:journalHeaderLen-4]
-		if crc32.ChecksumIEEE(body) != binary.LittleEndian.Uint32(hdr[journalHeaderLen-4:]) {
+		body := b[:journalHeaderLen-4]
+		if crc32.ChecksumIEEE(body) != binary.LittleEndian.Uint32(b[journalHeaderLen-4:]) {
 			return 0, nil, fmt.Errorf("journal header: bad checksum")
 		}
 		gen := binary.LittleEndian.Uint64(body[len(journalMagic):])
 		nonce := binary.LittleEndian.Uint64(body[len(journalMagic)+8:])
-		return gen, readRecords(br, func(p []byte) ([]byte, bool) {
-			// A record left from before the last reset has another nonce.
-			if len(p) < recordFixed-8 || binary.LittleEndian.Uint64(p) != nonce {
-				return nil, false
-			}
-			return p[8:], true
-		}), nil
+		recs, damage := readRecords(b, journalHeaderLen, nonce)
+		if damage != nil {
+			return gen, recs, damage
+		}
+		return gen, recs, nil
 	case journalMagicV1:
 		// The journal of earlier daemons (appended, truncated by every
 		// reset, records without a nonce) is still replayed, so that an
 		// upgrade after a crash loses nothing.
-		var hdr [len(journalMagicV1) + 8]byte
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
-			return 0, nil, fmt.Errorf("journal header: %w", err)
+		if len(b) < len(journalMagicV1)+8 {
+			return 0, nil, fmt.Errorf("journal header: %w", io.ErrUnexpectedEOF)
 		}
-		gen := binary.LittleEndian.Uint64(hdr[len(journalMagicV1):])
-		return gen, readRecords(br, func(p []byte) ([]byte, bool) { return p, true }), nil
+		gen := binary.LittleEndian.Uint64(b[len(journalMagicV1):])
+		recs, _ := readRecords(b, len(journalMagicV1)+8, 0)
+		return gen, recs, nil
 	}
 	return 0, nil, fmt.Errorf("journal header: bad magic")
 }
 
 const journalMagicV1 = "HFJ1"
 
-// readRecords reads records up to the first that is torn, fails its CRC,
-// is refused by payload (which returns the record's body) or does not
-// decode.
-func readRecords(br *bufio.Reader, payload func([]byte) ([]byte, bool)) []journalRecord {
+// ErrJournalDamaged marks a session whose journal is damaged in its
+// middle: replaying it would silently drop acknowledged writes.
+var ErrJournalDamaged = errors.New("session journal damaged")
+
+// JournalDamageError says where a journal is damaged and what a replay of
+// the records before the damage would drop.
+type JournalDamageError struct {
+	Path   string // the journal file ("" until the replay names it)
+	Offset int64  // of the first damaged record
+	// Records and Bytes are the intact records after the damage, and the
+	// bytes from Offset to the end of the last of them.
+	Records int
+	Bytes   int64
+	Copy    string // where a copy of the journal is kept
+}
+
+func (e *JournalDamageError) Error() string {
+	return fmt.Sprintf("%v: %s: the record at offset %d fails its checksum and %d intact records "+
+		"(%d bytes from it on) follow it, acknowledged writes that a replay of what precedes the damage "+
+		"would drop; the journal is left as it is (a copy is at %s); to mount the session with the records "+
+		"before the damage only, restart the daemon with homefs serve --salvage",
+		ErrJournalDamaged, e.Path, e.Offset, e.Records, e.Bytes, e.Copy)
+}
+
+func (e *JournalDamageError) Unwrap() error { return ErrJournalDamaged }
+
+// frame is what readFrame found at an offset.
+type frame int
+
+const (
+	frameRecord frame = iota // an intact record of this incarnation
+	frameEnd                 // zeros, the end, or a record of an earlier incarnation
+	frameBad                 // torn or damaged
+)
+
+// readFrame reads the record at off of b: its state, and for an intact
+// one the record and its end. nonce 0 is the HFJ1 format, whose records
+// have none.
+func readFrame(b []byte, off int, nonce uint64) (journalRecord, int, frame) {
+	if len(b)-off < 8 {
+		return journalRecord{}, 0, frameEnd
+	}
+	n := int(binary.LittleEndian.Uint32(b[off:]))
+	sum := binary.LittleEndian.Uint32(b[off+4:])
+	if n == 0 && sum == 0 {
+		return journalRecord{}, 0, frameEnd // the preallocated zeros
+	}
+	if n > len(b)-off-8 {
+		return journalRecord{}, 0, frameBad
+	}
+	p := b[off+8 : off+8+n]
+	if crc32.ChecksumIEEE(p) != sum {
+		return journalRecord{}, 0, frameBad
+	}
+	if nonce != 0 {
+		if n < recordFixed-8 {
+			return journalRecord{}, 0, frameBad
+		}
+		if binary.LittleEndian.Uint64(p) != nonce {
+			// A record left from before the last reset has another nonce.
+			return journalRecord{}, 0, frameEnd
+		}
+		p = p[8:]
+	}
+	rec, ok := decodeRecord(p)
+	if !ok {
+		return journalRecord{}, 0, frameBad
+	}
+	return rec, off + 8 + n, frameRecord
+}
+
+// readRecords reads the records from off of b up to the first that is not
+// intact. For the HFJ2 format (nonce != 0) it then looks for an intact
+// record of this incarnation further on, byte by byte: a crash leaves a
+// torn record only at the end (what follows it is zeros or records of an
+// earlier incarnation), so such a record means the journal was damaged.
+func readRecords(b []byte, off int, nonce uint64) ([]journalRecord, *JournalDamageError) {
 	var out []journalRecord
 	for {
-		var lh [8]byte
-		if _, err := io.ReadFull(br, lh[:]); err != nil {
-			return out
+		rec, end, st := readFrame(b, off, nonce)
+		switch {
+		case st == frameRecord:
+			out = append(out, rec)
+			off = end
+			continue
+		case st == frameBad && nonce != 0:
+			return out, damageAfter(b, off, nonce)
 		}
-		n := binary.LittleEndian.Uint32(lh[:4])
-		if n > journalMaxBytes {
-			return out
-		}
-		p := make([]byte, n)
-		if _, err := io.ReadFull(br, p); err != nil {
-			return out
-		}
-		if crc32.ChecksumIEEE(p) != binary.LittleEndian.Uint32(lh[4:]) {
-			return out
-		}
-		body, ok := payload(p)
-		if !ok {
-			return out
-		}
-		rec, ok := decodeRecord(body)
-		if !ok {
-			return out
-		}
-		out = append(out, rec)
+		return out, nil
 	}
+}
+
+// damageAfter reports the intact records of this incarnation after the
+// bad record at bad, or nil where there are none (a torn tail).
+func damageAfter(b []byte, bad int, nonce uint64) *JournalDamageError {
+	var d *JournalDamageError
+	for p := bad + 1; p+recordFixed <= len(b); p++ {
+		// Cheap tests first: a frame whose length fits and whose nonce is
+		// this incarnation's.
+		n := int(binary.LittleEndian.Uint32(b[p:]))
+		if n < recordFixed-8 || n > len(b)-p-8 || binary.LittleEndian.Uint64(b[p+8:]) != nonce {
+			continue
+		}
+		if _, end, st := readFrame(b, p, nonce); st == frameRecord {
+			if d == nil {
+				d = &JournalDamageError{Offset: int64(bad)}
+			}
+			d.Records++
+			d.Bytes = int64(end - bad)
+			p = end - 1
+		}
+	}
+	return d
 }
 
 func decodeRecord(p []byte) (journalRecord, bool) {
@@ -591,7 +673,11 @@ type replayStats struct {
 // file fsynced 11,525 times read 146 GB and took 327 s to remount). The
 // outcome is the in-order replay's. Files are told apart by node, not
 // path, as hard links share one.
-func (s *Session) replayJournal(ctx context.Context, path string) (bool, error) {
+//
+// A journal damaged in its middle (JournalDamageError) is copied aside
+// and refused, unless salvage is set: then the records before the damage
+// are applied and the rest dropped, as a torn tail would be.
+func (s *Session) replayJournal(ctx context.Context, path string, salvage bool) (bool, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return false, nil
@@ -601,7 +687,15 @@ func (s *Session) replayJournal(ctx context.Context, path string) (bool, error) 
 	}
 	defer f.Close()
 	gen, records, err := readJournal(f)
-	if err != nil || gen != s.gen || len(records) == 0 {
+	var damage *JournalDamageError
+	if errors.As(err, &damage) && gen == s.gen {
+		if err := s.damagedJournal(f, damage, path, salvage); err != nil {
+			return false, err
+		}
+	} else if err != nil {
+		return false, nil // no journal of this daemon's: nothing to replay
+	}
+	if gen != s.gen || len(records) == 0 {
 		return false, nil // empty, or stale: the head already moved past it
 	}
 	// The namespace did not change while the records were written (any
@@ -651,6 +745,56 @@ func (s *Session) replayJournal(ctx context.Context, path string) (bool, error) 
 		s.markDirty(n)
 	}
 	return true, nil
+}
+
+// damagedJournal keeps a copy of the damaged journal f (at path) beside
+// it and refuses it, or with salvage lets the replay drop what follows the
+// damage.
+func (s *Session) damagedJournal(f *os.File, damage *JournalDamageError, path string, salvage bool) error {
+	damage.Path = path
+	cp, err := keepJournalCopy(f, fmt.Sprintf("%s.damaged-%d", path, damage.Offset))
+	if err != nil {
+		return fmt.Errorf("session %s: %w (keeping a copy of it: %w)", s.name, damage, err)
+	}
+	damage.Copy = cp
+	if !salvage {
+		return fmt.Errorf("session %s: %w", s.name, damage)
+	}
+	s.log.Warn("salvage: replaying the journal up to its damage and dropping the records after it",
+		"session", s.name, "journal", path, "offset", damage.Offset, "records_dropped", damage.Records,
+		"bytes_dropped", damage.Bytes, "copy", cp)
+	return nil
+}
+
+// keepJournalCopy copies f durably to dst, unless dst exists already (an
+// earlier refusal kept it), and returns dst.
+func keepJournalCopy(f *os.File, dst string) (string, error) {
+	if _, err := os.Stat(dst); err == nil {
+		return dst, nil
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".copy-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = io.Copy(tmp, io.NewSectionReader(f, 0, 1<<62))
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), dst)
+	}
+	if err != nil {
+		return "", err
+	}
+	if d, err := os.Open(filepath.Dir(dst)); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return dst, nil
 }
 
 // walkFile finds the regular file at path.

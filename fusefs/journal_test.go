@@ -53,6 +53,22 @@ func TestJournalRecords(t *testing.T) {
 	_, _, err = readJournal(bytes.NewReader([]byte("nope")))
 	require.Error(t, err)
 
+	// Damage in the middle, with an intact record of this incarnation after
+	// it, is not a torn tail: it is reported with what precedes it.
+	second := len(encodeJournalHeader(42, nonce)) + len(recs[0].appendTo(nil, nonce))
+	for _, at := range []int{second, second + 9, second + 20} { // length, nonce, path
+		bad = bytes.Clone(full)
+		bad[at] ^= 0x10
+		_, got, err = readJournal(bytes.NewReader(append(bad, make([]byte, 4096)...)))
+		require.ErrorIs(t, err, ErrJournalDamaged, "flip at %d", at)
+		var de *JournalDamageError
+		require.ErrorAs(t, err, &de)
+		require.Equal(t, int64(second), de.Offset)
+		require.Equal(t, 1, de.Records)
+		require.Equal(t, int64(len(full)-second), de.Bytes)
+		require.Len(t, got, 1)
+	}
+
 	// Zeros (the preallocated rest of the file) and records of an earlier
 	// incarnation end the list too.
 	_, got, err = readJournal(bytes.NewReader(append(bytes.Clone(full), make([]byte, 4096)...)))
