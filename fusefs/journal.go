@@ -21,7 +21,7 @@ import (
 // The journal's design: see doc.go, The journal.
 
 const (
-	journalMagic = "HFJ2"
+	journalMagic = "HFJ3"
 	// journalHeaderLen is magic, generation, nonce and the header's CRC.
 	journalHeaderLen = len(journalMagic) + 8 + 8 + 4
 	// journalMaxBytes bounds a journal; past it, fsync flushes instead.
@@ -152,22 +152,42 @@ func (j *journal) reset(gen uint64) error {
 }
 
 // journalRecord is one write: data at off of the file at path, whose size
-// is then size. A stage record (off == stageOff) says instead that the
-// file's content is the first size bytes of the staging file named by data
-// (staged.go).
+// is then size, and whose mtime and ctime (nanoseconds) then are mtime and
+// ctime (0 where unknown: a stage record, or an HFJ2 or HFJ1 journal). A
+// stage record (off == stageOff) says instead that the file's content is
+// the first size bytes of the staging file named by data (staged.go).
 type journalRecord struct {
-	path string
-	off  int64
-	size int64
-	data []byte
+	path         string
+	off          int64
+	size         int64
+	mtime, ctime int64
+	data         []byte
 }
 
 // stageOff marks a stage record.
 const stageOff = -1
 
-// recordFixed is a record's framing (length, CRC) and its nonce, offset
-// and size; a valid record is never shorter.
-const recordFixed = 4 + 4 + 8 + 1 + 8 + 8
+// recordFixed is a record's framing (length, CRC) and its nonce, offset,
+// size and times; a valid record is never shorter.
+const recordFixed = 4 + 4 + 8 + 1 + 8 + 8 + 16
+
+// recordFormat is how a journal's records are encoded.
+type recordFormat struct {
+	nonce uint64 // this incarnation's; 0 in HFJ1, whose records have none
+	times bool   // HFJ3: records carry mtime and ctime
+}
+
+// minPayload is the length of the shortest valid record's payload.
+func (f recordFormat) minPayload() int {
+	n := 1 + 8 + 8 // path length, offset, size
+	if f.nonce != 0 {
+		n += 8
+	}
+	if f.times {
+		n += 16
+	}
+	return n
+}
 
 func (r *journalRecord) appendTo(out []byte, nonce uint64) []byte {
 	start := len(out)
@@ -177,6 +197,8 @@ func (r *journalRecord) appendTo(out []byte, nonce uint64) []byte {
 	out = append(out, r.path...)
 	out = binary.LittleEndian.AppendUint64(out, uint64(r.off))
 	out = binary.LittleEndian.AppendUint64(out, uint64(r.size))
+	out = binary.LittleEndian.AppendUint64(out, uint64(r.mtime))
+	out = binary.LittleEndian.AppendUint64(out, uint64(r.ctime))
 	out = append(out, r.data...)
 	payload := out[start+8:]
 	binary.LittleEndian.PutUint32(out[start:], uint32(len(payload)))
@@ -303,40 +325,71 @@ func readJournal(r io.Reader) (uint64, []journalRecord, error) {
 	if err != nil {
 		return 0, nil, fmt.Errorf("read journal: %w", err)
 	}
-	if len(b) < len(journalMagic) {
-		return 0, nil, fmt.Errorf("journal header: %w", io.ErrUnexpectedEOF)
+	gen, f, start, err := journalHeader(b)
+	if err != nil {
+		return 0, nil, err
 	}
-	switch string(b[:len(journalMagic)]) {
-	case journalMagic:
+	recs, damage := readRecords(b, start, f)
+	if damage != nil {
+		return gen, recs, damage
+	}
+	return gen, recs, nil
+}
+
+// journalHeader reads the header of the journal b: the generation, how
+// the records are encoded and where they start.
+func journalHeader(b []byte) (gen uint64, f recordFormat, start int, err error) {
+	if len(b) < len(journalMagic) {
+		return 0, f, 0, fmt.Errorf("journal header: %w", io.ErrUnexpectedEOF)
+	}
+	switch magic := string(b[:len(journalMagic)]); magic {
+	case journalMagic, journalMagicV2:
 		if len(b) < journalHeaderLen {
-			return 0, nil, fmt.Errorf("journal header: %w", io.ErrUnexpectedEOF)
+			return 0, f, 0, fmt.Errorf("journal header: %w", io.ErrUnexpectedEOF)
 		}
 		body := b[:journalHeaderLen-4]
 		if crc32.ChecksumIEEE(body) != binary.LittleEndian.Uint32(b[journalHeaderLen-4:]) {
-			return 0, nil, fmt.Errorf("journal header: bad checksum")
+			return 0, f, 0, fmt.Errorf("journal header: bad checksum")
 		}
-		gen := binary.LittleEndian.Uint64(body[len(journalMagic):])
-		nonce := binary.LittleEndian.Uint64(body[len(journalMagic)+8:])
-		recs, damage := readRecords(b, journalHeaderLen, nonce)
-		if damage != nil {
-			return gen, recs, damage
-		}
-		return gen, recs, nil
+		gen = binary.LittleEndian.Uint64(body[len(journalMagic):])
+		// HFJ2 differs only in records without times.
+		f = recordFormat{nonce: binary.LittleEndian.Uint64(body[len(journalMagic)+8:]), times: magic == journalMagic}
+		return gen, f, journalHeaderLen, nil
 	case journalMagicV1:
 		// The journal of earlier daemons (appended, truncated by every
 		// reset, records without a nonce) is still replayed, so that an
 		// upgrade after a crash loses nothing.
 		if len(b) < len(journalMagicV1)+8 {
-			return 0, nil, fmt.Errorf("journal header: %w", io.ErrUnexpectedEOF)
+			return 0, f, 0, fmt.Errorf("journal header: %w", io.ErrUnexpectedEOF)
 		}
-		gen := binary.LittleEndian.Uint64(b[len(journalMagicV1):])
-		recs, _ := readRecords(b, len(journalMagicV1)+8, 0)
-		return gen, recs, nil
+		return binary.LittleEndian.Uint64(b[len(journalMagicV1):]), f, len(journalMagicV1) + 8, nil
 	}
-	return 0, nil, fmt.Errorf("journal header: bad magic")
+	return 0, f, 0, fmt.Errorf("journal header: bad magic")
 }
 
-const journalMagicV1 = "HFJ1"
+// mapJournal maps the journal file f for reading; unmap gives it back.
+// The records readRecords finds in it point into the mapping.
+func mapJournal(f *os.File) (b []byte, unmap func(), err error) {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read journal: %w", err)
+	}
+	if st.Size() == 0 {
+		return nil, func() {}, nil
+	}
+	b, err = unix.Mmap(int(f.Fd()), 0, int(min(st.Size(), journalMaxBytes+journalGrow)), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read journal: %w", err)
+	}
+	return b, func() { _ = unix.Munmap(b) }, nil
+}
+
+// The formats of earlier daemons, still replayed: HFJ2 (records without
+// times) and HFJ1 (no nonces either).
+const (
+	journalMagicV2 = "HFJ2"
+	journalMagicV1 = "HFJ1"
+)
 
 // ErrJournalDamaged marks a session whose journal is damaged in its
 // middle: replaying it would silently drop acknowledged writes.
@@ -373,10 +426,9 @@ const (
 	frameBad                 // torn or damaged
 )
 
-// readFrame reads the record at off of b: its state, and for an intact
-// one the record and its end. nonce 0 is the HFJ1 format, whose records
-// have none.
-func readFrame(b []byte, off int, nonce uint64) (journalRecord, int, frame) {
+// readFrame reads the record at off of b, encoded as f: its state, and
+// for an intact one the record and its end.
+func readFrame(b []byte, off int, f recordFormat) (journalRecord, int, frame) {
 	if len(b)-off < 8 {
 		return journalRecord{}, 0, frameEnd
 	}
@@ -392,17 +444,17 @@ func readFrame(b []byte, off int, nonce uint64) (journalRecord, int, frame) {
 	if crc32.ChecksumIEEE(p) != sum {
 		return journalRecord{}, 0, frameBad
 	}
-	if nonce != 0 {
-		if n < recordFixed-8 {
+	if f.nonce != 0 {
+		if n < f.minPayload() {
 			return journalRecord{}, 0, frameBad
 		}
-		if binary.LittleEndian.Uint64(p) != nonce {
+		if binary.LittleEndian.Uint64(p) != f.nonce {
 			// A record left from before the last reset has another nonce.
 			return journalRecord{}, 0, frameEnd
 		}
 		p = p[8:]
 	}
-	rec, ok := decodeRecord(p)
+	rec, ok := decodeRecord(p, f.times)
 	if !ok {
 		return journalRecord{}, 0, frameBad
 	}
@@ -414,17 +466,17 @@ func readFrame(b []byte, off int, nonce uint64) (journalRecord, int, frame) {
 // record of this incarnation further on, byte by byte: a crash leaves a
 // torn record only at the end (what follows it is zeros or records of an
 // earlier incarnation), so such a record means the journal was damaged.
-func readRecords(b []byte, off int, nonce uint64) ([]journalRecord, *JournalDamageError) {
+func readRecords(b []byte, off int, f recordFormat) ([]journalRecord, *JournalDamageError) {
 	var out []journalRecord
 	for {
-		rec, end, st := readFrame(b, off, nonce)
+		rec, end, st := readFrame(b, off, f)
 		switch {
 		case st == frameRecord:
 			out = append(out, rec)
 			off = end
 			continue
-		case st == frameBad && nonce != 0:
-			return out, damageAfter(b, off, nonce)
+		case st == frameBad && f.nonce != 0:
+			return out, damageAfter(b, off, f)
 		}
 		return out, nil
 	}
@@ -432,16 +484,17 @@ func readRecords(b []byte, off int, nonce uint64) ([]journalRecord, *JournalDama
 
 // damageAfter reports the intact records of this incarnation after the
 // bad record at bad, or nil where there are none (a torn tail).
-func damageAfter(b []byte, bad int, nonce uint64) *JournalDamageError {
+func damageAfter(b []byte, bad int, f recordFormat) *JournalDamageError {
 	var d *JournalDamageError
-	for p := bad + 1; p+recordFixed <= len(b); p++ {
+	least := f.minPayload()
+	for p := bad + 1; p+8+least <= len(b); p++ {
 		// Cheap tests first: a frame whose length fits and whose nonce is
 		// this incarnation's.
 		n := int(binary.LittleEndian.Uint32(b[p:]))
-		if n < recordFixed-8 || n > len(b)-p-8 || binary.LittleEndian.Uint64(b[p+8:]) != nonce {
+		if n < least || n > len(b)-p-8 || binary.LittleEndian.Uint64(b[p+8:]) != f.nonce {
 			continue
 		}
-		if _, end, st := readFrame(b, p, nonce); st == frameRecord {
+		if _, end, st := readFrame(b, p, f); st == frameRecord {
 			if d == nil {
 				d = &JournalDamageError{Offset: int64(bad)}
 			}
@@ -453,7 +506,7 @@ func damageAfter(b []byte, bad int, nonce uint64) *JournalDamageError {
 	return d
 }
 
-func decodeRecord(p []byte) (journalRecord, bool) {
+func decodeRecord(p []byte, times bool) (journalRecord, bool) {
 	l, k := binary.Uvarint(p)
 	if k <= 0 || l > uint64(len(p)-k) {
 		return journalRecord{}, false
@@ -466,7 +519,16 @@ func decodeRecord(p []byte) (journalRecord, bool) {
 	}
 	rec.off = int64(binary.LittleEndian.Uint64(p))
 	rec.size = int64(binary.LittleEndian.Uint64(p[8:]))
-	rec.data = p[16:]
+	p = p[16:]
+	if times {
+		if len(p) < 16 {
+			return journalRecord{}, false
+		}
+		rec.mtime = int64(binary.LittleEndian.Uint64(p))
+		rec.ctime = int64(binary.LittleEndian.Uint64(p[8:]))
+		p = p[16:]
+	}
+	rec.data = p
 	if rec.size < 0 || manifest.ValidatePath(rec.path) != nil {
 		return journalRecord{}, false
 	}
@@ -556,7 +618,7 @@ func (s *Session) journalFsync(ctx context.Context, n *node) (bool, error) {
 			n.mu.Unlock()
 			return false, err
 		}
-		records = append(records, journalRecord{path: path, off: sp.off, size: d.size, data: buf})
+		records = append(records, journalRecord{path: path, off: sp.off, size: d.size, mtime: n.mtime, ctime: n.ctime, data: buf})
 	}
 	if len(records) == 0 && len(d.unjournaled) == 0 {
 		// Everything written since it was last made durable is in the
@@ -565,7 +627,7 @@ func (s *Session) journalFsync(ctx context.Context, n *node) (bool, error) {
 		return true, s.journal.sync()
 	}
 	if len(records) == 0 {
-		records = append(records, journalRecord{path: path, off: d.size, size: d.size})
+		records = append(records, journalRecord{path: path, off: d.size, size: d.size, mtime: n.mtime, ctime: n.ctime})
 	}
 	pending := d.unjournaled
 	d.unjournaled = nil
@@ -621,7 +683,7 @@ func (s *Session) logWrite(n *node, path string, data []byte, off int64) (logged
 		// made before the first such change: the next flush takes the rest.
 		return false, false
 	}
-	rec := journalRecord{path: path, off: off, size: n.data.size, data: data}
+	rec := journalRecord{path: path, off: off, size: n.data.size, mtime: n.mtime, ctime: n.ctime, data: data}
 	if err := s.journal.write(&rec); err != nil {
 		if !errors.Is(err, errJournalFull) {
 			s.log.Warn("journal refused a write: flushing instead", "session", s.name, "err", err)
@@ -686,17 +748,25 @@ func (s *Session) replayJournal(ctx context.Context, path string, salvage bool) 
 		return false, err
 	}
 	defer f.Close()
-	gen, records, err := readJournal(f)
-	var damage *JournalDamageError
-	if errors.As(err, &damage) && gen == s.gen {
+	// Mapped, not read: the records end long before the preallocated end,
+	// and the pages past them are touched only to look for damage.
+	b, unmap, err := mapJournal(f)
+	if err != nil {
+		return false, err
+	}
+	defer unmap()
+	gen, format, start, err := journalHeader(b)
+	if err != nil || gen != s.gen {
+		return false, nil // empty, or stale: the head already moved past it
+	}
+	records, damage := readRecords(b, start, format)
+	if damage != nil {
 		if err := s.damagedJournal(f, damage, path, salvage); err != nil {
 			return false, err
 		}
-	} else if err != nil {
-		return false, nil // no journal of this daemon's: nothing to replay
 	}
-	if gen != s.gen || len(records) == 0 {
-		return false, nil // empty, or stale: the head already moved past it
+	if len(records) == 0 {
+		return false, nil
 	}
 	// The namespace did not change while the records were written (any
 	// change made the next fsync a full flush), so a path names one node
@@ -737,6 +807,10 @@ func (s *Session) replayJournal(ctx context.Context, path string, salvage bool) 
 		err = n.writeAt(ctx, r.data, r.off)
 		if err == nil && r.size > n.data.size {
 			err = n.growTo(ctx, r.size)
+		}
+		if r.mtime != 0 {
+			// What stat showed once the write was served.
+			n.mtime, n.ctime = r.mtime, r.ctime
 		}
 		n.mu.Unlock()
 		if err != nil {

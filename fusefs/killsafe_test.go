@@ -9,8 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/internal/catalog"
@@ -157,7 +159,7 @@ func journalFrames(t *testing.T, path string) (uint64, []int) {
 	nonce := binary.LittleEndian.Uint64(b[len(journalMagic)+8:])
 	var offs []int
 	for off := journalHeaderLen; ; {
-		_, end, st := readFrame(b, off, nonce)
+		_, end, st := readFrame(b, off, recordFormat{nonce: nonce, times: true})
 		if st != frameRecord {
 			return binary.LittleEndian.Uint64(b[len(journalMagic):]), offs
 		}
@@ -225,4 +227,33 @@ func TestKillDamagedJournal(t *testing.T) {
 	got, err = os.ReadFile(filepath.Join(m.Dir(), "log"))
 	require.NoError(t, err)
 	require.Equal(t, "head\n"+string(bytes.Join(lines[:4], nil)), string(got))
+}
+
+// TestKillKeepsWriteTimes: a file written after the durable head (no
+// fsync) comes back from the journal after a kill -9 with the mtime and
+// ctime stat showed before the kill, not the head's.
+func TestKillKeepsWriteTimes(t *testing.T) {
+	t.Parallel()
+	d := startDurable(t)
+	p := filepath.Join(d.mnt, "db")
+	require.NoError(t, writeSync(d.mnt, "db", randBytes(51, 64<<10)))
+	old := time.Date(2001, 2, 3, 4, 5, 6, 7, time.UTC)
+	require.NoError(t, os.Chtimes(p, old, old))
+	require.NoError(t, syncDir(d.mnt)) // a full flush: the head has the old mtime
+
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = f.WriteAt(randBytes(52, 4096), 8192)
+	require.NoError(t, err)
+	var before unix.Stat_t
+	require.NoError(t, unix.Fstat(int(f.Fd()), &before))
+	require.NotEqual(t, old.Unix(), before.Mtim.Sec, "the write moved the mtime")
+
+	d.kill(t)
+	m := d.remount(t)
+	var after unix.Stat_t
+	require.NoError(t, unix.Stat(filepath.Join(m.Dir(), "db"), &after))
+	require.Equal(t, before.Mtim, after.Mtim, "mtime")
+	require.Equal(t, before.Ctim, after.Ctim, "ctime")
 }
