@@ -119,7 +119,11 @@ func (o BadgerOptions) badger(dir string) badger.Options {
 		WithValueLogFileSize(o.ValueLogFileSize).
 		WithCompression(options.None). // keys and pointers: nothing to gain
 		WithNumVersionsToKeep(1).
-		WithDetectConflicts(true) // Names.Commit relies on it
+		WithDetectConflicts(true). // Names.Commit relies on it
+		// A table block is checked when it is loaded (not when served
+		// from the block cache): damage in a table reads as absent, never
+		// as other bytes or a panic. See docs/ARCHITECTURE.md.
+		WithChecksumVerificationMode(options.OnBlockRead)
 }
 
 // slogAdapter routes Badger's logger to log/slog, quietly: Badger's info

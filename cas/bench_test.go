@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"runtime"
 	"sync/atomic"
@@ -292,4 +293,38 @@ func benchRandWrite(b *testing.B, cs int) {
 	}
 	b.SetBytes(writes * w)
 	b.ReportMetric(amp, "stored-B/written-B")
+}
+
+// BenchmarkGetTables: Get of small chunks (kept in the tables, not the
+// value log) from tables five times the block cache, so that most reads
+// load a block from the file: what Badger's block checksum verification
+// (ChecksumVerificationMode) costs shows here, where it is paid.
+func BenchmarkGetTables(b *testing.B) {
+	ctx := context.Background()
+	dir := b.TempDir()
+	opts := cas.BadgerOptions{BlockCacheSize: 1 << 20, Logger: slog.New(slog.DiscardHandler)}
+	s, err := cas.OpenBadger(dir, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pool := benchData("random", 200, 30000)
+	refs := make([]cas.Ref, len(pool))
+	for i, d := range pool {
+		if refs[i], err = s.Put(ctx, d); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil { // the memtable becomes a table
+		b.Fatal(err)
+	}
+	if s, err = cas.OpenBadger(dir, opts); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	rng := rand.New(rand.NewPCG(1, 1))
+	for b.Loop() {
+		if _, err := s.Get(ctx, refs[rng.IntN(len(refs))]); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -249,7 +249,12 @@
 // which costs a third less than an append on ext4. So that records left
 // from before a reset are never taken for new ones, every reset picks a
 // fresh random nonce, written in the header and in every record; a record
-// counts only if its CRC holds and its nonce is the header's.
+// counts only if its CRC holds and its nonce is the header's. A write
+// record carries the file's mtime and ctime once the write was served,
+// which its replay restores. A crash tears at most the last record: a
+// record that fails its check with an intact record of the same nonce
+// after it is damage, and the session is refused (ErrJournalDamaged)
+// unless the engine salvages (Options.SalvageJournals).
 //
 // # Access times (atime.go)
 //

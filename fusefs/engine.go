@@ -74,6 +74,11 @@ type Options struct {
 	// them (Session.parkIdle), so that an idle mount holds no descriptor
 	// but its connection's; 0 means 10 s.
 	IdleAfter time.Duration
+	// SalvageJournals loads a session whose journal is damaged in its
+	// middle by replaying the records before the damage only (a copy of
+	// the journal is kept); without it such a session is refused
+	// (ErrJournalDamaged).
+	SalvageJournals bool
 }
 
 // Engine serves sessions of one store: it mounts them and implements
@@ -83,14 +88,16 @@ type Engine struct {
 	cat      *catalog.Catalog
 	storeDir string
 	noStage  bool
-	uring    URingMode
-	grace    time.Duration // Options.ShutdownGrace
-	idle     time.Duration // Options.IdleAfter
-	obs      Observer      // Options.Observer; nil when nothing observes
-	log      *slog.Logger
-	cache    *chunkCache
-	inos     atomic.Uint64
-	buffers  buffers
+	// salvageJournals: Options.SalvageJournals
+	salvageJournals bool
+	uring           URingMode
+	grace           time.Duration // Options.ShutdownGrace
+	idle            time.Duration // Options.IdleAfter
+	obs             Observer      // Options.Observer; nil when nothing observes
+	log             *slog.Logger
+	cache           *chunkCache
+	inos            atomic.Uint64
+	buffers         buffers
 
 	mu       sync.Mutex
 	sessions map[string]*Session // live sessions by name; GUARDED_BY(mu)
@@ -119,17 +126,18 @@ func New(store cas.Store, cat *catalog.Catalog, opts Options) *Engine {
 	// (see gc.go).
 	store = Record(store)
 	e := &Engine{
-		store:    store,
-		cat:      cat,
-		storeDir: opts.StoreDir,
-		noStage:  opts.NoStaging,
-		uring:    opts.URing,
-		grace:    opts.ShutdownGrace,
-		obs:      opts.Observer,
-		log:      log,
-		cache:    newChunkCache(store, cacheChunks),
-		sessions: make(map[string]*Session),
-		mounts:   make(map[string]*Mount),
+		store:           store,
+		cat:             cat,
+		storeDir:        opts.StoreDir,
+		noStage:         opts.NoStaging,
+		salvageJournals: opts.SalvageJournals,
+		uring:           opts.URing,
+		grace:           opts.ShutdownGrace,
+		obs:             opts.Observer,
+		log:             log,
+		cache:           newChunkCache(store, cacheChunks),
+		sessions:        make(map[string]*Session),
+		mounts:          make(map[string]*Mount),
 	}
 	e.buffers.budget = bufferBudget()
 	if e.grace <= 0 {
@@ -243,7 +251,7 @@ func (e *Engine) openJournal(ctx context.Context, s *Session) error {
 		return fmt.Errorf("session %s: %w", s.name, err)
 	}
 	s.journal = j
-	replayed, err := s.replayJournal(ctx, j.path)
+	replayed, err := s.replayJournal(ctx, j.path, e.salvageJournals)
 	if err != nil {
 		j.close()
 		return err

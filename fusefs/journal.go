@@ -1,7 +1,6 @@
 package fusefs
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -23,7 +22,7 @@ import (
 // The journal's design: see doc.go, The journal.
 
 const (
-	journalMagic = "HFJ2"
+	journalMagic = "HFJ3"
 	// journalHeaderLen is magic, generation, nonce and the header's CRC.
 	journalHeaderLen = len(journalMagic) + 8 + 8 + 4
 	// journalMaxBytes bounds a journal; past it, fsync flushes instead.
@@ -217,22 +216,42 @@ func (j *journal) reset(gen uint64) error {
 }
 
 // journalRecord is one write: data at off of the file at path, whose size
-// is then size. A stage record (off == stageOff) says instead that the
-// file's content is the first size bytes of the staging file named by data
-// (staged.go).
+// is then size, and whose mtime and ctime (nanoseconds) then are mtime and
+// ctime (0 where unknown: a stage record, or an HFJ2 or HFJ1 journal). A
+// stage record (off == stageOff) says instead that the file's content is
+// the first size bytes of the staging file named by data (staged.go).
 type journalRecord struct {
-	path string
-	off  int64
-	size int64
-	data []byte
+	path         string
+	off          int64
+	size         int64
+	mtime, ctime int64
+	data         []byte
 }
 
 // stageOff marks a stage record.
 const stageOff = -1
 
-// recordFixed is a record's framing (length, CRC) and its nonce, offset
-// and size; a valid record is never shorter.
-const recordFixed = 4 + 4 + 8 + 1 + 8 + 8
+// recordFixed is a record's framing (length, CRC) and its nonce, offset,
+// size and times; a valid record is never shorter.
+const recordFixed = 4 + 4 + 8 + 1 + 8 + 8 + 16
+
+// recordFormat is how a journal's records are encoded.
+type recordFormat struct {
+	nonce uint64 // this incarnation's; 0 in HFJ1, whose records have none
+	times bool   // HFJ3: records carry mtime and ctime
+}
+
+// minPayload is the length of the shortest valid record's payload.
+func (f recordFormat) minPayload() int {
+	n := 1 + 8 + 8 // path length, offset, size
+	if f.nonce != 0 {
+		n += 8
+	}
+	if f.times {
+		n += 16
+	}
+	return n
+}
 
 func (r *journalRecord) appendTo(out []byte, nonce uint64) []byte {
 	start := len(out)
@@ -242,6 +261,8 @@ func (r *journalRecord) appendTo(out []byte, nonce uint64) []byte {
 	out = append(out, r.path...)
 	out = binary.LittleEndian.AppendUint64(out, uint64(r.off))
 	out = binary.LittleEndian.AppendUint64(out, uint64(r.size))
+	out = binary.LittleEndian.AppendUint64(out, uint64(r.mtime))
+	out = binary.LittleEndian.AppendUint64(out, uint64(r.ctime))
 	out = append(out, r.data...)
 	payload := out[start+8:]
 	binary.LittleEndian.PutUint32(out[start:], uint32(len(payload)))
@@ -369,84 +390,198 @@ func (j *journal) close() error {
 	return f.Close()
 }
 
-// readJournal returns the generation and the whole records of a journal;
-// a torn or corrupt tail (a crash during an append that was never
-// acknowledged), zeros, or a record of an earlier incarnation end the list.
+// readJournal returns the generation and the whole records of a journal,
+// up to the first that is torn, damaged, zeros or of an earlier
+// incarnation. Where intact records of this incarnation follow a damaged
+// one (damage in the middle, not the torn tail of a crash), it returns
+// those before the damage and a *JournalDamageError.
 func readJournal(r io.Reader) (uint64, []journalRecord, error) {
-	br := bufio.NewReader(r)
-	magic, err := br.Peek(len(journalMagic))
+	b, err := io.ReadAll(io.LimitReader(r, journalMaxBytes+journalGrow))
 	if err != nil {
-		return 0, nil, fmt.Errorf("journal header: %w", err)
+		return 0, nil, fmt.Errorf("read journal: %w", err)
 	}
-	switch string(magic) {
-	case journalMagic:
-		hdr := make([]byte, journalHeaderLen)
-		if _, err := io.ReadFull(br, hdr); err != nil {
-			return 0, nil, fmt.Errorf("journal header: %w", err)
+	gen, f, start, err := journalHeader(b)
+	if err != nil {
+		return 0, nil, err
+	}
+	recs, damage := readRecords(b, start, f)
+	if damage != nil {
+		return gen, recs, damage
+	}
+	return gen, recs, nil
+}
+
+// journalHeader reads the header of the journal b: the generation, how
+// the records are encoded and where they start.
+func journalHeader(b []byte) (gen uint64, f recordFormat, start int, err error) {
+	if len(b) < len(journalMagic) {
+		return 0, f, 0, fmt.Errorf("journal header: %w", io.ErrUnexpectedEOF)
+	}
+	switch magic := string(b[:len(journalMagic)]); magic {
+	case journalMagic, journalMagicV2:
+		if len(b) < journalHeaderLen {
+			return 0, f, 0, fmt.Errorf("journal header: %w", io.ErrUnexpectedEOF)
 		}
-		body := hdr[:journalHeaderLen-4]
-		if crc32.ChecksumIEEE(body) != binary.LittleEndian.Uint32(hdr[journalHeaderLen-4:]) {
-			return 0, nil, fmt.Errorf("journal header: bad checksum")
+		body := b[:journalHeaderLen-4]
+		if crc32.ChecksumIEEE(body) != binary.LittleEndian.Uint32(b[journalHeaderLen-4:]) {
+			return 0, f, 0, fmt.Errorf("journal header: bad checksum")
 		}
-		gen := binary.LittleEndian.Uint64(body[len(journalMagic):])
-		nonce := binary.LittleEndian.Uint64(body[len(journalMagic)+8:])
-		return gen, readRecords(br, func(p []byte) ([]byte, bool) {
-			// A record left from before the last reset has another nonce.
-			if len(p) < recordFixed-8 || binary.LittleEndian.Uint64(p) != nonce {
-				return nil, false
-			}
-			return p[8:], true
-		}), nil
+		gen = binary.LittleEndian.Uint64(body[len(journalMagic):])
+		// HFJ2 differs only in records without times.
+		f = recordFormat{nonce: binary.LittleEndian.Uint64(body[len(journalMagic)+8:]), times: magic == journalMagic}
+		return gen, f, journalHeaderLen, nil
 	case journalMagicV1:
 		// The journal of earlier daemons (appended, truncated by every
 		// reset, records without a nonce) is still replayed, so that an
 		// upgrade after a crash loses nothing.
-		var hdr [len(journalMagicV1) + 8]byte
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
-			return 0, nil, fmt.Errorf("journal header: %w", err)
+		if len(b) < len(journalMagicV1)+8 {
+			return 0, f, 0, fmt.Errorf("journal header: %w", io.ErrUnexpectedEOF)
 		}
-		gen := binary.LittleEndian.Uint64(hdr[len(journalMagicV1):])
-		return gen, readRecords(br, func(p []byte) ([]byte, bool) { return p, true }), nil
+		return binary.LittleEndian.Uint64(b[len(journalMagicV1):]), f, len(journalMagicV1) + 8, nil
 	}
-	return 0, nil, fmt.Errorf("journal header: bad magic")
+	return 0, f, 0, fmt.Errorf("journal header: bad magic")
 }
 
-const journalMagicV1 = "HFJ1"
+// mapJournal maps the journal file f for reading; unmap gives it back.
+// The records readRecords finds in it point into the mapping.
+func mapJournal(f *os.File) (b []byte, unmap func(), err error) {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read journal: %w", err)
+	}
+	if st.Size() == 0 {
+		return nil, func() {}, nil
+	}
+	b, err = unix.Mmap(int(f.Fd()), 0, int(min(st.Size(), journalMaxBytes+journalGrow)), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read journal: %w", err)
+	}
+	return b, func() { _ = unix.Munmap(b) }, nil
+}
 
-// readRecords reads records up to the first that is torn, fails its CRC,
-// is refused by payload (which returns the record's body) or does not
-// decode.
-func readRecords(br *bufio.Reader, payload func([]byte) ([]byte, bool)) []journalRecord {
+// The formats of earlier daemons, still replayed: HFJ2 (records without
+// times) and HFJ1 (no nonces either).
+const (
+	journalMagicV2 = "HFJ2"
+	journalMagicV1 = "HFJ1"
+)
+
+// ErrJournalDamaged marks a session whose journal is damaged in its
+// middle: replaying it would silently drop acknowledged writes.
+var ErrJournalDamaged = errors.New("session journal damaged")
+
+// JournalDamageError says where a journal is damaged and what a replay of
+// the records before the damage would drop.
+type JournalDamageError struct {
+	Path   string // the journal file ("" until the replay names it)
+	Offset int64  // of the first damaged record
+	// Records and Bytes are the intact records after the damage, and the
+	// bytes from Offset to the end of the last of them.
+	Records int
+	Bytes   int64
+	Copy    string // where a copy of the journal is kept
+}
+
+func (e *JournalDamageError) Error() string {
+	return fmt.Sprintf("%v: %s: the record at offset %d fails its checksum and %d intact records "+
+		"(%d bytes from it on) follow it, acknowledged writes that a replay of what precedes the damage "+
+		"would drop; the journal is left as it is (a copy is at %s); to mount the session with the records "+
+		"before the damage only, restart the daemon with homefs serve --salvage",
+		ErrJournalDamaged, e.Path, e.Offset, e.Records, e.Bytes, e.Copy)
+}
+
+func (e *JournalDamageError) Unwrap() error { return ErrJournalDamaged }
+
+// frame is what readFrame found at an offset.
+type frame int
+
+const (
+	frameRecord frame = iota // an intact record of this incarnation
+	frameEnd                 // zeros, the end, or a record of an earlier incarnation
+	frameBad                 // torn or damaged
+)
+
+// readFrame reads the record at off of b, encoded as f: its state, and
+// for an intact one the record and its end.
+func readFrame(b []byte, off int, f recordFormat) (journalRecord, int, frame) {
+	if len(b)-off < 8 {
+		return journalRecord{}, 0, frameEnd
+	}
+	n := int(binary.LittleEndian.Uint32(b[off:]))
+	sum := binary.LittleEndian.Uint32(b[off+4:])
+	if n == 0 && sum == 0 {
+		return journalRecord{}, 0, frameEnd // the preallocated zeros
+	}
+	if n > len(b)-off-8 {
+		return journalRecord{}, 0, frameBad
+	}
+	p := b[off+8 : off+8+n]
+	if crc32.ChecksumIEEE(p) != sum {
+		return journalRecord{}, 0, frameBad
+	}
+	if f.nonce != 0 {
+		if n < f.minPayload() {
+			return journalRecord{}, 0, frameBad
+		}
+		if binary.LittleEndian.Uint64(p) != f.nonce {
+			// A record left from before the last reset has another nonce.
+			return journalRecord{}, 0, frameEnd
+		}
+		p = p[8:]
+	}
+	rec, ok := decodeRecord(p, f.times)
+	if !ok {
+		return journalRecord{}, 0, frameBad
+	}
+	return rec, off + 8 + n, frameRecord
+}
+
+// readRecords reads the records from off of b up to the first that is not
+// intact. For the HFJ2 format (nonce != 0) it then looks for an intact
+// record of this incarnation further on, byte by byte: a crash leaves a
+// torn record only at the end (what follows it is zeros or records of an
+// earlier incarnation), so such a record means the journal was damaged.
+func readRecords(b []byte, off int, f recordFormat) ([]journalRecord, *JournalDamageError) {
 	var out []journalRecord
 	for {
-		var lh [8]byte
-		if _, err := io.ReadFull(br, lh[:]); err != nil {
-			return out
+		rec, end, st := readFrame(b, off, f)
+		switch {
+		case st == frameRecord:
+			out = append(out, rec)
+			off = end
+			continue
+		case st == frameBad && f.nonce != 0:
+			return out, damageAfter(b, off, f)
 		}
-		n := binary.LittleEndian.Uint32(lh[:4])
-		if n > journalMaxBytes {
-			return out
-		}
-		p := make([]byte, n)
-		if _, err := io.ReadFull(br, p); err != nil {
-			return out
-		}
-		if crc32.ChecksumIEEE(p) != binary.LittleEndian.Uint32(lh[4:]) {
-			return out
-		}
-		body, ok := payload(p)
-		if !ok {
-			return out
-		}
-		rec, ok := decodeRecord(body)
-		if !ok {
-			return out
-		}
-		out = append(out, rec)
+		return out, nil
 	}
 }
 
-func decodeRecord(p []byte) (journalRecord, bool) {
+// damageAfter reports the intact records of this incarnation after the
+// bad record at bad, or nil where there are none (a torn tail).
+func damageAfter(b []byte, bad int, f recordFormat) *JournalDamageError {
+	var d *JournalDamageError
+	least := f.minPayload()
+	for p := bad + 1; p+8+least <= len(b); p++ {
+		// Cheap tests first: a frame whose length fits and whose nonce is
+		// this incarnation's.
+		n := int(binary.LittleEndian.Uint32(b[p:]))
+		if n < least || n > len(b)-p-8 || binary.LittleEndian.Uint64(b[p+8:]) != f.nonce {
+			continue
+		}
+		if _, end, st := readFrame(b, p, f); st == frameRecord {
+			if d == nil {
+				d = &JournalDamageError{Offset: int64(bad)}
+			}
+			d.Records++
+			d.Bytes = int64(end - bad)
+			p = end - 1
+		}
+	}
+	return d
+}
+
+func decodeRecord(p []byte, times bool) (journalRecord, bool) {
 	l, k := binary.Uvarint(p)
 	if k <= 0 || l > uint64(len(p)-k) {
 		return journalRecord{}, false
@@ -459,7 +594,16 @@ func decodeRecord(p []byte) (journalRecord, bool) {
 	}
 	rec.off = int64(binary.LittleEndian.Uint64(p))
 	rec.size = int64(binary.LittleEndian.Uint64(p[8:]))
-	rec.data = p[16:]
+	p = p[16:]
+	if times {
+		if len(p) < 16 {
+			return journalRecord{}, false
+		}
+		rec.mtime = int64(binary.LittleEndian.Uint64(p))
+		rec.ctime = int64(binary.LittleEndian.Uint64(p[8:]))
+		p = p[16:]
+	}
+	rec.data = p
 	if rec.size < 0 || manifest.ValidatePath(rec.path) != nil {
 		return journalRecord{}, false
 	}
@@ -549,7 +693,7 @@ func (s *Session) journalFsync(ctx context.Context, n *node) (bool, error) {
 			n.mu.Unlock()
 			return false, err
 		}
-		records = append(records, journalRecord{path: path, off: sp.off, size: d.size, data: buf})
+		records = append(records, journalRecord{path: path, off: sp.off, size: d.size, mtime: n.mtime, ctime: n.ctime, data: buf})
 	}
 	if len(records) == 0 && len(d.unjournaled) == 0 {
 		// Everything written since it was last made durable is in the
@@ -558,7 +702,7 @@ func (s *Session) journalFsync(ctx context.Context, n *node) (bool, error) {
 		return true, s.journal.sync()
 	}
 	if len(records) == 0 {
-		records = append(records, journalRecord{path: path, off: d.size, size: d.size})
+		records = append(records, journalRecord{path: path, off: d.size, size: d.size, mtime: n.mtime, ctime: n.ctime})
 	}
 	pending := d.unjournaled
 	d.unjournaled = nil
@@ -614,7 +758,7 @@ func (s *Session) logWrite(n *node, path string, data []byte, off int64) (logged
 		// made before the first such change: the next flush takes the rest.
 		return false, false
 	}
-	rec := journalRecord{path: path, off: off, size: n.data.size, data: data}
+	rec := journalRecord{path: path, off: off, size: n.data.size, mtime: n.mtime, ctime: n.ctime, data: data}
 	if err := s.journal.write(&rec); err != nil {
 		if !errors.Is(err, errJournalFull) {
 			s.log.Warn("journal refused a write: flushing instead", "session", s.name, "err", err)
@@ -666,7 +810,11 @@ type replayStats struct {
 // file fsynced 11,525 times read 146 GB and took 327 s to remount). The
 // outcome is the in-order replay's. Files are told apart by node, not
 // path, as hard links share one.
-func (s *Session) replayJournal(ctx context.Context, path string) (bool, error) {
+//
+// A journal damaged in its middle (JournalDamageError) is copied aside
+// and refused, unless salvage is set: then the records before the damage
+// are applied and the rest dropped, as a torn tail would be.
+func (s *Session) replayJournal(ctx context.Context, path string, salvage bool) (bool, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return false, nil
@@ -675,9 +823,25 @@ func (s *Session) replayJournal(ctx context.Context, path string) (bool, error) 
 		return false, err
 	}
 	defer f.Close()
-	gen, records, err := readJournal(f)
-	if err != nil || gen != s.gen || len(records) == 0 {
+	// Mapped, not read: the records end long before the preallocated end,
+	// and the pages past them are touched only to look for damage.
+	b, unmap, err := mapJournal(f)
+	if err != nil {
+		return false, err
+	}
+	defer unmap()
+	gen, format, start, err := journalHeader(b)
+	if err != nil || gen != s.gen {
 		return false, nil // empty, or stale: the head already moved past it
+	}
+	records, damage := readRecords(b, start, format)
+	if damage != nil {
+		if err := s.damagedJournal(f, damage, path, salvage); err != nil {
+			return false, err
+		}
+	}
+	if len(records) == 0 {
+		return false, nil
 	}
 	// The namespace did not change while the records were written (any
 	// change made the next fsync a full flush), so a path names one node
@@ -719,6 +883,10 @@ func (s *Session) replayJournal(ctx context.Context, path string) (bool, error) 
 		if err == nil && r.size > n.data.size {
 			err = n.growTo(ctx, r.size)
 		}
+		if r.mtime != 0 {
+			// What stat showed once the write was served.
+			n.mtime, n.ctime = r.mtime, r.ctime
+		}
 		n.mu.Unlock()
 		if err != nil {
 			return false, fmt.Errorf("replay journal of %s: %s: %w", s.name, r.path, err)
@@ -726,6 +894,56 @@ func (s *Session) replayJournal(ctx context.Context, path string) (bool, error) 
 		s.markDirty(n)
 	}
 	return true, nil
+}
+
+// damagedJournal keeps a copy of the damaged journal f (at path) beside
+// it and refuses it, or with salvage lets the replay drop what follows the
+// damage.
+func (s *Session) damagedJournal(f *os.File, damage *JournalDamageError, path string, salvage bool) error {
+	damage.Path = path
+	cp, err := keepJournalCopy(f, fmt.Sprintf("%s.damaged-%d", path, damage.Offset))
+	if err != nil {
+		return fmt.Errorf("session %s: %w (keeping a copy of it: %w)", s.name, damage, err)
+	}
+	damage.Copy = cp
+	if !salvage {
+		return fmt.Errorf("session %s: %w", s.name, damage)
+	}
+	s.log.Warn("salvage: replaying the journal up to its damage and dropping the records after it",
+		"session", s.name, "journal", path, "offset", damage.Offset, "records_dropped", damage.Records,
+		"bytes_dropped", damage.Bytes, "copy", cp)
+	return nil
+}
+
+// keepJournalCopy copies f durably to dst, unless dst exists already (an
+// earlier refusal kept it), and returns dst.
+func keepJournalCopy(f *os.File, dst string) (string, error) {
+	if _, err := os.Stat(dst); err == nil {
+		return dst, nil
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".copy-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = io.Copy(tmp, io.NewSectionReader(f, 0, 1<<62))
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), dst)
+	}
+	if err != nil {
+		return "", err
+	}
+	if d, err := os.Open(filepath.Dir(dst)); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return dst, nil
 }
 
 // walkFile finds the regular file at path.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
 	"math/rand/v2"
 	"os"
@@ -20,7 +21,7 @@ import (
 
 func TestJournalRecords(t *testing.T) {
 	recs := []journalRecord{
-		{path: "a/b", off: 0, size: 5, data: []byte("hello")},
+		{path: "a/b", off: 0, size: 5, mtime: 1_700_000_000_123456789, ctime: 1_700_000_001_000000001, data: []byte("hello")},
 		{path: "c", off: 1 << 20, size: 1<<20 + 3, data: []byte("xyz")},
 		{path: "c", off: 7, size: 1<<20 + 3},
 	}
@@ -37,6 +38,8 @@ func TestJournalRecords(t *testing.T) {
 		require.Equal(t, recs[i].path, got[i].path)
 		require.Equal(t, recs[i].off, got[i].off)
 		require.Equal(t, recs[i].size, got[i].size)
+		require.Equal(t, recs[i].mtime, got[i].mtime)
+		require.Equal(t, recs[i].ctime, got[i].ctime)
 		require.Equal(t, len(recs[i].data), len(got[i].data))
 	}
 	// A torn or damaged tail ends the records; what precedes it stays.
@@ -52,6 +55,22 @@ func TestJournalRecords(t *testing.T) {
 	require.Len(t, got, 2)
 	_, _, err = readJournal(bytes.NewReader([]byte("nope")))
 	require.Error(t, err)
+
+	// Damage in the middle, with an intact record of this incarnation after
+	// it, is not a torn tail: it is reported with what precedes it.
+	second := len(encodeJournalHeader(42, nonce)) + len(recs[0].appendTo(nil, nonce))
+	for _, at := range []int{second, second + 9, second + 20} { // length, nonce, path
+		bad = bytes.Clone(full)
+		bad[at] ^= 0x10
+		_, got, err = readJournal(bytes.NewReader(append(bad, make([]byte, 4096)...)))
+		require.ErrorIs(t, err, ErrJournalDamaged, "flip at %d", at)
+		var de *JournalDamageError
+		require.ErrorAs(t, err, &de)
+		require.Equal(t, int64(second), de.Offset)
+		require.Equal(t, 1, de.Records)
+		require.Equal(t, int64(len(full)-second), de.Bytes)
+		require.Len(t, got, 1)
+	}
 
 	// Zeros (the preallocated rest of the file) and records of an earlier
 	// incarnation end the list too.
@@ -153,6 +172,39 @@ func TestJournalV1(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(7), gen)
 	require.Equal(t, []journalRecord{r}, recs)
+}
+
+// TestJournalV2 replays a journal of the HFJ2 format, whose records carry
+// no times, and its damage is found as in the current format.
+func TestJournalV2(t *testing.T) {
+	const nonce = 0xabc
+	recs := []journalRecord{
+		{path: "a/b", off: 3, size: 8, data: []byte("hello")},
+		{path: "c", off: 0, size: 2, data: []byte("hi")},
+	}
+	hdr := append([]byte(journalMagicV2), 9, 0, 0, 0, 0, 0, 0, 0)
+	hdr = binary.LittleEndian.AppendUint64(hdr, nonce)
+	old := binary.LittleEndian.AppendUint32(hdr, crc32.ChecksumIEEE(hdr))
+	for _, r := range recs {
+		payload := binary.LittleEndian.AppendUint64(nil, nonce)
+		payload = binary.AppendUvarint(payload, uint64(len(r.path)))
+		payload = append(payload, r.path...)
+		payload = binary.LittleEndian.AppendUint64(payload, uint64(r.off))
+		payload = binary.LittleEndian.AppendUint64(payload, uint64(r.size))
+		payload = append(payload, r.data...)
+		old = binary.LittleEndian.AppendUint32(old, uint32(len(payload)))
+		old = binary.LittleEndian.AppendUint32(old, crc32.ChecksumIEEE(payload))
+		old = append(old, payload...)
+	}
+	gen, got, err := readJournal(bytes.NewReader(append(bytes.Clone(old), make([]byte, 100)...)))
+	require.NoError(t, err)
+	require.Equal(t, uint64(9), gen)
+	require.Equal(t, recs, got)
+
+	old[journalHeaderLen+10] ^= 1 // the first record's path length
+	_, got, err = readJournal(bytes.NewReader(old))
+	require.ErrorIs(t, err, ErrJournalDamaged)
+	require.Empty(t, got)
 }
 
 // TestJournalDurability: rewrites and appends to files the durable head
@@ -265,4 +317,28 @@ func FuzzReadJournal(f *testing.F) {
 			t.Fatalf("re-encoded journal reads back %d records, gen %d, %v; want %d, %d", len(recs2), gen2, err, len(recs), gen)
 		}
 	})
+}
+
+// BenchmarkJournalWrite: one op is logWrite's journal write of a rollout
+// line's record (encode, copy into the shared mapping), without an fsync.
+func BenchmarkJournalWrite(b *testing.B) {
+	j, err := openJournal(b.TempDir(), "s")
+	require.NoError(b, err)
+	b.Cleanup(func() { j.close() })
+	require.NoError(b, j.reset(1))
+	line := bytes.Repeat([]byte("x"), 300)
+	rec := journalRecord{path: "sessions/2026/rollout.jsonl", size: 1 << 20, data: line}
+	b.SetBytes(int64(len(line)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		rec.off = int64(i) * int64(len(line))
+		err := j.write(&rec)
+		if errors.Is(err, errJournalFull) {
+			require.NoError(b, j.reset(1))
+			err = j.write(&rec)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
 }

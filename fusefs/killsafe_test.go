@@ -2,12 +2,20 @@ package fusefs
 
 import (
 	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/catalog"
 )
 
 // A kill -9 of the daemon loses no write it acknowledged, fsynced or not
@@ -140,4 +148,112 @@ func TestKillAfterJournalFilled(t *testing.T) {
 	got, err := os.ReadFile(filepath.Join(m.Dir(), "big"))
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(want, got), "big: %d bytes, want %d", len(got), len(want))
+}
+
+// journalFrames returns the offsets of the intact records of the journal
+// file at path.
+func journalFrames(t *testing.T, path string) (uint64, []int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	nonce := binary.LittleEndian.Uint64(b[len(journalMagic)+8:])
+	var offs []int
+	for off := journalHeaderLen; ; {
+		_, end, st := readFrame(b, off, recordFormat{nonce: nonce, times: true})
+		if st != frameRecord {
+			return binary.LittleEndian.Uint64(b[len(journalMagic):]), offs
+		}
+		offs = append(offs, off)
+		off = end
+	}
+}
+
+// TestKillDamagedJournal: a byte flipped in a middle record of the journal
+// a killed daemon left (unsynced appends) makes the session refuse to load
+// with ErrJournalDamaged, naming the offset and what would be lost, and
+// leaves the journal as it was with a copy beside it; with
+// SalvageJournals the records before the damage are replayed.
+func TestKillDamagedJournal(t *testing.T) {
+	t.Parallel()
+	d := startDurable(t)
+	require.NoError(t, writeSync(d.mnt, "log", []byte("head\n")))
+	require.NoError(t, syncDir(d.mnt))
+	f, err := os.OpenFile(filepath.Join(d.mnt, "log"), os.O_RDWR|os.O_APPEND, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	var lines [][]byte
+	for i := range 10 {
+		line := []byte(fmt.Sprintf("line %d of the rollout\n", i))
+		_, err := f.Write(line)
+		require.NoError(t, err)
+		lines = append(lines, line)
+	}
+	d.kill(t)
+
+	jpath := journalPath(d.storeDir, "d")
+	_, offs := journalFrames(t, jpath)
+	require.Len(t, offs, 10, "one write record per append")
+	orig, err := os.ReadFile(jpath)
+	require.NoError(t, err)
+	damaged := bytes.Clone(orig)
+	damaged[offs[4]+20] ^= 0x40 // inside the fifth record
+	require.NoError(t, os.WriteFile(jpath, damaged, 0o600))
+
+	store, err := cas.OpenBadger(d.storeDir, cas.BadgerOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, store.Close()) })
+	e := New(store, catalog.New(store), Options{StoreDir: d.storeDir, FlushInterval: -1})
+	_, err = e.Mount(context.Background(), "d", "", t.TempDir(), MountOptions{})
+	require.ErrorIs(t, err, ErrJournalDamaged)
+	var de *JournalDamageError
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, int64(offs[4]), de.Offset)
+	require.Equal(t, 5, de.Records, "the five records after the damaged one")
+	require.Equal(t, int64(len(orig)), int64(len(damaged)))
+	require.Contains(t, err.Error(), jpath)
+	require.Contains(t, err.Error(), "--salvage")
+	got, err := os.ReadFile(jpath)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(damaged, got), "the journal is left as it was")
+	cp, err := os.ReadFile(de.Copy)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(damaged, cp), "a copy is kept")
+	require.NoError(t, e.Close(context.Background()))
+
+	// Salvage: the records before the damage, and nothing after it.
+	e = New(store, catalog.New(store), Options{StoreDir: d.storeDir, FlushInterval: -1, SalvageJournals: true})
+	t.Cleanup(func() { require.NoError(t, e.Close(context.Background())) })
+	m := MountForTest(t, e, "d", "", MountOptions{})
+	got, err = os.ReadFile(filepath.Join(m.Dir(), "log"))
+	require.NoError(t, err)
+	require.Equal(t, "head\n"+string(bytes.Join(lines[:4], nil)), string(got))
+}
+
+// TestKillKeepsWriteTimes: a file written after the durable head (no
+// fsync) comes back from the journal after a kill -9 with the mtime and
+// ctime stat showed before the kill, not the head's.
+func TestKillKeepsWriteTimes(t *testing.T) {
+	t.Parallel()
+	d := startDurable(t)
+	p := filepath.Join(d.mnt, "db")
+	require.NoError(t, writeSync(d.mnt, "db", randBytes(51, 64<<10)))
+	old := time.Date(2001, 2, 3, 4, 5, 6, 7, time.UTC)
+	require.NoError(t, os.Chtimes(p, old, old))
+	require.NoError(t, syncDir(d.mnt)) // a full flush: the head has the old mtime
+
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = f.WriteAt(randBytes(52, 4096), 8192)
+	require.NoError(t, err)
+	var before unix.Stat_t
+	require.NoError(t, unix.Fstat(int(f.Fd()), &before))
+	require.NotEqual(t, old.Unix(), before.Mtim.Sec, "the write moved the mtime")
+
+	d.kill(t)
+	m := d.remount(t)
+	var after unix.Stat_t
+	require.NoError(t, unix.Stat(filepath.Join(m.Dir(), "db"), &after))
+	require.Equal(t, before.Mtim, after.Mtim, "mtime")
+	require.Equal(t, before.Ctim, after.Ctim, "ctime")
 }

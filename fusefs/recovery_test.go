@@ -152,7 +152,7 @@ func (r *replayFixture) session() *Session {
 	e := r.e
 	s := newSession("s", e.store, e.cache, &e.inos, &e.buffers, r.root, false, e.log)
 	s.gen, s.backingDir = r.gen, r.dir
-	ok, err := s.replayJournal(context.Background(), journalPath(e.storeDir, "s"))
+	ok, err := s.replayJournal(context.Background(), journalPath(e.storeDir, "s"), false)
 	require.NoError(r.t, err)
 	require.True(r.t, ok)
 	return s

@@ -28,7 +28,7 @@ const (
 	CodePermission  Code = "permission"  // the caller may not use this daemon
 	CodeNotRunning  Code = "not_running" // (client side) no daemon answers on the socket
 	CodeNoSpace     Code = "no_space"    // the store's disk is full: free space, then gc
-	CodeDamaged     Code = "damaged"     // the store's files are damaged: the daemon did not open it
+	CodeDamaged     Code = "damaged"     // the store's files (or a session's journal) are damaged: left as they are
 )
 
 // Error is an error as it crosses the socket.
@@ -70,7 +70,7 @@ func classify(err error) Code {
 		errors.Is(err, remote.ErrRemoteExists), errors.Is(err, catalog.ErrProtected),
 		errors.Is(err, remote.ErrLeased):
 		return CodeConflict
-	case errors.Is(err, cas.ErrDamaged):
+	case errors.Is(err, cas.ErrDamaged), errors.Is(err, fusefs.ErrJournalDamaged):
 		return CodeDamaged
 	case errors.Is(err, cas.ErrCorrupt), errors.Is(err, cas.ErrNotFound),
 		errors.Is(err, fork.ErrDamaged):

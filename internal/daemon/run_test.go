@@ -54,7 +54,7 @@ func TestReleaseRunBusyMount(t *testing.T) {
 	ctx := context.Background()
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
-	svc, err := newService(ctx, t.TempDir(), cas.NewMemory(), log, fusefs.URingOff, 100*time.Millisecond, nil, remote.Timeouts{})
+	svc, err := newService(ctx, t.TempDir(), cas.NewMemory(), log, fusefs.URingOff, 100*time.Millisecond, nil, remote.Timeouts{}, false)
 	if err != nil {
 		t.Fatal(err)
 	}

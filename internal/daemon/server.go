@@ -94,7 +94,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	}()
 	reportStaleMounts(root, log)
 
-	svc, err := newService(ctx, root, store, log, cfg.URing, cfg.ShutdownGrace, m, cfg.RemoteTimeouts)
+	svc, err := newService(ctx, root, store, log, cfg.URing, cfg.ShutdownGrace, m, cfg.RemoteTimeouts, cfg.Badger.Salvage)
 	if err != nil {
 		return err
 	}

@@ -69,12 +69,13 @@ type Service struct {
 // recording store, so that gc sees every put. The Service owns store from
 // here on: CloseStore closes it.
 func NewService(ctx context.Context, root string, store cas.Store, log *slog.Logger, uring fusefs.URingMode, grace time.Duration) (*Service, error) {
-	return newService(ctx, root, store, log, uring, grace, nil, remote.Timeouts{})
+	return newService(ctx, root, store, log, uring, grace, nil, remote.Timeouts{}, false)
 }
 
 // newService is NewService feeding m (nil: no metrics), with remote
-// requests bounded by rto.
-func newService(ctx context.Context, root string, store cas.Store, log *slog.Logger, uring fusefs.URingMode, grace time.Duration, m *metrics, rto remote.Timeouts) (*Service, error) {
+// requests bounded by rto; salvage loads sessions whose journal is damaged
+// (fusefs.Options.SalvageJournals).
+func newService(ctx context.Context, root string, store cas.Store, log *slog.Logger, uring fusefs.URingMode, grace time.Duration, m *metrics, rto remote.Timeouts, salvage bool) (*Service, error) {
 	rt := remote.NewReadThrough(store, remote.ReadThroughOptions{Logger: log.With("component", "remote")})
 	remotes, err := remote.NewService(root, rt, remote.Options{Timeouts: rto, Logger: log.With("component", "remote")})
 	if err != nil {
@@ -87,7 +88,7 @@ func newService(ctx context.Context, root string, store cas.Store, log *slog.Log
 	}
 	rec := fusefs.Record(rt)
 	cat := catalog.New(rec)
-	eng := fusefs.New(rec, cat, fusefs.Options{StoreDir: root, Logger: log, URing: uring, ShutdownGrace: grace, Observer: m.observer()})
+	eng := fusefs.New(rec, cat, fusefs.Options{StoreDir: root, Logger: log, URing: uring, ShutdownGrace: grace, Observer: m.observer(), SalvageJournals: salvage})
 	life, endLife := context.WithCancel(context.Background())
 	return &Service{root: root, rt: rt, remotes: remotes, rec: rec, cat: cat, eng: eng, log: log, started: time.Now(), metrics: m, mounts: make(map[string]MountInfo), runDir: RunDirFor(root), runs: make(map[string]*runHold), leases: newLeaseKeeper(root, log), life: life, endLife: endLife}, nil
 }
