@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -23,8 +24,11 @@ import (
 
 const (
 	journalMagic = "HFJ3"
-	// journalHeaderLen is magic, generation, nonce and the header's CRC.
-	journalHeaderLen = len(journalMagic) + 8 + 8 + 4
+	// journalHeaderLen is magic, generation, nonce, the boot id of the
+	// host that wrote the header, and the header's CRC.
+	journalHeaderLen = len(journalMagic) + 8 + 8 + bootIDLen + 4
+	// journalHeaderLenV2 is HFJ2's: no boot id.
+	journalHeaderLenV2 = len(journalMagic) + 8 + 8 + 4
 	// journalMaxBytes bounds a journal; past it, fsync flushes instead.
 	journalMaxBytes = 64 << 20
 	// journalGrow is the step in which the file is preallocated; a reset
@@ -174,7 +178,35 @@ func encodeJournalHeader(gen, nonce uint64) []byte {
 	hdr = append(hdr, journalMagic...)
 	hdr = binary.LittleEndian.AppendUint64(hdr, gen)
 	hdr = binary.LittleEndian.AppendUint64(hdr, nonce)
+	boot := bootID()
+	hdr = append(hdr, boot[:]...)
 	return binary.LittleEndian.AppendUint32(hdr, crc32.ChecksumIEEE(hdr))
+}
+
+// bootIDLen is the length of a boot id: the 128-bit UUID Linux draws at
+// every boot.
+const bootIDLen = 16
+
+// bootID returns this boot's id, or zeros where it cannot be read.
+var bootID = sync.OnceValue(func() [bootIDLen]byte {
+	var id [bootIDLen]byte
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return id
+	}
+	h, err := hex.DecodeString(strings.ReplaceAll(strings.TrimSpace(string(b)), "-", ""))
+	if err == nil && len(h) == bootIDLen {
+		copy(id[:], h)
+	}
+	return id
+})
+
+// rebooted says whether a journal header's boot id names an earlier boot
+// than this one; false where either is unknown.
+func rebooted(header [bootIDLen]byte) bool {
+	var zero [bootIDLen]byte
+	now := bootID()
+	return header != zero && now != zero && header != now
 }
 
 // newNonce returns a random nonzero tag.
@@ -239,6 +271,9 @@ const recordFixed = 4 + 4 + 8 + 1 + 8 + 8 + 16
 type recordFormat struct {
 	nonce uint64 // this incarnation's; 0 in HFJ1, whose records have none
 	times bool   // HFJ3: records carry mtime and ctime
+	// boot is the boot id of the host that wrote the header (HFJ3; zeros
+	// before).
+	boot [bootIDLen]byte
 }
 
 // minPayload is the length of the shortest valid record's payload.
@@ -419,17 +454,24 @@ func journalHeader(b []byte) (gen uint64, f recordFormat, start int, err error) 
 	}
 	switch magic := string(b[:len(journalMagic)]); magic {
 	case journalMagic, journalMagicV2:
-		if len(b) < journalHeaderLen {
+		n := journalHeaderLen
+		if magic == journalMagicV2 {
+			n = journalHeaderLenV2
+		}
+		if len(b) < n {
 			return 0, f, 0, fmt.Errorf("journal header: %w", io.ErrUnexpectedEOF)
 		}
-		body := b[:journalHeaderLen-4]
-		if crc32.ChecksumIEEE(body) != binary.LittleEndian.Uint32(b[journalHeaderLen-4:]) {
+		body := b[:n-4]
+		if crc32.ChecksumIEEE(body) != binary.LittleEndian.Uint32(b[n-4:]) {
 			return 0, f, 0, fmt.Errorf("journal header: bad checksum")
 		}
 		gen = binary.LittleEndian.Uint64(body[len(journalMagic):])
-		// HFJ2 differs only in records without times.
+		// HFJ2 differs in records without times and no boot id.
 		f = recordFormat{nonce: binary.LittleEndian.Uint64(body[len(journalMagic)+8:]), times: magic == journalMagic}
-		return gen, f, journalHeaderLen, nil
+		if magic == journalMagic {
+			copy(f.boot[:], body[len(journalMagic)+16:])
+		}
+		return gen, f, n, nil
 	case journalMagicV1:
 		// The journal of earlier daemons (appended, truncated by every
 		// reset, records without a nonce) is still replayed, so that an
@@ -836,7 +878,12 @@ func (s *Session) replayJournal(ctx context.Context, path string, salvage bool) 
 	}
 	records, damage := readRecords(b, start, format)
 	if damage != nil {
-		if err := s.damagedJournal(f, damage, path, salvage); err != nil {
+		// After a reboot (a power loss, say) records that were never
+		// synced may have reached the disk out of order: a torn one
+		// followed by intact ones is then the tail a crash may cut, which
+		// no promise covers, not damage. Within one boot the page cache
+		// holds the journal whole, so a bad record before good ones is.
+		if err := s.damagedJournal(f, damage, path, salvage || rebooted(format.boot)); err != nil {
 			return false, err
 		}
 	}
@@ -909,7 +956,7 @@ func (s *Session) damagedJournal(f *os.File, damage *JournalDamageError, path st
 	if !salvage {
 		return fmt.Errorf("session %s: %w", s.name, damage)
 	}
-	s.log.Warn("salvage: replaying the journal up to its damage and dropping the records after it",
+	s.log.Warn("replaying the journal up to a bad record and dropping the records after it (salvage, or unsynced records torn by a reboot)",
 		"session", s.name, "journal", path, "offset", damage.Offset, "records_dropped", damage.Records,
 		"bytes_dropped", damage.Bytes, "copy", cp)
 	return nil

@@ -201,7 +201,7 @@ func TestJournalV2(t *testing.T) {
 	require.Equal(t, uint64(9), gen)
 	require.Equal(t, recs, got)
 
-	old[journalHeaderLen+10] ^= 1 // the first record's path length
+	old[journalHeaderLenV2+10] ^= 1 // the first record's path length
 	_, got, err = readJournal(bytes.NewReader(old))
 	require.ErrorIs(t, err, ErrJournalDamaged)
 	require.Empty(t, got)

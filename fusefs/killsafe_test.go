@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -173,15 +174,18 @@ func journalFrames(t *testing.T, path string) (uint64, []int) {
 // with ErrJournalDamaged, naming the offset and what would be lost, and
 // leaves the journal as it was with a copy beside it; with
 // SalvageJournals the records before the damage are replayed.
-func TestKillDamagedJournal(t *testing.T) {
-	t.Parallel()
-	d := startDurable(t)
+// killWithDamagedJournal kills a daemon whose journal holds ten
+// unsynced appends to a file, then flips a byte in the fifth record. It
+// returns the journal's path, its bytes before and after, the records'
+// offsets and the lines appended.
+func killWithDamagedJournal(t *testing.T) (d *durableDaemon, jpath string, orig, damaged []byte, offs []int, lines [][]byte) {
+	t.Helper()
+	d = startDurable(t)
 	require.NoError(t, writeSync(d.mnt, "log", []byte("head\n")))
 	require.NoError(t, syncDir(d.mnt))
 	f, err := os.OpenFile(filepath.Join(d.mnt, "log"), os.O_RDWR|os.O_APPEND, 0)
 	require.NoError(t, err)
 	defer f.Close()
-	var lines [][]byte
 	for i := range 10 {
 		line := []byte(fmt.Sprintf("line %d of the rollout\n", i))
 		_, err := f.Write(line)
@@ -190,14 +194,51 @@ func TestKillDamagedJournal(t *testing.T) {
 	}
 	d.kill(t)
 
-	jpath := journalPath(d.storeDir, "d")
-	_, offs := journalFrames(t, jpath)
+	jpath = journalPath(d.storeDir, "d")
+	_, offs = journalFrames(t, jpath)
 	require.Len(t, offs, 10, "one write record per append")
-	orig, err := os.ReadFile(jpath)
+	orig, err = os.ReadFile(jpath)
 	require.NoError(t, err)
-	damaged := bytes.Clone(orig)
+	damaged = bytes.Clone(orig)
 	damaged[offs[4]+20] ^= 0x40 // inside the fifth record
 	require.NoError(t, os.WriteFile(jpath, damaged, 0o600))
+	return d, jpath, orig, damaged, offs, lines
+}
+
+// TestRebootTornJournal: a journal written before the host's last boot,
+// with a bad record before good ones, is the tail of unsynced records a
+// power loss wrote back out of order, which nothing promised to keep: it
+// is replayed up to the bad record, a copy kept, and the session mounts.
+// Within one boot (TestKillDamagedJournal) the same journal is refused.
+func TestRebootTornJournal(t *testing.T) {
+	t.Parallel()
+	d, jpath, _, damaged, _, lines := killWithDamagedJournal(t)
+	// The header as an earlier boot wrote it: another boot id.
+	boot := len(journalMagic) + 16
+	for i := range bootIDLen {
+		damaged[boot+i] ^= 0xff
+	}
+	binary.LittleEndian.PutUint32(damaged[journalHeaderLen-4:], crc32.ChecksumIEEE(damaged[:journalHeaderLen-4]))
+	require.NoError(t, os.WriteFile(jpath, damaged, 0o600))
+	require.True(t, rebooted([bootIDLen]byte(damaged[boot:boot+bootIDLen])))
+
+	store, err := cas.OpenBadger(d.storeDir, cas.BadgerOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, store.Close()) })
+	e := New(store, catalog.New(store), Options{StoreDir: d.storeDir, FlushInterval: -1})
+	t.Cleanup(func() { require.NoError(t, e.Close(context.Background())) })
+	m := MountForTest(t, e, "d", "", MountOptions{})
+	got, err := os.ReadFile(filepath.Join(m.Dir(), "log"))
+	require.NoError(t, err)
+	require.Equal(t, "head\n"+string(bytes.Join(lines[:4], nil)), string(got))
+	copies, err := filepath.Glob(jpath + ".damaged-*")
+	require.NoError(t, err)
+	require.Len(t, copies, 1, "a copy of the journal is kept")
+}
+
+func TestKillDamagedJournal(t *testing.T) {
+	t.Parallel()
+	d, jpath, orig, damaged, offs, lines := killWithDamagedJournal(t)
 
 	store, err := cas.OpenBadger(d.storeDir, cas.BadgerOptions{})
 	require.NoError(t, err)
