@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -66,6 +67,10 @@ type BadgerStore struct {
 	// Badger reads its write table's version without a lock there (a data
 	// race with a concurrent write). Lock order: badgerBatch.mu < writeMu.
 	writeMu sync.RWMutex
+	// vlogGen counts the starts and ends of value-log rewrites: odd
+	// while one runs. A read that failed while it moved may be retried
+	// (Get).
+	vlogGen atomic.Uint64
 
 	syncMu sync.Mutex      // serialises Sync
 	sealed map[string]bool // GUARDED_BY(syncMu); log files fsynced after they stopped growing
@@ -205,22 +210,21 @@ func (s *BadgerStore) Get(ctx context.Context, ref Ref) ([]byte, error) {
 		return nil, err
 	}
 	defer s.end()
-	var plain []byte
-	var decodeErr error
-	err := s.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(chunkKey(ref))
-		if err != nil {
-			return err
+	var (
+		plain          []byte
+		err, decodeErr error
+	)
+	for try := 0; ; try++ {
+		gen := s.vlogGen.Load()
+		plain, err, decodeErr = s.getOnce(ref)
+		failed := decodeErr != nil || err != nil && !errors.Is(err, badger.ErrKeyNotFound)
+		// A value-log rewrite (Compact) that ran during the read may
+		// have deleted the file the read's pointer named: a new
+		// transaction reads the moved value. Damage fails every try.
+		if !failed || try == 2 || !s.vlogMoved(gen) {
+			break
 		}
-		// Decoding copies, so nothing of the transaction's memory escapes.
-		if err := item.Value(func(v []byte) error {
-			plain, decodeErr = decodeChunk(v)
-			return nil
-		}); err != nil {
-			decodeErr = err
-		}
-		return nil
-	})
+	}
 	switch {
 	case errors.Is(err, badger.ErrKeyNotFound):
 		return nil, fmt.Errorf("chunk %s: %w", ref.Short(), ErrNotFound)
@@ -235,6 +239,32 @@ func (s *BadgerStore) Get(ctx context.Context, ref Ref) ([]byte, error) {
 		return nil, err
 	}
 	return plain, nil
+}
+
+// getOnce reads and decodes ref's stored form in one transaction: err is
+// Badger's, decodeErr what reading or decoding the value met.
+func (s *BadgerStore) getOnce(ref Ref) (plain []byte, err, decodeErr error) {
+	err = s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(chunkKey(ref))
+		if err != nil {
+			return err
+		}
+		// Decoding copies, so nothing of the transaction's memory escapes.
+		if err := item.Value(func(v []byte) error {
+			plain, decodeErr = decodeChunk(v)
+			return nil
+		}); err != nil {
+			decodeErr = err
+		}
+		return nil
+	})
+	return plain, err, decodeErr
+}
+
+// vlogMoved reports whether a value-log rewrite ran at any time since
+// vlogGen read gen.
+func (s *BadgerStore) vlogMoved(gen uint64) bool {
+	return gen%2 == 1 || s.vlogGen.Load() != gen
 }
 
 // has reports whether key exists, without reading its value.

@@ -98,7 +98,9 @@ func (s *BadgerStore) Compact(ctx context.Context) (CompactResult, error) {
 			return res, fmt.Errorf("cas: compact: %w", ErrClosed)
 		}
 		s.writeMu.Lock()
+		s.vlogGen.Add(1)
 		err := s.db.RunValueLogGC(compactRatio)
+		s.vlogGen.Add(1)
 		s.writeMu.Unlock()
 		if errors.Is(err, badger.ErrNoRewrite) {
 			break
