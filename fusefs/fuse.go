@@ -145,7 +145,7 @@ func (f *fnode) open(ctx context.Context, flags uint32) (h fs.FileHandle, keep u
 		h, keep, err = f.openOnce(ctx, flags, false)
 		return err
 	})
-	if failed := (*fetchFailed)(nil); errors.As(err, &failed) {
+	if err != nil && fetchFailedErr(err) {
 		// The remote cannot give the content a passthrough route would
 		// copy: the daemon serves the open, as it does without a
 		// backing file.
@@ -482,6 +482,7 @@ func (f *fnode) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn
 		}
 	}
 	n := f.n.Load()
+	ctx = storeCtx(ctx)
 	if err := f.sess().Setattr(ctx, n, a); err != nil {
 		return f.m.toErrno("setattr", f, err)
 	}

@@ -108,6 +108,12 @@ type fetchFailed struct{ err error }
 func (e *fetchFailed) Error() string { return e.err.Error() }
 func (e *fetchFailed) Unwrap() error { return e.err }
 
+// fetchFailedErr reports whether err is (or wraps) a *fetchFailed.
+func fetchFailedErr(err error) bool {
+	var failed *fetchFailed
+	return errors.As(err, &failed)
+}
+
 // localRounds bounds the tries of localFirst on local data alone.
 const localRounds = 3
 

@@ -657,10 +657,15 @@ func (n *node) punchHole(ctx context.Context, off, length int64) error {
 	if off >= end {
 		return nil
 	}
-	n.changed()
 	if err := n.loadChunks(ctx); err != nil {
 		return err
 	}
+	if cas.IsLocalOnly(ctx) {
+		if err := n.zeroReady(ctx, off, end); err != nil {
+			return err
+		}
+	}
+	n.changed()
 	for pos := off; pos < end; {
 		i := int(pos / manifest.ChunkSize)
 		within := int(pos - int64(i)*manifest.ChunkSize)
@@ -683,6 +688,35 @@ func (n *node) punchHole(ctx context.Context, off, length int64) error {
 			}
 		}
 		pos += int64(span)
+	}
+	return nil
+}
+
+// zeroReady reads what punchHole reads of the stored content to zero
+// [off, end): the chunks it zeroes in part (writableChunk), so that under
+// cas.LocalOnly it fails with cas.ErrNotLocal before it changes anything.
+// Called with n.mu held, its chunks loaded.
+func (n *node) zeroReady(ctx context.Context, off, end int64) error {
+	d := n.data
+	for _, pos := range []int64{off, end - 1} {
+		i := int(pos / manifest.ChunkSize)
+		start := int64(i) * manifest.ChunkSize
+		if off <= start && (start+manifest.ChunkSize <= end || end == d.size) {
+			continue // zeroed whole: a hole
+		}
+		if c, ok := d.dirty[i]; ok {
+			if !c.whole {
+				if _, err := n.storedChunk(ctx, c.base, c.baseLen); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if i < d.chunks.Len() {
+			if _, err := n.storedChunk(ctx, d.chunks.At(i), chunkLen(d.size, i)); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

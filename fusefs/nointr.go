@@ -180,7 +180,7 @@ func (g *rawGate) Statx(cancel <-chan struct{}, input *fuse.StatxIn, out *fuse.S
 }
 
 // localGate is the gate as a ring thread sees it (uring.LocalServer): it
-// serves a READ, OPEN, WRITE or FSYNC from local data alone (modeLocal,
+// serves a READ, OPEN, WRITE, SETATTR or FSYNC from local data alone (modeLocal,
 // storeCtx), and one that needs a remote's data answers EAGAIN, having
 // changed nothing (cas.ErrNotLocal, as toErrno maps it); the ring then
 // serves it again off the ring with the gate itself. Such an attempt is
@@ -219,4 +219,9 @@ func (g localGate) Write(_ <-chan struct{}, input *fuse.WriteIn, data []byte) (u
 func (g localGate) Fsync(_ <-chan struct{}, input *fuse.FsyncIn) fuse.Status {
 	t := g.begin()
 	return g.endLocal(OpFsync, t, g.RawFileSystem.Fsync(callMode(false, true), input))
+}
+
+func (g localGate) SetAttr(_ <-chan struct{}, input *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+	t := g.begin()
+	return g.endLocal(OpSetAttr, t, g.RawFileSystem.SetAttr(callMode(false, true), input, out))
 }

@@ -509,6 +509,17 @@ const capabilityXattr = "security.capability"
 
 // Setattr applies a to n.
 func (s *Session) Setattr(ctx context.Context, n *node, a SetAttr) error {
+	if a.Size == nil {
+		return s.setattr(ctx, n, a)
+	}
+	// A truncate into a stored chunk keeps its head: that chunk is
+	// fetched with no lock held (localFirst).
+	return s.localFirst(ctx, n, *a.Size, *a.Size+1, func(ctx context.Context) error { return s.setattr(ctx, n, a) })
+}
+
+// setattr is Setattr, tried once; under cas.LocalOnly a truncate that
+// needs a stored chunk only a remote has fails before it changes n.
+func (s *Session) setattr(ctx context.Context, n *node, a SetAttr) error {
 	done, err := s.begin()
 	if err != nil {
 		return err
@@ -923,6 +934,19 @@ const (
 // the caller's, as for a write: ext4 drops privileges on fallocate too (and
 // the kernel sends no flag for it with FALLOCATE).
 func (s *Session) Allocate(ctx context.Context, n *node, off, length int64, mode uint32, drop privDrop) error {
+	if mode&^fallocKeepSize == 0 {
+		return s.allocate(ctx, n, off, length, mode, drop)
+	}
+	// Zeroing part of a stored chunk keeps the rest: the chunks are
+	// fetched with no lock held (localFirst).
+	return s.localFirst(ctx, n, off, off+length, func(ctx context.Context) error {
+		return s.allocate(ctx, n, off, length, mode, drop)
+	})
+}
+
+// allocate is Allocate, tried once; under cas.LocalOnly one that needs a
+// stored chunk only a remote has fails before it changes n.
+func (s *Session) allocate(ctx context.Context, n *node, off, length int64, mode uint32, drop privDrop) error {
 	done, err := s.begin()
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/internal/catalog"
@@ -99,6 +100,29 @@ var remoteOps = []remoteOp{
 		want: func(before []byte) []byte {
 			b := slices.Clone(before)
 			copy(b[midChunk:], "small")
+			return b
+		},
+	},
+	{
+		// A truncate into a stored chunk keeps that chunk's head.
+		name: "truncate",
+		run:  func(path string) error { return os.Truncate(path, midChunk+100) },
+		want: func(before []byte) []byte { return slices.Clone(before[:midChunk+100]) },
+	},
+	{
+		// A hole punched into part of a stored chunk keeps the rest.
+		name: "punch-hole",
+		run: func(path string) error {
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, midChunk, 4096)
+		},
+		want: func(before []byte) []byte {
+			b := slices.Clone(before)
+			clear(b[midChunk : midChunk+4096])
 			return b
 		},
 	},

@@ -83,10 +83,10 @@ type LocalServer interface {
 
 // localOps are the opcodes a ring thread serves through LocalServer's
 // view: those whose file system may need a remote's data (a read; the
-// copy an open of a passthrough route makes; the stored chunk a write or
-// the flush behind an fsync merges into). None of them answers EAGAIN of
-// its own (SETLK does: it is not one).
-var localOps = [...]bool{opOpen: true, opRead: true, opWrite: true, opFsync: true}
+// copy an open of a passthrough route makes; the stored chunk a write, a
+// truncate or the flush behind an fsync merges into). None of them
+// answers EAGAIN of its own (SETLK does: it is not one).
+var localOps = [...]bool{opSetattr: true, opOpen: true, opRead: true, opWrite: true, opFsync: true}
 
 // offRing is the status of a handler on the ring thread whose request
 // must be served by a goroutine instead; it writes nothing, so the
@@ -211,7 +211,7 @@ var handlers = [...]handler{
 		return reply(r.out, func(o *fuse.AttrOut) fuse.Status { return s.fs.GetAttr(nil, (*fuse.GetAttrIn)(r.in), o) })
 	},
 	opSetattr: func(s *Server, r request) (int, fuse.Status) {
-		return reply(r.out, func(o *fuse.AttrOut) fuse.Status { return s.fs.SetAttr(nil, (*fuse.SetAttrIn)(r.in), o) })
+		return reply(r.out, func(o *fuse.AttrOut) fuse.Status { return r.fs.SetAttr(nil, (*fuse.SetAttrIn)(r.in), o) })
 	},
 	opReadlink: func(s *Server, r request) (int, fuse.Status) {
 		b, st := s.fs.Readlink(nil, r.h)
