@@ -139,8 +139,17 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 // open is served by the daemon and the content did not change since the
 // mount's last open read it (fnode.cacheGen; Session.serveOpen says when
 // the pages may not be kept at all).
+//
+// A write-only appender's first passthrough open copies the content into
+// a backing file: content only a remote has is fetched first with no
+// lock held (Session.localFirst), and a remote that fails leaves the open
+// to the daemon.
 func (f *fnode) open(ctx context.Context, flags uint32) (h fs.FileHandle, keep uint32, err error) {
 	s, n := f.sess(), f.n.Load()
+	if s.readOnly || flags&syscall.O_ACCMODE != syscall.O_WRONLY || flags&syscall.O_APPEND == 0 {
+		// Only a write-only appender's route copies the content.
+		return f.openOnce(ctx, flags, false)
+	}
 	err = s.localFirst(ctx, n, 0, maxBacked, func(ctx context.Context) (err error) {
 		h, keep, err = f.openOnce(ctx, flags, false)
 		return err
