@@ -16,44 +16,10 @@ import (
 // atimeRefresh is how old an atime relatime refreshes on a read anyway.
 const atimeRefresh = 24 * 60 * 60 * 1e9
 
-// readModes are the cancel channels the gate hands go-fuse with a READ
-// (never closed: nothing is cancelled), since go-fuse gives a NodeReader
-// neither the request's flags nor anything of the gate's (see
-// appendWrite): by bits, modeNoAtime for a read through an O_NOATIME
-// descriptor, modeLocal for one to serve from local data alone
-// (rawGate.ReadLocal). A plain read's is nil.
-var readModes = [4]chan struct{}{nil, make(chan struct{}), make(chan struct{}), make(chan struct{})}
-
-const (
-	modeNoAtime = 1 << iota
-	modeLocal
-)
-
-// readMode returns the cancel channel for a READ: O_NOATIME as fcntl
-// left it, and local.
+// readMode returns the cancel channel for a READ (see callModes):
+// O_NOATIME as fcntl left it, and local.
 func readMode(in *fuse.ReadIn, local bool) <-chan struct{} {
-	m := 0
-	if in.Flags&syscall.O_NOATIME != 0 {
-		m |= modeNoAtime
-	}
-	if local {
-		m |= modeLocal
-	}
-	return readModes[m]
-}
-
-// readBits returns the readModes bits of the READ of ctx.
-func readBits(ctx context.Context) int {
-	fc, ok := ctx.(*fuse.Context)
-	if !ok || fc.Cancel == nil {
-		return 0
-	}
-	for m := 1; m < len(readModes); m++ {
-		if fc.Cancel == readModes[m] {
-			return m
-		}
-	}
-	return 0
+	return callMode(in.Flags&syscall.O_NOATIME != 0, local)
 }
 
 // needsAtime is relatime's rule: whether a read at now sets the atime.

@@ -48,11 +48,15 @@
 //     /dev/fuse, or FUSE over io_uring (package fusefs/uring, its own
 //     locks), as the engine's URingMode and the host's switch allow
 //     (uringswitch.go).
-//   - Local-only read: a read under cas.LocalOnly, which a chunk that
-//     only a remote has fails with cas.ErrNotLocal. A ring thread reads so
-//     (rawGate.ReadLocal) and hands the rest to a goroutine; Session.Read
-//     reads so under node.mu and fetches what is missing with no lock
-//     held.
+//   - Local first: an operation under cas.LocalOnly, which a chunk that
+//     only a remote has fails with cas.ErrNotLocal before it changes
+//     anything. A ring thread serves READ, OPEN, WRITE, SETATTR and FSYNC
+//     so (localGate, the gate's uring.LocalServer view) and hands the
+//     rest to a goroutine. Off the ring, Session.Read, fnode.open (a copy
+//     into a backing file), Session.Write (writeReady), a truncate and a
+//     hole punched (zeroReady) try so under their locks, fetch what is
+//     missing with no lock held and try again (Session.localFirst); a
+//     flush fetches its overlays' bases first (fetchBases).
 //
 // # Where a write goes
 //
@@ -438,7 +442,10 @@
 //     call back into the mount. This also keeps the rings live: a ring
 //     thread serving a request inline holds up the other requests of its
 //     CPU, so no handler may wait for a FUSE request.
-//   - A read fetches a chunk that only a remote has with no lock held
-//     (Session.Read), and never on a ring thread: a slow remote holds up
-//     no stat or listing of the node, and no other request of the CPU.
+//   - A read, an open that copies content into a backing file, a write,
+//     a truncate, a fallocate and a flush fetch a chunk that only a
+//     remote has with no lock held
+//     (Local first, above), and never on a ring thread: a slow remote
+//     holds up no stat or listing of the node, and no other request of
+//     the CPU.
 package fusefs

@@ -13,9 +13,9 @@ import (
 // toErrno is the one place where errors become kernel errnos. POSIX
 // outcomes travel as syscall.Errno and pass through; cancellation becomes
 // EINTR; a store that refuses data on a full disk (cas.ErrNoSpace) is
-// ENOSPC, as a full ext4 says; a chunk that a read tried on local data
-// alone found only a remote has (cas.ErrNotLocal) is EAGAIN, which the
-// gate takes back (rawGate.ReadLocal); everything else (corrupt or missing
+// ENOSPC, as a full ext4 says; a chunk that a request tried on local
+// data alone found only a remote has (cas.ErrNotLocal) is EAGAIN, which
+// the ring takes back (localGate); everything else (corrupt or missing
 // chunks, store failures, a remote that refused or timed out, whatever
 // errno its network error carries) is logged with the path and becomes
 // EIO, so that wrong bytes are never served.
@@ -40,8 +40,8 @@ func (m *Mount) toErrno(op string, f *fnode, err error) syscall.Errno {
 		return syscall.EINTR
 	}
 	if errors.Is(err, cas.ErrNotLocal) {
-		// Only a read the gate tried on local data alone meets it; the
-		// gate serves it again, remote allowed (rawGate.ReadLocal).
+		// Only a request the ring tried on local data alone meets it; the
+		// ring serves it again, remote allowed (localGate).
 		return syscall.EAGAIN
 	}
 	if errors.Is(err, cas.ErrNoSpace) {

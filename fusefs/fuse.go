@@ -88,30 +88,17 @@ type handle struct {
 	writes bool
 }
 
-// appendWrite is the cancel channel the gate hands go-fuse with a WRITE
-// that appends (never closed: nothing is cancelled), since go-fuse gives a
-// NodeWriter neither the request's flags nor its write flags. An append
-// lands at the end as the session sees it, atomically with the write, so
-// that appenders in two mounts never overwrite each other. Whether a
-// write appends is the descriptor's O_APPEND as the request carries it
+// writeMode returns the cancel channel for a WRITE (see callModes):
+// modeFlag for one that appends, and local. go-fuse gives a NodeWriter
+// neither the request's flags nor its write flags. An append lands at the
+// end as the session sees it, atomically with the write, so that
+// appenders in two mounts never overwrite each other. Whether a write
+// appends is the descriptor's O_APPEND as the request carries it
 // (fcntl(F_SETFL) may have changed it since the open), and never for the
 // kernel's write-back of a shared mapping's dirty pages (WRITE_CACHE),
 // which go where they are mapped whatever descriptor carries them.
-var appendWrite = make(chan struct{})
-
-// writeMode returns the cancel channel for a WRITE: appendWrite for an
-// append, nil otherwise.
-func writeMode(in *fuse.WriteIn) <-chan struct{} {
-	if in.WriteFlags&fuse.WRITE_CACHE == 0 && in.Flags&syscall.O_APPEND != 0 {
-		return appendWrite
-	}
-	return nil
-}
-
-// appending reports whether the WRITE ctx belongs to appends.
-func appending(ctx context.Context) bool {
-	fc, ok := ctx.(*fuse.Context)
-	return ok && fc.Cancel == appendWrite
+func writeMode(in *fuse.WriteIn, local bool) <-chan struct{} {
+	return callMode(in.WriteFlags&fuse.WRITE_CACHE == 0 && in.Flags&syscall.O_APPEND != 0, local)
 }
 
 // ptHandle is a passthrough handle. Only it implements
@@ -152,7 +139,35 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 // open is served by the daemon and the content did not change since the
 // mount's last open read it (fnode.cacheGen; Session.serveOpen says when
 // the pages may not be kept at all).
-func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, error) {
+//
+// A write-only appender's first passthrough open copies the content into
+// a backing file: content only a remote has is fetched first with no
+// lock held (Session.localFirst), and a remote that fails leaves the open
+// to the daemon.
+func (f *fnode) open(ctx context.Context, flags uint32) (h fs.FileHandle, keep uint32, err error) {
+	s, n := f.sess(), f.n.Load()
+	if s.readOnly || flags&syscall.O_ACCMODE != syscall.O_WRONLY || flags&syscall.O_APPEND == 0 {
+		// Only a write-only appender's route copies the content.
+		return f.openOnce(ctx, flags, false)
+	}
+	err = s.localFirst(ctx, n, 0, maxBacked, func(ctx context.Context) (err error) {
+		h, keep, err = f.openOnce(ctx, flags, false)
+		return err
+	})
+	if err != nil && fetchFailedErr(err) {
+		// The remote cannot give the content a passthrough route would
+		// copy: the daemon serves the open, as it does without a
+		// backing file.
+		s.log.Warn("no passthrough for a writer", "session", s.name, "err", err)
+		return f.openOnce(cas.LocalOnly(ctx), flags, true)
+	}
+	return h, keep, err
+}
+
+// openOnce is open, tried once; a first passthrough open that would copy
+// content the local store lacks fails with cas.ErrNotLocal, having
+// changed nothing, unless daemonIfRemote, when the daemon serves it.
+func (f *fnode) openOnce(ctx context.Context, flags uint32, daemonIfRemote bool) (fs.FileHandle, uint32, error) {
 	s, n := f.sess(), f.n.Load()
 	if !s.readOnly {
 		// A backing file made here must not appear in the middle of a
@@ -162,7 +177,7 @@ func (f *fnode) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, 
 	}
 	f.openMu.Lock()
 	defer f.openMu.Unlock()
-	r, fd, err := s.openRoute(ctx, n, flags, mountOpens{all: f.opens, pt: f.ptOpens, releasing: &f.m.releasing})
+	r, fd, err := s.openRoute(ctx, n, flags, mountOpens{all: f.opens, pt: f.ptOpens, releasing: &f.m.releasing, daemonIfRemote: daemonIfRemote})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -476,6 +491,7 @@ func (f *fnode) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn
 		}
 	}
 	n := f.n.Load()
+	ctx = storeCtx(ctx)
 	if err := f.sess().Setattr(ctx, n, a); err != nil {
 		return f.m.toErrno("setattr", f, err)
 	}
@@ -563,36 +579,31 @@ func (f *fnode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, 
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC) != 0 && f.sess().readOnly {
 		return nil, 0, syscall.EROFS
 	}
+	sctx := storeCtx(ctx)
 	if flags&syscall.O_TRUNC != 0 && n.kind == manifest.KindFile {
 		zero := int64(0)
-		if err := f.sess().Setattr(ctx, n, SetAttr{Size: &zero, Drop: dropFor(ctx)}); err != nil {
+		if err := f.sess().Setattr(sctx, n, SetAttr{Size: &zero, Drop: dropFor(ctx)}); err != nil {
 			return nil, 0, f.m.toErrno("open", f, err)
 		}
 	}
-	h, keep, err := f.open(ctx, flags)
+	h, keep, err := f.open(sctx, flags)
 	if err != nil {
 		return nil, 0, f.m.toErrno("open", f, err)
 	}
 	return h, f.openedToRead(ctx, flags, keep, h), 0
 }
 
-// localRead is the context of a ring thread's read (rawGate.ReadLocal).
-// A read uses its context only to reach the store, and the gate's never
-// ends (see readModes), so one shared context spares every read on the
-// rings an allocation.
-var localRead = cas.LocalOnly(context.Background())
-
 func (f *fnode) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n := f.n.Load()
-	mode := readBits(ctx)
+	mode := callBits(ctx)
 	if mode&modeLocal != 0 {
-		ctx = localRead
+		ctx = localCtx
 	}
 	k, err := f.sess().Read(ctx, n, dest, off)
 	if err != nil {
 		return nil, f.m.toErrno("read", f, err)
 	}
-	if mode&modeNoAtime == 0 {
+	if mode&modeFlag == 0 { // O_NOATIME
 		f.m.accessed(n)
 	}
 	return fuse.ReadResultData(dest[:k]), 0
@@ -600,7 +611,7 @@ func (f *fnode) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int6
 
 func (f *fnode) Write(ctx context.Context, _ fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
 	op := WriteOp{Append: appending(ctx), Drop: dropFor(ctx)}
-	k, err := f.sess().Write(ctx, f.n.Load(), data, off, op)
+	k, err := f.sess().Write(storeCtx(ctx), f.n.Load(), data, off, op)
 	if err != nil {
 		return 0, f.m.toErrno("write", f, err)
 	}
@@ -611,7 +622,7 @@ func (f *fnode) Fsync(ctx context.Context, _ fs.FileHandle, _ uint32) syscall.Er
 	if f.sess().readOnly {
 		return 0
 	}
-	if err := f.sess().Fsync(ctx, f.n.Load()); err != nil {
+	if err := f.sess().Fsync(storeCtx(ctx), f.n.Load()); err != nil {
 		return f.m.toErrno("fsync", f, err)
 	}
 	return 0

@@ -1033,5 +1033,10 @@ func (s *Session) Fsync(ctx context.Context, n *node) error {
 	if err != nil || done {
 		return err
 	}
+	// The flush merges overlays with their stored bases: those only a
+	// remote has are fetched first, with no lock held (and off the ring).
+	if err := s.fetchBases(ctx); err != nil {
+		return err
+	}
 	return s.flushNow(ctx)
 }

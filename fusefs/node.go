@@ -424,7 +424,7 @@ func (n *node) writeChunk(ctx context.Context, i, within int, p []byte) error {
 		case ref.IsZero() || within == 0 && len(p) >= l:
 			// Nothing stored to keep: a hole, or overwritten whole.
 			c = &dirtyChunk{whole: true}
-		case len(p) <= overlayMaxBytes:
+		case !readsStored(ref, within, len(p), l):
 			c = &dirtyChunk{base: ref, baseLen: l}
 		default:
 			stored, err := n.storedChunk(ctx, ref, l)
@@ -441,7 +441,7 @@ func (n *node) writeChunk(ctx context.Context, i, within int, p []byte) error {
 		d.dirty[i] = c
 	}
 	if !c.whole {
-		if c.overlayBytes()+len(p) <= overlayMaxBytes && len(c.ext) < overlayMaxExtents {
+		if c.takes(len(p)) {
 			n.addExtent(c, within, p)
 			return nil
 		}
@@ -451,6 +451,52 @@ func (n *node) writeChunk(ctx context.Context, i, within int, p []byte) error {
 	}
 	n.extend(c, within+len(p))
 	copy(c.buf[within:], p)
+	return nil
+}
+
+// readsStored reports whether writing l bytes at within of a clean chunk
+// of length cl stored as ref reads the stored chunk (writeChunk): one it
+// neither covers nor overlays.
+func readsStored(ref cas.Ref, within, l, cl int) bool {
+	return !ref.IsZero() && (within != 0 || l < cl) && l > overlayMaxBytes
+}
+
+// takes reports whether overlay c takes l more bytes as an extent.
+func (c *dirtyChunk) takes(l int) bool {
+	return c.overlayBytes()+l <= overlayMaxBytes && len(c.ext) < overlayMaxExtents
+}
+
+// writeReady reads what a write of l bytes at off reads of the stored
+// content (writeChunk: the chunk list, the stored chunks it keeps in
+// part), so that under cas.LocalOnly the write fails with cas.ErrNotLocal
+// before it changes anything. Called with n.mu held.
+func (n *node) writeReady(ctx context.Context, off int64, l int) error {
+	d := n.data
+	for pos := 0; pos < l; {
+		abs := off + int64(pos)
+		i := int(abs / manifest.ChunkSize)
+		within := int(abs - int64(i)*manifest.ChunkSize)
+		span := min(l-pos, manifest.ChunkSize-within)
+		pos += span
+		if c, ok := d.dirty[i]; ok {
+			if c.whole || c.takes(span) {
+				continue
+			}
+			if _, err := n.storedChunk(ctx, c.base, c.baseLen); err != nil {
+				return err
+			}
+			continue
+		}
+		ref, err := n.storedRef(ctx, i)
+		if err != nil {
+			return err
+		}
+		if cl := chunkLen(d.size, i); readsStored(ref, within, span, cl) {
+			if _, err := n.storedChunk(ctx, ref, cl); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
@@ -611,10 +657,15 @@ func (n *node) punchHole(ctx context.Context, off, length int64) error {
 	if off >= end {
 		return nil
 	}
-	n.changed()
 	if err := n.loadChunks(ctx); err != nil {
 		return err
 	}
+	if cas.IsLocalOnly(ctx) {
+		if err := n.zeroReady(ctx, off, end); err != nil {
+			return err
+		}
+	}
+	n.changed()
 	for pos := off; pos < end; {
 		i := int(pos / manifest.ChunkSize)
 		within := int(pos - int64(i)*manifest.ChunkSize)
@@ -637,6 +688,35 @@ func (n *node) punchHole(ctx context.Context, off, length int64) error {
 			}
 		}
 		pos += int64(span)
+	}
+	return nil
+}
+
+// zeroReady reads what punchHole reads of the stored content to zero
+// [off, end): the chunks it zeroes in part (writableChunk), so that under
+// cas.LocalOnly it fails with cas.ErrNotLocal before it changes anything.
+// Called with n.mu held, its chunks loaded.
+func (n *node) zeroReady(ctx context.Context, off, end int64) error {
+	d := n.data
+	for _, pos := range []int64{off, end - 1} {
+		i := int(pos / manifest.ChunkSize)
+		start := int64(i) * manifest.ChunkSize
+		if off <= start && (start+manifest.ChunkSize <= end || end == d.size) {
+			continue // zeroed whole: a hole
+		}
+		if c, ok := d.dirty[i]; ok {
+			if !c.whole {
+				if _, err := n.storedChunk(ctx, c.base, c.baseLen); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if i < d.chunks.Len() {
+			if _, err := n.storedChunk(ctx, d.chunks.At(i), chunkLen(d.size, i)); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -125,19 +126,6 @@ func (g *rawGate) Read(cancel <-chan struct{}, input *fuse.ReadIn, buf []byte) (
 	return r, g.end(OpRead, t, st)
 }
 
-// ReadLocal serves a READ from local data alone (uring.LocalReader): a
-// read that needs a remote's chunk answers EAGAIN (cas.ErrNotLocal, as
-// toErrno maps it), and the ring hands it to a goroutine that calls Read.
-// That attempt is not timed: Read times the request.
-func (g *rawGate) ReadLocal(input *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
-	t := g.begin()
-	r, st := g.RawFileSystem.Read(readMode(input, true), input, buf)
-	if st == fuse.Status(syscall.EAGAIN) {
-		return r, st
-	}
-	return r, g.end(OpRead, t, st)
-}
-
 func (g *rawGate) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {
 	t := g.begin()
 	return g.end(OpLseek, t, g.RawFileSystem.Lseek(nil, in, out))
@@ -145,13 +133,13 @@ func (g *rawGate) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.Lsee
 
 func (g *rawGate) Write(cancel <-chan struct{}, input *fuse.WriteIn, data []byte) (written uint32, code fuse.Status) {
 	t := g.begin()
-	r, st := g.RawFileSystem.Write(writeMode(input), input, data)
+	r, st := g.RawFileSystem.Write(writeMode(input, false), input, data)
 	return r, g.end(OpWrite, t, st)
 }
 
 func (g *rawGate) Writev(cancel <-chan struct{}, input *fuse.WriteIn, data [][]byte) (written uint32, code fuse.Status) {
 	t := g.begin()
-	r, st := g.RawFileSystem.Writev(writeMode(input), input, data)
+	r, st := g.RawFileSystem.Writev(writeMode(input, false), input, data)
 	return r, g.end(OpWrite, t, st)
 }
 
@@ -189,4 +177,51 @@ func (g *rawGate) StatFs(cancel <-chan struct{}, input *fuse.InHeader, out *fuse
 func (g *rawGate) Statx(cancel <-chan struct{}, input *fuse.StatxIn, out *fuse.StatxOut) (code fuse.Status) {
 	t := g.begin()
 	return g.end(OpStatx, t, g.RawFileSystem.Statx(nil, input, out))
+}
+
+// localGate is the gate as a ring thread sees it (uring.LocalServer): it
+// serves a READ, OPEN, WRITE, SETATTR or FSYNC from local data alone (modeLocal,
+// storeCtx), and one that needs a remote's data answers EAGAIN, having
+// changed nothing (cas.ErrNotLocal, as toErrno maps it); the ring then
+// serves it again off the ring with the gate itself. Such an attempt is
+// not timed: the gate times the request when it serves it.
+type localGate struct{ *rawGate }
+
+// Local returns the gate's local view (uring.LocalServer).
+func (g *rawGate) Local() fuse.RawFileSystem { return localGate{g} }
+
+// endLocal is end for a request of localGate, which leaves an EAGAIN
+// untimed.
+func (g localGate) endLocal(op Op, t time.Time, st fuse.Status) fuse.Status {
+	if st == fuse.Status(syscall.EAGAIN) {
+		return st
+	}
+	return g.end(op, t, st)
+}
+
+func (g localGate) Read(_ <-chan struct{}, input *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	t := g.begin()
+	r, st := g.RawFileSystem.Read(readMode(input, true), input, buf)
+	return r, g.endLocal(OpRead, t, st)
+}
+
+func (g localGate) Open(_ <-chan struct{}, input *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	t := g.begin()
+	return g.endLocal(OpOpen, t, g.RawFileSystem.Open(callMode(false, true), input, out))
+}
+
+func (g localGate) Write(_ <-chan struct{}, input *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	t := g.begin()
+	r, st := g.RawFileSystem.Write(writeMode(input, true), input, data)
+	return r, g.endLocal(OpWrite, t, st)
+}
+
+func (g localGate) Fsync(_ <-chan struct{}, input *fuse.FsyncIn) fuse.Status {
+	t := g.begin()
+	return g.endLocal(OpFsync, t, g.RawFileSystem.Fsync(callMode(false, true), input))
+}
+
+func (g localGate) SetAttr(_ <-chan struct{}, input *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+	t := g.begin()
+	return g.endLocal(OpSetAttr, t, g.RawFileSystem.SetAttr(callMode(false, true), input, out))
 }

@@ -509,6 +509,17 @@ const capabilityXattr = "security.capability"
 
 // Setattr applies a to n.
 func (s *Session) Setattr(ctx context.Context, n *node, a SetAttr) error {
+	if a.Size == nil {
+		return s.setattr(ctx, n, a)
+	}
+	// A truncate into a stored chunk keeps its head: that chunk is
+	// fetched with no lock held (localFirst).
+	return s.localFirst(ctx, n, *a.Size, *a.Size+1, func(ctx context.Context) error { return s.setattr(ctx, n, a) })
+}
+
+// setattr is Setattr, tried once; under cas.LocalOnly a truncate that
+// needs a stored chunk only a remote has fails before it changes n.
+func (s *Session) setattr(ctx context.Context, n *node, a SetAttr) error {
 	done, err := s.begin()
 	if err != nil {
 		return err
@@ -632,7 +643,10 @@ func (s *Session) spillLater() {
 		return
 	}
 	started := s.workers.start(func() {
-		err := s.spillInSteps(context.Background())
+		err := s.fetchBases(context.Background())
+		if err == nil {
+			err = s.spillInSteps(context.Background())
+		}
 		s.spilling.Store(false)
 		if err != nil {
 			// The buffers stay; the next flush stores them or reports it.
@@ -645,7 +659,8 @@ func (s *Session) spillLater() {
 }
 
 // preflush does what it can of a flush's work with writers still running
-// (the freeze lock held shared): it absorbs the staged files the flush
+// (the freeze lock held shared): it fetches the overlays' bases with no
+// lock held (fetchBases), absorbs the staged files the flush
 // would absorb (all of them for a capture) and stores every file's write
 // buffers, so that the flush that follows holds writers back only for
 // what changed meanwhile. Errors are left for the flush to meet.
@@ -653,6 +668,7 @@ func (s *Session) preflush(ctx context.Context, all bool) {
 	if s.readOnly {
 		return
 	}
+	_ = s.fetchBases(ctx)
 	s.freeze.RLock()
 	for _, n := range s.backed.list() {
 		named := s.hasName(n)
@@ -739,21 +755,19 @@ type WriteOp struct {
 }
 
 // Write writes data at off (at the end with op.Append) and returns the
-// number of bytes written.
+// number of bytes written. A write that reads a stored chunk only a
+// remote has fetches it first, with no lock held (localFirst).
 func (s *Session) Write(ctx context.Context, n *node, data []byte, off int64, op WriteOp) (int, error) {
-	done, err := s.begin()
-	if err != nil {
-		return 0, err
+	var k int
+	var full bool
+	from, to := off, off+int64(len(data))
+	if op.Append {
+		from, to = appendSpan, appendSpan
 	}
-	if err := s.roomFor(int64(len(data))); err != nil {
-		done()
-		return 0, err
-	}
-	k, full, err := s.write(ctx, n, data, off, op, s.writePath(n))
-	if err == nil {
-		err = s.spillAll(ctx)
-	}
-	done()
+	err := s.localFirst(ctx, n, from, to, func(ctx context.Context) (err error) {
+		k, full, err = s.writeHeld(ctx, n, data, off, op)
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}
@@ -765,6 +779,31 @@ func (s *Session) Write(ctx context.Context, n *node, data []byte, off int64, op
 		}
 	}
 	return k, nil
+}
+
+// writeHeld is write with a flush held off, and the buffers bounded after
+// it.
+func (s *Session) writeHeld(ctx context.Context, n *node, data []byte, off int64, op WriteOp) (int, bool, error) {
+	done, err := s.begin()
+	if err != nil {
+		return 0, false, err
+	}
+	defer done()
+	if err := s.roomFor(int64(len(data))); err != nil {
+		return 0, false, err
+	}
+	k, full, err := s.write(ctx, n, data, off, op, s.writePath(n))
+	if err != nil {
+		return 0, false, err
+	}
+	if err := s.spillAll(ctx); errors.Is(err, cas.ErrNotLocal) {
+		// Overlays whose base only a remote has: a goroutine stores
+		// them, fetching their bases; the write took place.
+		s.spillLater()
+	} else if err != nil {
+		return 0, false, err
+	}
+	return k, full, nil
 }
 
 // roomFor refuses a write of n bytes into the write buffers with ENOSPC
@@ -796,7 +835,10 @@ func (s *Session) roomFor(n int64) error {
 }
 
 // write applies a write to n and journals it at path (logWrite); full
-// reports that the journal could not take it.
+// reports that the journal could not take it. Under cas.LocalOnly, a
+// write that would read a stored chunk only a remote has fails with
+// cas.ErrNotLocal before it changes n (writeReady), and a spill of
+// overlays that would is left for later: the write took place.
 func (s *Session) write(ctx context.Context, n *node, data []byte, off int64, op WriteOp, path string) (k int, full bool, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -808,6 +850,11 @@ func (s *Session) write(ctx context.Context, n *node, data []byte, off int64, op
 	}
 	if op.Append {
 		off = n.data.size
+	}
+	if cas.IsLocalOnly(ctx) && off >= 0 {
+		if err := n.writeReady(ctx, off, len(data)); err != nil {
+			return 0, false, err
+		}
 	}
 	if err := n.writeAt(ctx, data, off); err != nil {
 		return 0, false, err
@@ -825,7 +872,7 @@ func (s *Session) write(ctx context.Context, n *node, data []byte, off int64, op
 		s.markWritten(n, off, off+int64(len(data)))
 	}
 	last := int((off + int64(len(data)) - 1) / manifest.ChunkSize)
-	if err := s.maybeSpill(ctx, n, last); err != nil {
+	if err := s.maybeSpill(ctx, n, last); err != nil && !errors.Is(err, cas.ErrNotLocal) {
 		return 0, false, err
 	}
 	return len(data), full, nil
@@ -887,6 +934,19 @@ const (
 // the caller's, as for a write: ext4 drops privileges on fallocate too (and
 // the kernel sends no flag for it with FALLOCATE).
 func (s *Session) Allocate(ctx context.Context, n *node, off, length int64, mode uint32, drop privDrop) error {
+	if mode&^fallocKeepSize == 0 {
+		return s.allocate(ctx, n, off, length, mode, drop)
+	}
+	// Zeroing part of a stored chunk keeps the rest: the chunks are
+	// fetched with no lock held (localFirst).
+	return s.localFirst(ctx, n, off, off+length, func(ctx context.Context) error {
+		return s.allocate(ctx, n, off, length, mode, drop)
+	})
+}
+
+// allocate is Allocate, tried once; under cas.LocalOnly one that needs a
+// stored chunk only a remote has fails before it changes n.
+func (s *Session) allocate(ctx context.Context, n *node, off, length int64, mode uint32, drop privDrop) error {
 	done, err := s.begin()
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/manifest"
 )
 
@@ -554,6 +555,10 @@ type mountOpens struct {
 	// releasing counts the mount's RELEASE requests being served; read
 	// only for a first passthrough open.
 	releasing *atomic.Int32
+	// daemonIfRemote: a first passthrough open whose copy of the content
+	// needs a remote falls back to the daemon, rather than failing with
+	// cas.ErrNotLocal.
+	daemonIfRemote bool
 }
 
 // openRoute chooses the route of an open of n with flags in a mount that
@@ -568,7 +573,9 @@ type mountOpens struct {
 // between would leave the node with an id the kernel refuses for its next
 // open. A first passthrough open whose backing file cannot be had (no
 // staging file ready, a full disk) falls back to the daemon, which can
-// serve it; an error is a joining open's backing file's, which cannot.
+// serve it; an error is a joining open's backing file's, which cannot, or
+// a copy of the content that needs a remote under cas.LocalOnly
+// (fnode.open fetches it with no lock held, and opens again).
 // Called with freeze held shared (for a writable session) and the mount's
 // fnode.openMu held.
 func (s *Session) openRoute(ctx context.Context, n *node, flags uint32, o mountOpens) (route, int, error) {
@@ -593,10 +600,10 @@ func (s *Session) openRoute(ctx context.Context, n *node, flags uint32, o mountO
 	}
 	b, err := n.openBacking(ctx, r)
 	switch {
-	case err != nil && r.joins():
+	case err != nil && (r.joins() || errors.Is(err, cas.ErrNotLocal) && !o.daemonIfRemote):
 		return r, 0, err
 	case err != nil:
-		if !errors.Is(err, errNoStagingFile) {
+		if !errors.Is(err, errNoStagingFile) && !errors.Is(err, cas.ErrNotLocal) {
 			s.log.Warn("no passthrough for a writer", "session", s.name, "err", err)
 		}
 		return routeDaemon, 0, nil

@@ -70,14 +70,23 @@ func outAt[T any](buf []byte) (*T, int) {
 	return (*T)(unsafe.Pointer(&buf[0])), n
 }
 
-// LocalReader is a file system that can try a READ on local data alone,
-// so that a ring thread never waits for a remote: ReadLocal answers as
-// Read does, or EAGAIN when the read needs data that only a remote has,
-// and the ring then hands the request to a goroutine that calls Read (a
-// file system's own EAGAIN is answered by that Read all the same).
-type LocalReader interface {
-	ReadLocal(in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status)
+// LocalServer is a file system that can try some requests (localOps) on
+// local data alone, so that a ring thread never waits for a remote: Local
+// returns a view of it that answers them as the file system does, or
+// EAGAIN for one that needs data only a remote has, having changed
+// nothing. The ring then hands the request to a goroutine that serves it
+// with the file system itself (a file system's own EAGAIN is answered by
+// that call all the same).
+type LocalServer interface {
+	Local() fuse.RawFileSystem
 }
+
+// localOps are the opcodes a ring thread serves through LocalServer's
+// view: those whose file system may need a remote's data (a read; the
+// copy an open of a passthrough route makes; the stored chunk a write, a
+// truncate or the flush behind an fsync merges into). None of them
+// answers EAGAIN of its own (SETLK does: it is not one).
+var localOps = [...]bool{opSetattr: true, opOpen: true, opRead: true, opWrite: true, opFsync: true}
 
 // offRing is the status of a handler on the ring thread whose request
 // must be served by a goroutine instead; it writes nothing, so the
@@ -94,8 +103,7 @@ func (s *Server) serve(e *entry, n uint32, inline bool) bool {
 	if ext := int(h.TotalExtlen) * 8; ext <= len(data) {
 		data = data[:len(data)-ext]
 	}
-	out := e.payload
-	size, st := s.dispatch(h, request{h: h, in: in, data: data, out: out, inline: inline})
+	size, st := s.dispatch(h, request{h: h, in: in, data: data, out: e.payload, fs: s.fs, inline: inline})
 	if st == offRing {
 		if s.debug {
 			s.log("fuse ring request off the ring", "op", h.Opcode, "node", h.NodeId, "unique", h.Unique, "queue", e.qid)
@@ -125,17 +133,29 @@ func (s *Server) dispatch(h *fuse.InHeader, r request) (int, fuse.Status) {
 	if int(h.Opcode) >= len(handlers) || handlers[h.Opcode] == nil {
 		return 0, fuse.ENOSYS
 	}
-	return handlers[h.Opcode](s, r)
+	local := r.inline && s.local != nil && int(h.Opcode) < len(localOps) && localOps[h.Opcode]
+	if local {
+		r.fs = s.local
+	}
+	size, st := handlers[h.Opcode](s, r)
+	if local && st == fuse.Status(syscall.EAGAIN) {
+		return 0, offRing
+	}
+	return size, st
 }
 
 // request is one request as its handler sees it: the header, the fixed
-// input struct at in, the rest of the payload and the reply buffer, and
-// whether it is served on the ring thread.
+// input struct at in, the rest of the payload and the reply buffer, the
+// file system to serve it with (the server's, or its local view on the
+// ring thread: dispatch), and whether it is served on the ring thread. A
+// handler whose file system answers EAGAIN writes nothing into out: the
+// request may be served again from the start.
 type request struct {
 	h      *fuse.InHeader
 	in     unsafe.Pointer
 	data   []byte
 	out    []byte
+	fs     fuse.RawFileSystem
 	inline bool
 }
 
@@ -191,7 +211,7 @@ var handlers = [...]handler{
 		return reply(r.out, func(o *fuse.AttrOut) fuse.Status { return s.fs.GetAttr(nil, (*fuse.GetAttrIn)(r.in), o) })
 	},
 	opSetattr: func(s *Server, r request) (int, fuse.Status) {
-		return reply(r.out, func(o *fuse.AttrOut) fuse.Status { return s.fs.SetAttr(nil, (*fuse.SetAttrIn)(r.in), o) })
+		return reply(r.out, func(o *fuse.AttrOut) fuse.Status { return r.fs.SetAttr(nil, (*fuse.SetAttrIn)(r.in), o) })
 	},
 	opReadlink: func(s *Server, r request) (int, fuse.Status) {
 		b, st := s.fs.Readlink(nil, r.h)
@@ -239,7 +259,7 @@ var handlers = [...]handler{
 	opRename:  doRename,
 	opRename2: doRename,
 	opOpen: func(s *Server, r request) (int, fuse.Status) {
-		return reply(r.out, func(o *fuse.OpenOut) fuse.Status { return s.fs.Open(nil, (*fuse.OpenIn)(r.in), o) })
+		return reply(r.out, func(o *fuse.OpenOut) fuse.Status { return r.fs.Open(nil, (*fuse.OpenIn)(r.in), o) })
 	},
 	opOpendir: func(s *Server, r request) (int, fuse.Status) {
 		return reply(r.out, func(o *fuse.OpenOut) fuse.Status { return s.fs.OpenDir(nil, (*fuse.OpenIn)(r.in), o) })
@@ -258,7 +278,7 @@ var handlers = [...]handler{
 		return 0, fuse.OK
 	},
 	opFsync: func(s *Server, r request) (int, fuse.Status) {
-		return noReply(s.fs.Fsync(nil, (*fuse.FsyncIn)(r.in)))
+		return noReply(r.fs.Fsync(nil, (*fuse.FsyncIn)(r.in)))
 	},
 	opFsyncdir: func(s *Server, r request) (int, fuse.Status) {
 		return noReply(s.fs.FsyncDir(nil, (*fuse.FsyncIn)(r.in)))
@@ -317,24 +337,10 @@ func doRename(s *Server, r request) (int, fuse.Status) {
 	return noReply(s.fs.Rename(nil, (*fuse.RenameIn)(r.in), from, to))
 }
 
-// doRead serves a READ; on the ring thread, from local data alone where
-// the file system can tell (LocalReader), else off the ring.
 func doRead(s *Server, r request) (int, fuse.Status) {
 	rin := (*fuse.ReadIn)(r.in)
 	buf := r.out[:min(int(rin.Size), len(r.out))]
-	var res fuse.ReadResult
-	var st fuse.Status
-	if r.inline && s.local != nil {
-		res, st = s.local.ReadLocal(rin, buf)
-		if st == fuse.Status(syscall.EAGAIN) {
-			if res != nil {
-				res.Done()
-			}
-			return 0, offRing
-		}
-	} else {
-		res, st = s.fs.Read(nil, rin, buf)
-	}
+	res, st := r.fs.Read(nil, rin, buf)
 	if res == nil {
 		return 0, st
 	}
@@ -351,8 +357,12 @@ func doWrite(s *Server, r request) (int, fuse.Status) {
 	if int(win.Size) > len(r.data) {
 		return 0, fuse.EINVAL
 	}
-	// The data is in out: reply after the write.
-	written, st := s.fs.Write(nil, win, r.data[:win.Size])
+	// The data is in out: reply after the write, and only for one that
+	// took place (an EAGAIN is served again, data and all).
+	written, st := r.fs.Write(nil, win, r.data[:win.Size])
+	if !st.Ok() {
+		return 0, st
+	}
 	o, sz := outAt[fuse.WriteOut](r.out)
 	o.Size = written
 	return sz, st

@@ -23,9 +23,10 @@
 //     maxThreads), and a goroutine locked to its thread that serves them.
 //   - Inline, deferred: a request is served on the ring thread, or handed
 //     to a goroutine that gives the entry back through the ring's eventfd
-//     (deferred: large writes and requests that may wait long). A READ is
-//     tried inline on local data alone (LocalReader) and deferred when it
-//     needs a remote: a ring thread never waits for a network.
+//     (deferred: large writes and requests that may wait long). A READ,
+//     OPEN, WRITE, SETATTR or FSYNC is tried inline on local data alone
+//     (LocalServer, localOps) and deferred when it needs a remote: a ring
+//     thread never waits for a network.
 //
 // # Design
 //

@@ -80,7 +80,7 @@ func cpuCount(b string) (int, error) {
 // Server serves one mount's requests from its rings.
 type Server struct {
 	fs    fuse.RawFileSystem
-	local LocalReader // fs, if it can read locally only; else nil
+	local fuse.RawFileSystem // fs's local view (LocalServer); else nil
 	devFD int
 	log   func(msg string, args ...any)
 	debug bool   // log every request, as go-fuse's Debug does
@@ -147,7 +147,9 @@ func newServer(fs fuse.RawFileSystem, maxWrite int, log func(string, ...any)) (*
 	page := os.Getpagesize()
 	payload := max(8192, (maxWrite+page-1)/page*page)
 	s := &Server{fs: fs, log: log, devFD: -1}
-	s.local, _ = fs.(LocalReader)
+	if ls, ok := fs.(LocalServer); ok {
+		s.local = ls.Local()
+	}
 	threads := min(ncpu, maxThreads)
 	for t := range threads {
 		r := &ring{srv: s, cpu: -1, evfd: -1}
@@ -429,8 +431,8 @@ func (r *ring) commit(e *entry) {
 // wait for them anyway, and handing one to a goroutine and back costs two
 // cross-CPU wakeups (measured: 4 KiB random write + fsync, 12 MB/s with
 // FSYNC handed off, 15 MB/s inline; git status on Go's tree 1.5× native
-// with READ handed off, 1.03× inline; sequential read the same). A READ
-// that needs a remote goes to a goroutine all the same (doRead).
+// with READ handed off, 1.03× inline; sequential read the same). A
+// request that needs a remote goes to a goroutine all the same (localOps).
 func deferred(e *entry) bool {
 	h := (*fuse.InHeader)(unsafe.Pointer(&e.in[0]))
 	switch h.Opcode {

@@ -61,35 +61,60 @@ func FuzzURingServe(f *testing.F) {
 }
 
 // splitFS has local data at offsets below 4096 and the rest "on a
-// remote": ReadLocal answers EAGAIN there, and only Read serves it.
-type splitFS struct{ fuse.RawFileSystem }
+// remote": its local view answers EAGAIN there, and only splitFS itself
+// serves it. wrote is what its last WRITE carried.
+type splitFS struct {
+	fuse.RawFileSystem
+	wrote *string
+}
 
-func (splitFS) ReadLocal(in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+func (fs splitFS) Local() fuse.RawFileSystem { return localSplit{fs} }
+
+func (splitFS) Read(_ <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	return fuse.ReadResultData([]byte("fetched")), fuse.OK
+}
+
+func (fs splitFS) Write(_ <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	*fs.wrote = string(data)
+	return uint32(len(data)), fuse.OK
+}
+
+type localSplit struct{ splitFS }
+
+func (localSplit) Read(_ <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
 	if in.Offset >= 4096 {
 		return nil, fuse.Status(syscall.EAGAIN)
 	}
 	return fuse.ReadResultData([]byte("local")), fuse.OK
 }
 
-func (splitFS) Read(_ <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
-	return fuse.ReadResultData([]byte("fetched")), fuse.OK
+func (fs localSplit) Write(c <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	if in.Offset >= 4096 {
+		return 0, fuse.Status(syscall.EAGAIN)
+	}
+	return fs.splitFS.Write(c, in, data)
 }
 
-// TestServeOffRing: on the ring thread a READ of a LocalReader is served
-// from local data where it can be, and otherwise left unanswered for a
-// goroutine, which then serves it with Read.
+// TestServeOffRing: on the ring thread a READ or WRITE of a LocalServer
+// is served by its local view where it can be, and otherwise left
+// unanswered for a goroutine, which then serves it, the WRITE with the
+// data the request carried.
 func TestServeOffRing(t *testing.T) {
-	fs := splitFS{fuse.NewDefaultRawFileSystem()}
-	s := &Server{fs: fs, local: fs, log: t.Logf}
+	var wrote string
+	fs := splitFS{fuse.NewDefaultRawFileSystem(), &wrote}
+	s := &Server{fs: fs, local: fs.Local(), log: t.Logf}
 	mem := make([]byte, 4096+16384)
 	e := &entry{hdr: mem[:hdrSize], payload: mem[4096:]}
+	reply := func() string {
+		oh := (*fuse.OutHeader)(unsafe.Pointer(&e.hdr[hdrInOut]))
+		return string(e.payload[:oh.Length-uint32(min(outHeaderSize, int(oh.Length)))])
+	}
 	read := func(off uint64, inline bool) (bool, string) {
 		clear(e.hdr)
 		rin := (*fuse.ReadIn)(unsafe.Pointer(&e.in[0]))
 		*rin = fuse.ReadIn{InHeader: fuse.InHeader{Opcode: opRead, NodeId: 2, Unique: 9}, Offset: off, Size: 100}
 		answered := s.serve(e, 0, inline)
-		oh := (*fuse.OutHeader)(unsafe.Pointer(&e.hdr[hdrInOut]))
-		return answered, string(e.payload[:oh.Length-uint32(min(outHeaderSize, int(oh.Length)))])
+		return answered, reply()
 	}
 	answered, got := read(0, true)
 	require.True(t, answered)
@@ -100,6 +125,21 @@ func TestServeOffRing(t *testing.T) {
 	answered, got = read(8192, false)
 	require.True(t, answered)
 	require.Equal(t, "fetched", got)
+
+	write := func(off uint64, inline bool) bool {
+		clear(e.hdr)
+		win := (*fuse.WriteIn)(unsafe.Pointer(&e.in[0]))
+		*win = fuse.WriteIn{InHeader: fuse.InHeader{Opcode: opWrite, NodeId: 2, Unique: 10}, Offset: off, Size: 11}
+		copy(e.payload, "hello world")
+		return s.serve(e, 11, inline)
+	}
+	require.False(t, write(8192, true), "a write that needs the remote, answered on the ring thread")
+	require.Empty(t, wrote)
+	require.Equal(t, "hello world", string(e.payload[:11]), "the data of a write left to a goroutine, overwritten")
+	require.True(t, s.serve(e, 11, false))
+	require.Equal(t, "hello world", wrote)
+	require.True(t, write(0, true))
+	require.Equal(t, "hello world", wrote)
 }
 
 // TestURingMount serves go-fuse's loopback file system through Mount, with
