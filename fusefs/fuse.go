@@ -492,6 +492,15 @@ func (f *fnode) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn
 	}
 	n := f.n.Load()
 	ctx = storeCtx(ctx)
+	if n.isDir() {
+		// The reply counts the directory's subdirectories, which loads
+		// it: done first, so that a tree only a remote has fails the
+		// request (cas.ErrNotLocal on a ring thread) before it changes
+		// anything, not after.
+		if _, err := f.sess().subdirCount(ctx, n); err != nil {
+			return f.m.toErrno("setattr", f, err)
+		}
+	}
 	if err := f.sess().Setattr(ctx, n, a); err != nil {
 		return f.m.toErrno("setattr", f, err)
 	}

@@ -40,7 +40,10 @@ const (
 	maxUnjournaled = 8 << 20
 )
 
-var errJournalFull = errors.New("journal full")
+var (
+	errJournalFull   = errors.New("journal full")
+	errJournalClosed = errors.New("journal closed")
+)
 
 // journal is a session's journal file. GUARDED_BY(mu) for every field.
 type journal struct {
@@ -48,11 +51,13 @@ type journal struct {
 	path string
 	// f is the open file, nil while the journal is parked (park): an idle
 	// session holds neither its descriptor nor its mapping.
-	f     *os.File
-	size  int64  // end of the last record
-	alloc int64  // bytes of the file already written (zeros or old records)
-	gen   uint64 // head generation the records apply to
-	nonce uint64 // tags this incarnation's records; never zero
+	f *os.File
+	// closed is set by close: the journal is never reopened after it.
+	closed bool
+	size   int64  // end of the last record
+	alloc  int64  // bytes of the file already written (zeros or old records)
+	gen    uint64 // head generation the records apply to
+	nonce  uint64 // tags this incarnation's records; never zero
 	// unsynced is set while records written by write wait for an
 	// fdatasync.
 	unsynced bool
@@ -151,6 +156,9 @@ func (j *journal) park(now time.Time, idle time.Duration) {
 func (j *journal) unpark() error {
 	if j.f != nil {
 		return nil
+	}
+	if j.closed {
+		return errJournalClosed
 	}
 	if err := j.open(); err != nil {
 		return err
@@ -417,6 +425,7 @@ func (j *journal) close() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.unmap()
+	j.closed = true
 	if j.f == nil {
 		return nil
 	}

@@ -156,7 +156,9 @@ func (n *node) spanRefs(off, end int64) ([]cas.Ref, *manifest.Entry, error) {
 	if n.kind != manifest.KindFile || d == nil {
 		return nil, nil, nil
 	}
-	if off == appendSpan {
+	if off == appendSpan || off >= d.size {
+		// An append, or a write or truncate past the end: growing the
+		// file reads its last chunk (and its chunk list).
 		off, end = d.size-1, d.size
 	}
 	off, end = max(off, 0), min(end, d.size)

@@ -590,7 +590,20 @@ func (s *Session) setattr(ctx context.Context, n *node, a SetAttr) error {
 	}
 	n.ctime = t
 	s.markDirty(n)
-	return s.maybeSpill(ctx, n, -1)
+	return s.spillAfterChange(ctx, n, -1)
+}
+
+// spillAfterChange is maybeSpill after a change that was applied: a spill
+// that needs a base only a remote has (under cas.LocalOnly) is left to
+// spillLater, which fetches first, since failing now would have the change
+// made again (localFirst, the ring's EAGAIN). Called with n.mu held.
+func (s *Session) spillAfterChange(ctx context.Context, n *node, keep int) error {
+	err := s.maybeSpill(ctx, n, keep)
+	if errors.Is(err, cas.ErrNotLocal) {
+		s.spillLater()
+		return nil
+	}
+	return err
 }
 
 // maybeSpill bounds the memory a file's buffered writes take: past
@@ -872,7 +885,7 @@ func (s *Session) write(ctx context.Context, n *node, data []byte, off int64, op
 		s.markWritten(n, off, off+int64(len(data)))
 	}
 	last := int((off + int64(len(data)) - 1) / manifest.ChunkSize)
-	if err := s.maybeSpill(ctx, n, last); err != nil && !errors.Is(err, cas.ErrNotLocal) {
+	if err := s.spillAfterChange(ctx, n, last); err != nil {
 		return 0, false, err
 	}
 	return len(data), full, nil
