@@ -94,11 +94,12 @@ func TestRemoteFrozenGatewayLocalOps(t *testing.T) {
 	thawed = true
 	// A fetch the kernel's retry of a failed read started during the
 	// freeze may still be failing, and a read that joins it fails with
-	// it: the reads succeed once those have ended.
+	// it, and a loaded gateway may take a while to serve again after
+	// SIGCONT: the reads succeed once it does.
 	for _, c := range cpus {
 		var got []byte
 		var err error
-		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
 			if got, err = os.ReadFile(filepath.Join(mntB, remote(c))); err == nil || time.Now().After(deadline) {
 				break
 			}
