@@ -127,17 +127,7 @@ func TestIdleJournalReopens(t *testing.T) {
 // open one does; its file then reads as the new generation's, and a
 // parked journal's file holds no record of its generation.
 func TestJournalPark(t *testing.T) {
-	j, err := openJournal(t.TempDir(), "s")
-	require.NoError(t, err)
-	t.Cleanup(func() { j.close() })
-	read := func() (uint64, []journalRecord) {
-		f, err := os.Open(j.path)
-		require.NoError(t, err)
-		defer f.Close()
-		gen, recs, err := readJournal(f)
-		require.NoError(t, err)
-		return gen, recs
-	}
+	j, read := testJournal(t)
 	require.NoError(t, j.reset(1))
 	require.NoError(t, j.append([]journalRecord{{path: "a", off: 0, size: 1, data: []byte("a")}}))
 	now := time.Now()

@@ -117,17 +117,7 @@ func TestJournalStageRecords(t *testing.T) {
 }
 
 func TestJournalReuse(t *testing.T) {
-	j, err := openJournal(t.TempDir(), "s")
-	require.NoError(t, err)
-	t.Cleanup(func() { j.close() })
-	read := func() (uint64, []journalRecord) {
-		f, err := os.Open(j.path)
-		require.NoError(t, err)
-		defer f.Close()
-		gen, recs, err := readJournal(f)
-		require.NoError(t, err)
-		return gen, recs
-	}
+	j, read := testJournal(t)
 	require.NoError(t, j.reset(1))
 	big := journalRecord{path: "a", off: 0, size: 3 << 20, data: bytes.Repeat([]byte("x"), 3<<20)}
 	for range 3 {
@@ -340,5 +330,22 @@ func BenchmarkJournalWrite(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// testJournal opens a journal in a temporary directory, closed when the
+// test ends, and a function that reads its file back as a replay would.
+func testJournal(t *testing.T) (*journal, func() (uint64, []journalRecord)) {
+	t.Helper()
+	j, err := openJournal(t.TempDir(), "s")
+	require.NoError(t, err)
+	t.Cleanup(func() { j.close() })
+	return j, func() (uint64, []journalRecord) {
+		f, err := os.Open(j.path)
+		require.NoError(t, err)
+		defer f.Close()
+		gen, recs, err := readJournal(f)
+		require.NoError(t, err)
+		return gen, recs
 	}
 }
