@@ -180,7 +180,7 @@ func (g *rawGate) Statx(cancel <-chan struct{}, input *fuse.StatxIn, out *fuse.S
 }
 
 // localGate is the gate as a ring thread sees it (uring.LocalServer): it
-// serves a READ, OPEN, WRITE, SETATTR or FSYNC from local data alone (modeLocal,
+// serves a READ, OPEN, WRITE, SETATTR, FSYNC or FSYNCDIR from local data alone (modeLocal,
 // storeCtx), and one that needs a remote's data answers EAGAIN, having
 // changed nothing (cas.ErrNotLocal, as toErrno maps it); the ring then
 // serves it again off the ring with the gate itself. Such an attempt is
@@ -219,6 +219,11 @@ func (g localGate) Write(_ <-chan struct{}, input *fuse.WriteIn, data []byte) (u
 func (g localGate) Fsync(_ <-chan struct{}, input *fuse.FsyncIn) fuse.Status {
 	t := g.begin()
 	return g.endLocal(OpFsync, t, g.RawFileSystem.Fsync(callMode(false, true), input))
+}
+
+func (g localGate) FsyncDir(_ <-chan struct{}, input *fuse.FsyncIn) fuse.Status {
+	t := g.begin()
+	return g.endLocal(OpFsyncDir, t, g.RawFileSystem.FsyncDir(callMode(false, true), input))
 }
 
 func (g localGate) SetAttr(_ <-chan struct{}, input *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {

@@ -80,11 +80,13 @@ var remoteOps = []remoteOp{
 	},
 	{
 		// A small write starts an overlay, which reads nothing; an fsync
-		// after a change of the namespace (a new file) flushes the
-		// session, which merges it into the stored chunk.
+		// of a directory flushes the session, which merges it into the
+		// stored chunk. (Not the file's directory: the kernel holds a
+		// directory's lock through its fsync, which would hold up the
+		// listing.)
 		name: "fsync",
 		run: func(path string) error {
-			if err := os.WriteFile(path+".new", nil, 0o644); err != nil {
+			if err := os.Mkdir(path+".d", 0o755); err != nil {
 				return err
 			}
 			f, err := os.OpenFile(path, os.O_RDWR, 0)
@@ -95,7 +97,12 @@ var remoteOps = []remoteOp{
 			if _, err := f.WriteAt([]byte("small"), midChunk); err != nil {
 				return err
 			}
-			return f.Sync()
+			d, err := os.Open(path + ".d")
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			return d.Sync()
 		},
 		want: func(before []byte) []byte {
 			b := slices.Clone(before)

@@ -84,9 +84,10 @@ type LocalServer interface {
 // localOps are the opcodes a ring thread serves through LocalServer's
 // view: those whose file system may need a remote's data (a read; the
 // copy an open of a passthrough route makes; the stored chunk a write, a
-// truncate or the flush behind an fsync merges into). None of them
-// answers EAGAIN of its own (SETLK does: it is not one).
-var localOps = [...]bool{opSetattr: true, opOpen: true, opRead: true, opWrite: true, opFsync: true}
+// truncate or the flush behind an fsync of a file or a directory merges
+// into). None of them answers EAGAIN of its own (SETLK does: it is not
+// one).
+var localOps = [...]bool{opSetattr: true, opOpen: true, opRead: true, opWrite: true, opFsync: true, opFsyncdir: true}
 
 // offRing is the status of a handler on the ring thread whose request
 // must be served by a goroutine instead; it writes nothing, so the
@@ -281,7 +282,7 @@ var handlers = [...]handler{
 		return noReply(r.fs.Fsync(nil, (*fuse.FsyncIn)(r.in)))
 	},
 	opFsyncdir: func(s *Server, r request) (int, fuse.Status) {
-		return noReply(s.fs.FsyncDir(nil, (*fuse.FsyncIn)(r.in)))
+		return noReply(r.fs.FsyncDir(nil, (*fuse.FsyncIn)(r.in)))
 	},
 	opFlush: func(s *Server, r request) (int, fuse.Status) {
 		return noReply(s.fs.Flush(nil, (*fuse.FlushIn)(r.in)))

@@ -24,7 +24,7 @@
 //   - Inline, deferred: a request is served on the ring thread, or handed
 //     to a goroutine that gives the entry back through the ring's eventfd
 //     (deferred: large writes and requests that may wait long). A READ,
-//     OPEN, WRITE, SETATTR or FSYNC is tried inline on local data alone
+//     OPEN, WRITE, SETATTR, FSYNC or FSYNCDIR is tried inline on local data alone
 //     (LocalServer, localOps) and deferred when it needs a remote: a ring
 //     thread never waits for a network.
 //
