@@ -261,13 +261,13 @@ func (n *node) setACL(name string, value []byte, killSGID bool) error {
 	return nil
 }
 
-// setACLXattr is SetXattr for an ACL name. Called with n.mu held.
+// setACLXattr is SetXattr for an ACL name; the caller records the
+// change. Called with n.mu held.
 func (s *Session) setACLXattr(n *node, name string, value []byte, flags uint32) error {
 	if err := n.setACL(name, value, flags&xattrKillSGID != 0); err != nil {
 		return err
 	}
 	n.ctime = now()
-	s.markDirty(n)
 	return nil
 }
 

@@ -35,9 +35,10 @@ func TestBufferBudget(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			store := cas.NewMemory()
-			// No staging (every write is buffered by the daemon), no
-			// periodic flush (it would store the buffers).
-			e := New(store, catalog.New(store), Options{StoreDir: t.TempDir(), NoStaging: true, FlushInterval: -1})
+			// No store directory: no staging (every write is buffered by
+			// the daemon) and no journal (a full one flushes, every 64 MiB
+			// of writes); no periodic flush (it would store the buffers).
+			e := New(store, catalog.New(store), Options{FlushInterval: -1})
 			t.Cleanup(func() { require.NoError(t, e.Close(context.Background())) })
 			e.buffers.budget = tc.budget
 			m := MountForTest(t, e, "s", "", MountOptions{})

@@ -16,10 +16,11 @@
 //     changes, with an appender's or wild backing file holding bytes the
 //     daemon has not taken yet, or with an open staged file gone idle
 //     (Engine.flushEvery).
-//   - Journal: per session, the served writes since the durable head while
-//     its namespace is unchanged (write records, in the page cache, synced
-//     by an fsync) and the byte ranges of fsyncs that a full flush would
-//     cost too much for; replayed after a crash (see The journal).
+//   - Journal: per session, every change the daemon served since the
+//     durable head, in order (names, attributes, writes: records in the
+//     page cache, synced by an fsync), and the byte ranges of fsyncs that a
+//     full flush would cost too much for; replayed after a crash (see The
+//     journal).
 //   - Backing file: a local file in <root>/backing/ that the kernel passes
 //     a descriptor's reads and writes through to (FUSE passthrough), so
 //     that they cost what the local disk costs. Its kind (appender, wild,
@@ -75,8 +76,8 @@
 //	-----------------------------------  --------------  ---------------------------------------
 //	O_RDWR (Codex's rollout, SQLite),    daemon-served   the node's dirty chunks; also a journal
 //	  O_WRONLY of a non-empty file,                      write record, before the write is
-//	  O_WRONLY|O_APPEND of one past                      acknowledged, while the namespace is
-//	  64 MiB, any O_SYNC/O_DSYNC, setuid/                unchanged since the durable head
+//	  O_WRONLY|O_APPEND of one past                      acknowledged, unless a change since
+//	  64 MiB, any O_SYNC/O_DSYNC, setuid/                the durable head is not journaled
 //	  setgid/caps, the fallbacks below
 //	O_WRONLY|O_APPEND of a file up to    appender        the node's backing file (a copy of the
 //	  64 MiB, an empty one included      passthrough     content), unseen by the daemon until
@@ -100,10 +101,10 @@
 //
 //	route          across a kill -9 of the daemon        across a power loss
 //	-------------  ------------------------------------  ------------------------------------
-//	daemon-served  once acknowledged, while the          after an fsync (journal or flush),
-//	               namespace is unchanged since the      an O_SYNC/O_DSYNC write, the
-//	               durable head (write record);          periodic flush, a capture, an
-//	               otherwise as across a power loss      unmount
+//	daemon-served  once acknowledged (write record),     after an fsync (journal or flush),
+//	               unless a change since the durable     an O_SYNC/O_DSYNC write, the
+//	               head is not journaled (metaDirty);    periodic flush, a capture, an
+//	               then as across a power loss           unmount
 //	appender,      after the next fsync of the file, or  the same
 //	  wild         the next flush, which ingests it (the
 //	               periodic one comes for a backing file
@@ -130,8 +131,8 @@
 //	               ingests a wild one every interval
 //
 // Until then a kill -9 loses what a passthrough write, or a served write
-// after a namespace change, left only in memory or in an unnamed backing
-// file. Lost changes never damage anything: nothing stored is modified
+// after a change the journal could not take, left only in memory or in an
+// unnamed backing file. Lost changes never damage anything: nothing stored is modified
 // and the head moves only by an atomic commit.
 //
 // An open the table gives a passthrough route is served by the daemon
@@ -224,27 +225,36 @@
 //
 // # The journal (journal.go)
 //
-// The journal makes the commonest fsync cheap: a process rewrote or
-// appended to files that already exist in the durable head, and nothing in
-// the namespace changed (SQLite's pages, a rollout's appends). Such an
-// fsync appends the file's written byte ranges to a per-session journal
-// file and fdatasyncs it, instead of flushing the session into the store
-// and syncing Badger's logs twice. Any other change (create, rename,
-// truncate, chmod, …) makes the next fsync a full flush, and every full
-// flush empties the journal.
+// Every change the daemon serves is a record in a per-session journal
+// before it is acknowledged: a create, link, unlink, rmdir or rename
+// (under treeMu), a truncate or fallocate (under node.mu), the attributes
+// of each node a change touched, and every write (logWrite). Records are
+// copied into a shared mapping of the file with no sync: a crash of the
+// daemon leaves them in the page cache, and the next daemon replays them,
+// so no acknowledged change is lost to a kill -9. An fsync of a file then
+// only fdatasyncs the journal (with the ranges of writes the journal did
+// not take, read back), instead of flushing the session into the store
+// and syncing Badger's logs twice; an fsync of a directory flushes (it is
+// how `sync DIR` makes staged files durable, whose bytes the journal does
+// not hold). Every full flush empties the journal.
 //
-// While the namespace is unchanged, every write the daemon serves is also
-// a record in the journal before it is acknowledged (logWrite), copied
-// into a shared mapping of the file with no sync: a crash of the daemon
-// leaves it in the page cache, and the next daemon replays it, so no
-// acknowledged write is lost to a kill -9. An fsync then only syncs the
-// journal.
+// Records name nodes by journal id (jops.go): 1 is the root; a node the
+// durable head has gets an id with a bind record (its path then), a node
+// made since gets one with its create record; ids last one incarnation of
+// the journal (reset to reset). Attribute records carry a version taken
+// under node.mu, so that a replay keeps the newest whatever order two
+// operations wrote theirs in. An operation's records go into the journal
+// in one piece. A change the journal cannot take (full, a write error, a
+// graft, a link of an O_TMPFILE made before the last reset, a backing
+// file that shrank) sets metaDirty: from then until the next durable
+// flush the journal takes nothing, so what it replays is always the
+// durable head plus a prefix of the changes made since.
 //
 // A journal applies to one durable head: its header holds the head's
 // generation. On load, a journal whose generation is the head's is
-// replayed (its records are writes in order, at paths that exist in that
-// head; a file's last stage record supersedes its records before it) and
-// then flushed; any other is stale (a flush moved the head after the
+// replayed (its records in order, through the session's own operations;
+// a file's last stage record supersedes its content's records before it)
+// and then flushed; any other is stale (a flush moved the head after the
 // journal was written) and is discarded.
 //
 // The file is preallocated (written with zeros ahead of the records) and
@@ -421,14 +431,17 @@
 //     link counts. node.mu guards a node's attributes and file content,
 //     its backing file included. Session.dirtyMu guards the set of nodes
 //     changed since the last flush and metaDirty.
-//   - A served write finds its file's durable path (writePath, under
-//     treeMu) before it takes node.mu, and puts its write record into the
-//     journal under node.mu, so records of one file are in the order of
-//     its writes; freeze held shared keeps a flush from emptying the
-//     journal in between, and any namespace change in between sets
-//     metaDirty, which logWrite reads under node.mu. A journaled fsync
-//     holds freeze shared, reads metaDirty and the file's path under
-//     treeMu, then copies the written ranges under node.mu.
+//   - A served write, a setattr, a fallocate and an xattr change find the
+//     node's journal id (jidOf, under treeMu, which may write a bind
+//     record) before they take node.mu, and put their records into the
+//     journal under node.mu, so the records of one file's content are in
+//     the order of its changes; a change of names puts its records under
+//     treeMu, so records of names are in the order of the tree's changes.
+//     freeze held shared keeps a flush from emptying the journal in
+//     between; a change the journal could not take sets metaDirty, which
+//     each record's writer reads under the same lock. A journaled fsync
+//     holds freeze shared, finds the id under treeMu, then copies the
+//     written ranges under node.mu.
 //   - The absorber and a flush's preflush take freeze shared, then treeMu
 //     (to see whether the node still has a name) and release it, then
 //     node.mu; an fsync of a staged file names it under node.mu and takes

@@ -250,12 +250,14 @@ func (e *Engine) openJournal(ctx context.Context, s *Session) error {
 	if err != nil {
 		return fmt.Errorf("session %s: %w", s.name, err)
 	}
-	s.journal = j
+	// The replay's changes are not journaled: the journal gets them once
+	// they are made durable in the head.
 	replayed, err := s.replayJournal(ctx, j.path, e.salvageJournals)
 	if err != nil {
 		j.close()
 		return err
 	}
+	s.journal = j
 	if replayed {
 		e.log.Warn("replayed the journal of writes fsynced before a crash", "session", s.name,
 			"records", s.replayed.records, "applied", s.replayed.applied, "staged_bytes_read", s.replayed.stagedBytes)

@@ -117,8 +117,12 @@ func TestIdleJournalReopens(t *testing.T) {
 	s.journal.mu.Unlock()
 	require.Equal(t, want, gen, "the header of the head the records apply to")
 	var found bool
+	ids := map[uint64]string{}
 	for _, r := range recs {
-		found = found || (r.path == "f" && bytes.Contains(r.data, []byte("journaled")))
+		if r.kind == recBind {
+			ids[r.id] = r.path
+		}
+		found = found || (r.kind == recWrite && ids[r.id] == "f" && bytes.Contains(r.data, []byte("journaled")))
 	}
 	require.True(t, found, "the fsync's record: %v", recs)
 }
@@ -129,7 +133,7 @@ func TestIdleJournalReopens(t *testing.T) {
 func TestJournalPark(t *testing.T) {
 	j, read := testJournal(t)
 	require.NoError(t, j.reset(1))
-	require.NoError(t, j.append([]journalRecord{{path: "a", off: 0, size: 1, data: []byte("a")}}))
+	require.NoError(t, j.append([]journalRecord{{kind: recWrite, id: 2, off: 0, size: 1, data: []byte("a")}}))
 	now := time.Now()
 	j.park(now.Add(time.Hour), time.Second)
 	require.NotNil(t, j.f, "a journal holding records stays open")
@@ -144,11 +148,11 @@ func TestJournalPark(t *testing.T) {
 	require.Empty(t, recs)
 
 	require.NoError(t, j.reset(3))
-	require.NoError(t, j.write(&journalRecord{path: "b", off: 1, size: 2, data: []byte("b")}))
+	require.NoError(t, j.write(journalRecord{kind: recWrite, id: 2, off: 1, size: 2, data: []byte("b")}))
 	require.NotNil(t, j.f, "a record reopens the journal")
 	require.NoError(t, j.sync())
 	gen, recs = read()
 	require.Equal(t, uint64(3), gen)
 	require.Len(t, recs, 1)
-	require.Equal(t, "b", recs[0].path)
+	require.Equal(t, "b", string(recs[0].data))
 }

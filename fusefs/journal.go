@@ -23,7 +23,7 @@ import (
 // The journal's design: see doc.go, The journal.
 
 const (
-	journalMagic = "HFJ3"
+	journalMagic = "HFJ4"
 	// journalHeaderLen is magic, generation, nonce, the boot id of the
 	// host that wrote the header, and the header's CRC.
 	journalHeaderLen = len(journalMagic) + 8 + 8 + bootIDLen + 4
@@ -76,6 +76,24 @@ type journal struct {
 	mem []byte
 	// used is when a record was last put, in Unix nanoseconds (park).
 	used int64
+	// inc counts resets: a journal id (jops.go) names a node within one
+	// incarnation. lastID is the last id given in it.
+	inc, lastID uint64
+}
+
+// ids returns the last journal id given and the incarnation.
+func (j *journal) ids() (last, inc uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.lastID, j.inc
+}
+
+// newID gives out a journal id of this incarnation.
+func (j *journal) newID() (id, inc uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.lastID++
+	return j.lastID, j.inc
 }
 
 // span is a written byte range of a file.
@@ -104,7 +122,7 @@ func openJournal(dir, session string) (*journal, error) {
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return nil, fmt.Errorf("journal directory: %w", err)
 	}
-	j := &journal{path: p}
+	j := &journal{path: p, lastID: rootJID}
 	if err := j.open(); err != nil {
 		return nil, err
 	}
@@ -233,6 +251,8 @@ func (j *journal) reset(gen uint64) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	nonce := newNonce()
+	j.inc++
+	j.lastID = rootJID
 	if j.f == nil {
 		// Parked: the header goes to the file when it is reopened.
 		j.size, j.gen, j.nonce = int64(journalHeaderLen), gen, nonce
@@ -255,37 +275,21 @@ func (j *journal) reset(gen uint64) error {
 	return nil
 }
 
-// journalRecord is one write: data at off of the file at path, whose size
-// is then size, and whose mtime and ctime (nanoseconds) then are mtime and
-// ctime (0 where unknown: a stage record, or an HFJ2 or HFJ1 journal). A
-// stage record (off == stageOff) says instead that the file's content is
-// the first size bytes of the staging file named by data (staged.go).
-type journalRecord struct {
-	path         string
-	off          int64
-	size         int64
-	mtime, ctime int64
-	data         []byte
-}
-
-// stageOff marks a stage record.
-const stageOff = -1
-
-// recordFixed is a record's framing (length, CRC) and its nonce, offset,
-// size and times; a valid record is never shorter.
-const recordFixed = 4 + 4 + 8 + 1 + 8 + 8 + 16
-
 // recordFormat is how a journal's records are encoded.
 type recordFormat struct {
 	nonce uint64 // this incarnation's; 0 in HFJ1, whose records have none
-	times bool   // HFJ3: records carry mtime and ctime
-	// boot is the boot id of the host that wrote the header (HFJ3; zeros
-	// before).
+	times bool   // HFJ3 and after: records carry mtime and ctime
+	v4    bool   // HFJ4: records of every kind, named by journal ids
+	// boot is the boot id of the host that wrote the header (HFJ3 and
+	// after; zeros before).
 	boot [bootIDLen]byte
 }
 
 // minPayload is the length of the shortest valid record's payload.
 func (f recordFormat) minPayload() int {
+	if f.v4 {
+		return 8 + 1 + 2 // nonce, kind, the shortest body (a bind of a one-byte path)
+	}
 	n := 1 + 8 + 8 // path length, offset, size
 	if f.nonce != 0 {
 		n += 8
@@ -296,33 +300,12 @@ func (f recordFormat) minPayload() int {
 	return n
 }
 
-func (r *journalRecord) appendTo(out []byte, nonce uint64) []byte {
-	start := len(out)
-	out = append(out, make([]byte, 8)...) // length and CRC, filled below
-	out = binary.LittleEndian.AppendUint64(out, nonce)
-	out = binary.AppendUvarint(out, uint64(len(r.path)))
-	out = append(out, r.path...)
-	out = binary.LittleEndian.AppendUint64(out, uint64(r.off))
-	out = binary.LittleEndian.AppendUint64(out, uint64(r.size))
-	out = binary.LittleEndian.AppendUint64(out, uint64(r.mtime))
-	out = binary.LittleEndian.AppendUint64(out, uint64(r.ctime))
-	out = append(out, r.data...)
-	payload := out[start+8:]
-	binary.LittleEndian.PutUint32(out[start:], uint32(len(payload)))
-	binary.LittleEndian.PutUint32(out[start+4:], crc32.ChecksumIEEE(payload))
-	return out
-}
-
 // append writes records and makes them durable (fdatasync), with every
 // record write put before them.
 func (j *journal) append(records []journalRecord) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	n := 0
-	for i := range records {
-		n += recordFixed + len(records[i].path) + len(records[i].data) + binary.MaxVarintLen64
-	}
-	buf := make([]byte, 0, n)
+	var buf []byte
 	for i := range records {
 		buf = records[i].appendTo(buf, j.nonce)
 	}
@@ -336,14 +319,18 @@ func (j *journal) append(records []journalRecord) error {
 	return nil
 }
 
-// write puts one record into the journal file without syncing it: once
-// write returns, the record survives a crash of the daemon (the page
-// cache holds it), not a power loss, which only sync and append guard
-// against. It costs one pwrite, none of which waits for the disk.
-func (j *journal) write(rec *journalRecord) error {
+// write puts records into the journal file, all or none, without syncing
+// them: once write returns, they survive a crash of the daemon (the page
+// cache holds them), not a power loss, which only sync and append guard
+// against. It costs a copy into the mapping, none of which waits for the
+// disk.
+func (j *journal) write(recs ...journalRecord) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.buf = rec.appendTo(j.buf[:0], j.nonce)
+	j.buf = j.buf[:0]
+	for i := range recs {
+		j.buf = recs[i].appendTo(j.buf, j.nonce)
+	}
 	err := j.put(j.buf)
 	if cap(j.buf) > 1<<20 {
 		j.buf = nil // a large write's buffer is not kept
@@ -462,7 +449,7 @@ func journalHeader(b []byte) (gen uint64, f recordFormat, start int, err error) 
 		return 0, f, 0, fmt.Errorf("journal header: %w", io.ErrUnexpectedEOF)
 	}
 	switch magic := string(b[:len(journalMagic)]); magic {
-	case journalMagic, journalMagicV2:
+	case journalMagic, journalMagicV3, journalMagicV2:
 		n := journalHeaderLen
 		if magic == journalMagicV2 {
 			n = journalHeaderLenV2
@@ -475,9 +462,10 @@ func journalHeader(b []byte) (gen uint64, f recordFormat, start int, err error) 
 			return 0, f, 0, fmt.Errorf("journal header: bad checksum")
 		}
 		gen = binary.LittleEndian.Uint64(body[len(journalMagic):])
-		// HFJ2 differs in records without times and no boot id.
-		f = recordFormat{nonce: binary.LittleEndian.Uint64(body[len(journalMagic)+8:]), times: magic == journalMagic}
-		if magic == journalMagic {
+		// HFJ3 differs in its records (writes and stage records named by
+		// path), HFJ2 also in records without times and no boot id.
+		f = recordFormat{nonce: binary.LittleEndian.Uint64(body[len(journalMagic)+8:]), times: magic != journalMagicV2, v4: magic == journalMagic}
+		if magic != journalMagicV2 {
 			copy(f.boot[:], body[len(journalMagic)+16:])
 		}
 		return gen, f, n, nil
@@ -510,9 +498,11 @@ func mapJournal(f *os.File) (b []byte, unmap func(), err error) {
 	return b, func() { _ = unix.Munmap(b) }, nil
 }
 
-// The formats of earlier daemons, still replayed: HFJ2 (records without
-// times) and HFJ1 (no nonces either).
+// The formats of earlier daemons, still replayed: HFJ3 (writes and stage
+// records only, named by path), HFJ2 (no times either) and HFJ1 (no
+// nonces either).
 const (
+	journalMagicV3 = "HFJ3"
 	journalMagicV2 = "HFJ2"
 	journalMagicV1 = "HFJ1"
 )
@@ -580,7 +570,13 @@ func readFrame(b []byte, off int, f recordFormat) (journalRecord, int, frame) {
 		}
 		p = p[8:]
 	}
-	rec, ok := decodeRecord(p, f.times)
+	var rec journalRecord
+	var ok bool
+	if f.v4 {
+		rec, ok = decodeRecordV4(p)
+	} else {
+		rec, ok = decodeRecordV3(p, f.times)
+	}
 	if !ok {
 		return journalRecord{}, 0, frameBad
 	}
@@ -632,46 +628,6 @@ func damageAfter(b []byte, bad int, f recordFormat) *JournalDamageError {
 	return d
 }
 
-func decodeRecord(p []byte, times bool) (journalRecord, bool) {
-	l, k := binary.Uvarint(p)
-	if k <= 0 || l > uint64(len(p)-k) {
-		return journalRecord{}, false
-	}
-	p = p[k:]
-	rec := journalRecord{path: string(p[:l])}
-	p = p[l:]
-	if len(p) < 16 {
-		return journalRecord{}, false
-	}
-	rec.off = int64(binary.LittleEndian.Uint64(p))
-	rec.size = int64(binary.LittleEndian.Uint64(p[8:]))
-	p = p[16:]
-	if times {
-		if len(p) < 16 {
-			return journalRecord{}, false
-		}
-		rec.mtime = int64(binary.LittleEndian.Uint64(p))
-		rec.ctime = int64(binary.LittleEndian.Uint64(p[8:]))
-		p = p[16:]
-	}
-	rec.data = p
-	if rec.size < 0 || manifest.ValidatePath(rec.path) != nil {
-		return journalRecord{}, false
-	}
-	if rec.off == stageOff {
-		// The staging file's name: one plain name in the backing directory.
-		name := string(rec.data)
-		if rec.size > maxFileSize || name == "" || name == "." || name == ".." || len(name) > 255 || strings.ContainsAny(name, "/\x00") {
-			return journalRecord{}, false
-		}
-		return rec, true
-	}
-	if rec.off < 0 || rec.off+int64(len(rec.data)) > maxFileSize {
-		return journalRecord{}, false
-	}
-	return rec, true
-}
-
 // pathOf returns n's path from the session root, through any of its
 // names. Called with treeMu held.
 func (s *Session) pathOf(n *node) (string, bool) {
@@ -710,16 +666,19 @@ func (s *Session) pathOf(n *node) (string, bool) {
 }
 
 // journalFsync makes n's written bytes durable through the journal, when
-// that is enough: it reports false when the fsync needs a full flush (the
-// namespace changed, no journal, too much data).
+// that is enough: it reports false when the fsync needs a full flush (a
+// change since the durable head is not in the journal, no journal, too
+// much data, not a file). A directory's fsync flushes: `sync DIR` is how
+// a user makes every file durable, staged files' bytes included, which
+// the journal does not hold.
 func (s *Session) journalFsync(ctx context.Context, n *node) (bool, error) {
 	if s.journal == nil || n.kind != manifest.KindFile {
 		return false, nil
 	}
 	s.freeze.RLock()
 	defer s.freeze.RUnlock()
-	path, meta, named := s.durablePath(n)
-	if meta || !named {
+	id := s.lockedJID(n)
+	if id == 0 {
 		return false, nil
 	}
 
@@ -744,7 +703,7 @@ func (s *Session) journalFsync(ctx context.Context, n *node) (bool, error) {
 			n.mu.Unlock()
 			return false, err
 		}
-		records = append(records, journalRecord{path: path, off: sp.off, size: d.size, mtime: n.mtime, ctime: n.ctime, data: buf})
+		records = append(records, n.writeRecord(id, sp.off, buf))
 	}
 	if len(records) == 0 && len(d.unjournaled) == 0 {
 		// Everything written since it was last made durable is in the
@@ -753,7 +712,7 @@ func (s *Session) journalFsync(ctx context.Context, n *node) (bool, error) {
 		return true, s.journal.sync()
 	}
 	if len(records) == 0 {
-		records = append(records, journalRecord{path: path, off: d.size, size: d.size, mtime: n.mtime, ctime: n.ctime})
+		records = append(records, n.writeRecord(id, d.size, nil))
 	}
 	pending := d.unjournaled
 	d.unjournaled = nil
@@ -774,72 +733,53 @@ func (s *Session) journalFsync(ctx context.Context, n *node) (bool, error) {
 	return true, nil
 }
 
-// writePath returns the path at which a write to n can be journaled
-// (logWrite), or "" when none can be: the namespace changed since the
-// durable head, or n has no name in it. Called with freeze held shared,
-// before n.mu.
-func (s *Session) writePath(n *node) string {
+// writeRecord returns a write record of data at off of the file n
+// (journal id id), with its size and times now. Called with n.mu held.
+func (n *node) writeRecord(id uint64, off int64, data []byte) journalRecord {
+	n.aver++
+	return journalRecord{kind: recWrite, id: id, off: off, size: n.data.size, mtime: n.mtime, ctime: n.ctime, ver: n.aver, data: data}
+}
+
+// writeID returns the journal id under which a write to n can be
+// journaled (logWrite), or 0 when none can: a change since the durable
+// head is not in the journal, or n has no name. Called with freeze held
+// shared, before n.mu.
+func (s *Session) writeID(n *node) uint64 {
 	if s.journal == nil || n.kind != manifest.KindFile {
-		return ""
+		return 0
 	}
-	path, meta, named := s.durablePath(n)
-	if meta || !named {
-		return ""
-	}
-	return path
+	return s.lockedJID(n)
 }
 
 // logWrite puts a served write of data at off into the journal before the
 // write is acknowledged, so that a crash of the daemon loses no write it
 // acknowledged (a replay applies it), fsynced or not; an fsync then only
-// syncs the journal. It reports false when the write could not be
-// journaled: path is "" (see writePath), the namespace changed since
-// writePath found it, or the journal is full. full reports the last: the
+// syncs the journal. attrs adds a record of n's attributes (the write
+// dropped privileges). It reports false when the write could not be
+// journaled: id is 0 (see writeID), a change since writeID found it is
+// not in the journal, or the journal is full. full reports the last: the
 // caller then flushes before it acknowledges. Called with freeze held
 // shared and n.mu held, after the write was applied.
-func (s *Session) logWrite(n *node, path string, data []byte, off int64) (logged, full bool) {
-	if path == "" {
+func (s *Session) logWrite(n *node, id uint64, data []byte, off int64, attrs bool) (logged, full bool) {
+	if id == 0 || !s.journaling() {
+		// A journal that misses a change replays only what came before
+		// it: the next flush takes the rest.
 		return false, false
 	}
-	s.dirtyMu.Lock()
-	meta := s.metaDirty
-	s.dirtyMu.Unlock()
-	if meta {
-		// A journal that holds no namespace change replays only writes
-		// made before the first such change: the next flush takes the rest.
-		return false, false
+	var err error
+	if attrs {
+		err = s.journal.write(n.writeRecord(id, off, data), n.attrRecord(id))
+	} else {
+		err = s.journal.write(n.writeRecord(id, off, data))
 	}
-	rec := journalRecord{path: path, off: off, size: n.data.size, mtime: n.mtime, ctime: n.ctime, data: data}
-	if err := s.journal.write(&rec); err != nil {
+	if err != nil {
 		if !errors.Is(err, errJournalFull) {
 			s.log.Warn("journal refused a write: flushing instead", "session", s.name, "err", err)
 		}
 		return false, true
 	}
-	s.markContent(n)
+	s.markChanged(n)
 	return true, false
-}
-
-// durablePath returns n's path, which is its path in the durable head
-// unless meta reports that the namespace changed since; named is false for
-// a file with no name. Called with freeze held.
-func (s *Session) durablePath(n *node) (path string, meta, named bool) {
-	// Under treeMu the namespace cannot change: the path found is the
-	// file's path in the durable head, unless metaDirty says otherwise.
-	s.treeMu.Lock()
-	defer s.treeMu.Unlock()
-	s.dirtyMu.Lock()
-	meta, epoch := s.metaDirty, s.epoch
-	s.dirtyMu.Unlock()
-	path, named = n.jpath, n.jpath != "" && n.jepoch == epoch
-	if !meta && !named {
-		// Walking up costs a scan of each directory on the way; the path
-		// holds until the namespace changes, which starts a new epoch.
-		if path, named = s.pathOf(n); named {
-			n.jpath, n.jepoch = path, epoch
-		}
-	}
-	return path, meta, named
 }
 
 // replayStats is what a replay did: records read, records applied (the
@@ -852,15 +792,14 @@ type replayStats struct {
 
 // replayJournal applies the journal of s, if it belongs to the head s was
 // loaded from, and reports whether it applied anything. Called before the
-// session is shown anywhere.
+// session is shown anywhere, and before it has a journal to record in.
 //
 // A stage record makes a file's content what its staging file holds,
 // whatever earlier records wrote to it, so only the last stage record of
-// each file is applied, with the write records after it: a file fsynced
-// N times through its staging file is read once, not N times (a 25 MB
-// file fsynced 11,525 times read 146 GB and took 327 s to remount). The
-// outcome is the in-order replay's. Files are told apart by node, not
-// path, as hard links share one.
+// each file is applied, with the records of its content after it: a file
+// fsynced N times through its staging file is read once, not N times (a
+// 25 MB file fsynced 11,525 times read 146 GB and took 327 s to
+// remount). The outcome is the in-order replay's.
 //
 // A journal damaged in its middle (JournalDamageError) is copied aside
 // and refused, unless salvage is set: then the records before the damage
@@ -899,57 +838,50 @@ func (s *Session) replayJournal(ctx context.Context, path string, salvage bool) 
 	if len(records) == 0 {
 		return false, nil
 	}
-	// The namespace did not change while the records were written (any
-	// change made the next fsync a full flush), so a path names one node
-	// throughout.
-	nodes := make([]*node, len(records))
-	byPath := make(map[string]*node)
-	lastStage := make(map[*node]int)
-	for i, r := range records {
-		n, ok := byPath[r.path]
-		if !ok {
-			if n, err = s.walkFile(ctx, r.path); err != nil {
-				return false, fmt.Errorf("replay journal of %s: %s: %w", s.name, r.path, err)
-			}
-			byPath[r.path] = n
-		}
-		nodes[i] = n
-		if r.off == stageOff {
-			lastStage[n] = i
-		}
-	}
+	superseded := supersededRecords(records)
 	s.replayed.records = len(records)
-	for i, r := range records {
-		n := nodes[i]
-		if last, ok := lastStage[n]; ok && i < last {
-			continue // superseded: the last stage record sets the whole content
-		}
-		s.replayed.applied++
-		if r.off == stageOff {
-			read, err := s.restage(ctx, n, string(r.data), r.size)
-			s.replayed.stagedBytes += read
-			if err != nil {
-				return false, fmt.Errorf("replay journal of %s: %s: %w", s.name, r.path, err)
-			}
-			s.markDirty(n)
+	r := newReplayer(s)
+	for i := range records {
+		if superseded[i] {
 			continue
 		}
-		n.mu.Lock()
-		err = n.writeAt(ctx, r.data, r.off)
-		if err == nil && r.size > n.data.size {
-			err = n.growTo(ctx, r.size)
+		s.replayed.applied++
+		if err := r.apply(ctx, &records[i]); err != nil {
+			return false, fmt.Errorf("replay journal of %s: record %d of %d: %w", s.name, i+1, len(records), err)
 		}
-		if r.mtime != 0 {
-			// What stat showed once the write was served.
-			n.mtime, n.ctime = r.mtime, r.ctime
-		}
-		n.mu.Unlock()
-		if err != nil {
-			return false, fmt.Errorf("replay journal of %s: %s: %w", s.name, r.path, err)
-		}
-		s.markDirty(n)
 	}
 	return true, nil
+}
+
+// supersededRecords marks the records of a file's content (writes,
+// truncations, allocations) that a later stage record of the same file
+// makes moot. A file is its journal id, or in the formats before HFJ4
+// (which hold no change of names) its path: two names of a hard link are
+// then two files, which costs a replay work, never a byte.
+func supersededRecords(records []journalRecord) []bool {
+	type key struct {
+		id   uint64
+		path string
+	}
+	lastStage := make(map[key]int)
+	for i, r := range records {
+		if r.kind == recStage {
+			lastStage[key{r.id, r.path}] = i
+		}
+	}
+	out := make([]bool, len(records))
+	if len(lastStage) == 0 {
+		return out
+	}
+	for i, r := range records {
+		switch r.kind {
+		case recWrite, recTrunc, recAlloc, recStage:
+			if last, ok := lastStage[key{r.id, r.path}]; ok && i < last {
+				out[i] = true
+			}
+		}
+	}
+	return out
 }
 
 // damagedJournal keeps a copy of the damaged journal f (at path) beside
@@ -1004,21 +936,12 @@ func keepJournalCopy(f *os.File, dst string) (string, error) {
 
 // walkFile finds the regular file at path.
 func (s *Session) walkFile(ctx context.Context, path string) (*node, error) {
-	s.treeMu.Lock()
-	defer s.treeMu.Unlock()
-	n := s.root
-	for _, part := range strings.Split(path, "/") {
-		if err := s.load(ctx, n); err != nil {
-			return nil, err
-		}
-		c, ok := n.children[part]
-		if !ok {
-			return nil, os.ErrNotExist
-		}
-		n = c
+	n, err := s.walk(ctx, path)
+	if err != nil {
+		return nil, err
 	}
 	if n.kind != manifest.KindFile {
-		return nil, fmt.Errorf("not a regular file")
+		return nil, fmt.Errorf("%s: not a regular file", path)
 	}
 	return n, nil
 }

@@ -17,14 +17,34 @@ import (
 
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/manifest"
 )
 
-func TestJournalRecords(t *testing.T) {
-	recs := []journalRecord{
-		{path: "a/b", off: 0, size: 5, mtime: 1_700_000_000_123456789, ctime: 1_700_000_001_000000001, data: []byte("hello")},
-		{path: "c", off: 1 << 20, size: 1<<20 + 3, data: []byte("xyz")},
-		{path: "c", off: 7, size: 1<<20 + 3},
+// journalTestRecords has a record of every kind.
+func journalTestRecords() []journalRecord {
+	return []journalRecord{
+		{kind: recBind, id: 2, path: "a/b"},
+		{kind: recWrite, id: 2, off: 0, size: 5, mtime: 1_700_000_000_123456789, ctime: 1_700_000_001_000000001, ver: 3, data: []byte("hello")},
+		{kind: recCreate, id: 3, dir: 1, name: "c", nkind: manifest.KindFile},
+		{kind: recCreate, id: 4, dir: 1, name: "l", nkind: manifest.KindSymlink, data: []byte("../x")},
+		{kind: recCreate, id: 5, dir: 1, name: "d", nkind: manifest.KindCharDev, rdev: 0x103},
+		{kind: recCreate, id: 6, nkind: manifest.KindFile},
+		{kind: recWrite, id: 3, off: 1 << 20, size: 1<<20 + 3, ver: 1, data: []byte("xyz")},
+		{kind: recLink, id: 3, dir: 1, name: "c2"},
+		{kind: recUnlink, dir: 1, name: "c2"},
+		{kind: recUnlink, dir: 1, name: "e", flags: 1},
+		{kind: recRename, dir: 1, name: "c", dir2: 2, name2: "c3", flags: RenameNoReplace},
+		{kind: recTrunc, id: 3, size: 7},
+		{kind: recAlloc, id: 3, off: 4096, size: 8192, flags: fallocKeepSize},
+		{kind: recAttr, id: 3, ver: 9, attr: &attrSnap{mode: 0o4755, uid: 1000, gid: 1000, atime: 1, mtime: 2, ctime: 3, btime: 4,
+			xattrs: map[string][]byte{"user.a": []byte("1"), "user.b": {}}}},
+		{kind: recAttr, id: 1, ver: 1, attr: &attrSnap{mode: 0o755}},
+		{kind: recStage, id: 3, size: 10, data: []byte("12-345678")},
 	}
+}
+
+func TestJournalRecords(t *testing.T) {
+	recs := journalTestRecords()
 	const nonce = 0x5eed
 	full := encodeJournalHeader(42, nonce)
 	for i := range recs {
@@ -33,33 +53,31 @@ func TestJournalRecords(t *testing.T) {
 	gen, got, err := readJournal(bytes.NewReader(full))
 	require.NoError(t, err)
 	require.Equal(t, uint64(42), gen)
-	require.Len(t, got, 3)
+	require.Len(t, got, len(recs))
 	for i := range recs {
-		require.Equal(t, recs[i].path, got[i].path)
-		require.Equal(t, recs[i].off, got[i].off)
-		require.Equal(t, recs[i].size, got[i].size)
-		require.Equal(t, recs[i].mtime, got[i].mtime)
-		require.Equal(t, recs[i].ctime, got[i].ctime)
-		require.Equal(t, len(recs[i].data), len(got[i].data))
+		if len(recs[i].data) == 0 {
+			got[i].data = recs[i].data // nil and empty alike
+		}
+		require.Equal(t, recs[i], got[i], "record %d", i)
 	}
 	// A torn or damaged tail ends the records; what precedes it stays.
 	for cut := len(full) - 1; cut >= journalHeaderLen; cut -= 7 {
 		_, got, err := readJournal(bytes.NewReader(full[:cut]))
 		require.NoError(t, err)
-		require.Less(t, len(got), 3)
+		require.Less(t, len(got), len(recs))
 	}
 	bad := bytes.Clone(full)
 	bad[len(bad)-1] ^= 0xff
 	_, got, err = readJournal(bytes.NewReader(bad))
 	require.NoError(t, err)
-	require.Len(t, got, 2)
+	require.Len(t, got, len(recs)-1)
 	_, _, err = readJournal(bytes.NewReader([]byte("nope")))
 	require.Error(t, err)
 
-	// Damage in the middle, with an intact record of this incarnation after
+	// Damage in the middle, with intact records of this incarnation after
 	// it, is not a torn tail: it is reported with what precedes it.
 	second := len(encodeJournalHeader(42, nonce)) + len(recs[0].appendTo(nil, nonce))
-	for _, at := range []int{second, second + 9, second + 20} { // length, nonce, path
+	for _, at := range []int{second, second + 9, second + 20} { // length, nonce, body
 		bad = bytes.Clone(full)
 		bad[at] ^= 0x10
 		_, got, err = readJournal(bytes.NewReader(append(bad, make([]byte, 4096)...)))
@@ -67,7 +85,7 @@ func TestJournalRecords(t *testing.T) {
 		var de *JournalDamageError
 		require.ErrorAs(t, err, &de)
 		require.Equal(t, int64(second), de.Offset)
-		require.Equal(t, 1, de.Records)
+		require.Equal(t, len(recs)-2, de.Records)
 		require.Equal(t, int64(len(full)-second), de.Bytes)
 		require.Len(t, got, 1)
 	}
@@ -76,7 +94,7 @@ func TestJournalRecords(t *testing.T) {
 	// incarnation end the list too.
 	_, got, err = readJournal(bytes.NewReader(append(bytes.Clone(full), make([]byte, 4096)...)))
 	require.NoError(t, err)
-	require.Len(t, got, 3)
+	require.Len(t, got, len(recs))
 	reset := encodeJournalHeader(43, nonce+1)
 	reset = recs[0].appendTo(reset, nonce+1)
 	reset = append(reset, full[len(reset):]...) // the old records after it
@@ -86,32 +104,92 @@ func TestJournalRecords(t *testing.T) {
 	require.Len(t, got, 1)
 }
 
-// TestJournalReuse: a reset journal is overwritten in place, and replays
-// only the records written since the reset, however many were there before.
-// TestJournalStageRecords: a stage record names one plain file of the
-// backing directory; any other name ends the records.
-func TestJournalStageRecords(t *testing.T) {
+// TestJournalBadRecords: a record whose fields a replay could not apply
+// (a name that is no name, a path out of the tree, a size out of range,
+// an unknown kind) ends the records as a torn one does.
+func TestJournalBadRecords(t *testing.T) {
 	const nonce = 5
+	for i, rec := range []journalRecord{
+		{kind: recStage, id: 2, size: 10, data: []byte("../x")},
+		{kind: recStage, id: 2, size: 10, data: []byte("")},
+		{kind: recStage, id: 2, size: -1, data: []byte("a")},
+		{kind: recBind, id: 2, path: "/etc"},
+		{kind: recBind, id: 2, path: "a/../b"},
+		{kind: recBind, id: rootJID, path: "a"},
+		{kind: recCreate, id: 3, dir: 1, name: "a/b", nkind: manifest.KindFile},
+		{kind: recCreate, id: 3, dir: 1, name: "..", nkind: manifest.KindFile},
+		{kind: recCreate, id: 3, dir: 0, name: "a", nkind: manifest.KindFile},
+		{kind: recCreate, id: 3, dir: 1, name: "a", nkind: 99},
+		{kind: recLink, id: 3, dir: 1, name: ""},
+		{kind: recUnlink, dir: 0, name: "a"},
+		{kind: recUnlink, dir: 1, name: "a", flags: 2},
+		{kind: recRename, dir: 1, name: "a", dir2: 1, name2: "b\x00"},
+		{kind: recWrite, id: 0, off: 0, size: 1, data: []byte("x")},
+		{kind: recWrite, id: 2, off: -5, size: 1, data: []byte("x")},
+		{kind: recWrite, id: 2, off: maxFileSize, size: 1, data: []byte("x")},
+		{kind: recTrunc, id: 2, size: maxFileSize + 1},
+		{kind: recAlloc, id: 2, off: 0, size: 0},
+		{kind: recAttr, id: 2, attr: &attrSnap{mode: 0o170000}},
+		{kind: 0, id: 2},
+		{kind: 200, id: 2},
+	} {
+		_, got, err := readJournal(bytes.NewReader(rec.appendTo(encodeJournalHeader(1, nonce), nonce)))
+		require.NoError(t, err)
+		require.Empty(t, got, "record %d: %+v", i, rec)
+	}
+}
+
+// v3Record encodes r as the HFJ3 format did (a write or stage record named
+// by path), for tests that replay a journal of an earlier daemon.
+func v3Record(r journalRecord, nonce uint64) []byte {
+	payload := binary.LittleEndian.AppendUint64(nil, nonce)
+	payload = binary.AppendUvarint(payload, uint64(len(r.path)))
+	payload = append(payload, r.path...)
+	payload = binary.LittleEndian.AppendUint64(payload, uint64(r.off))
+	payload = binary.LittleEndian.AppendUint64(payload, uint64(r.size))
+	payload = binary.LittleEndian.AppendUint64(payload, uint64(r.mtime))
+	payload = binary.LittleEndian.AppendUint64(payload, uint64(r.ctime))
+	payload = append(payload, r.data...)
+	out := binary.LittleEndian.AppendUint32(nil, uint32(len(payload)))
+	out = binary.LittleEndian.AppendUint32(out, crc32.ChecksumIEEE(payload))
+	return append(out, payload...)
+}
+
+// v3Header is an HFJ3 journal's header.
+func v3Header(gen, nonce uint64) []byte {
+	hdr := encodeJournalHeader(gen, nonce)
+	copy(hdr, journalMagicV3)
+	return binary.LittleEndian.AppendUint32(hdr[:len(hdr)-4], crc32.ChecksumIEEE(hdr[:len(hdr)-4]))
+}
+
+// TestJournalV3 reads a journal of the HFJ3 format: writes and stage
+// records named by path.
+func TestJournalV3(t *testing.T) {
+	const nonce = 5
+	recs := []journalRecord{
+		{kind: recWrite, path: "a/b", off: 3, size: 8, mtime: 7, ctime: 8, data: []byte("hello")},
+		{kind: recStage, path: "w/out", off: stageOff, size: 10, data: []byte("12-345678")},
+	}
+	old := v3Header(4, nonce)
+	for _, r := range recs {
+		old = append(old, v3Record(r, nonce)...)
+	}
+	gen, got, err := readJournal(bytes.NewReader(old))
+	require.NoError(t, err)
+	require.Equal(t, uint64(4), gen)
+	require.Equal(t, recs, got)
 	for name, ok := range map[string]bool{
-		"12-345678": true, "": false, ".": false, "..": false, "../x": false, "a/b": false,
+		"": false, ".": false, "..": false, "../x": false, "a/b": false,
 		"a\x00b": false, strings.Repeat("x", 256): false, strings.Repeat("x", 255): true,
 	} {
 		rec := journalRecord{path: "w/out", off: stageOff, size: 10, data: []byte(name)}
-		_, got, err := readJournal(bytes.NewReader(rec.appendTo(encodeJournalHeader(1, nonce), nonce)))
+		_, got, err := readJournal(bytes.NewReader(append(v3Header(1, nonce), v3Record(rec, nonce)...)))
 		require.NoError(t, err)
-		if !ok {
-			require.Empty(t, got, "name %q", name)
-			continue
-		}
-		require.Len(t, got, 1, "name %q", name)
-		require.Equal(t, rec.path, got[0].path)
-		require.Equal(t, int64(stageOff), got[0].off)
-		require.Equal(t, int64(10), got[0].size)
-		require.Equal(t, name, string(got[0].data))
+		require.Equal(t, ok, len(got) == 1, "name %q", name)
 	}
 	// Other negative offsets are not records.
 	rec := journalRecord{path: "w/out", off: -2, size: 10}
-	_, got, err := readJournal(bytes.NewReader(rec.appendTo(encodeJournalHeader(1, nonce), nonce)))
+	_, got, err = readJournal(bytes.NewReader(append(v3Header(1, nonce), v3Record(rec, nonce)...)))
 	require.NoError(t, err)
 	require.Empty(t, got)
 }
@@ -119,7 +197,7 @@ func TestJournalStageRecords(t *testing.T) {
 func TestJournalReuse(t *testing.T) {
 	j, read := testJournal(t)
 	require.NoError(t, j.reset(1))
-	big := journalRecord{path: "a", off: 0, size: 3 << 20, data: bytes.Repeat([]byte("x"), 3<<20)}
+	big := journalRecord{kind: recWrite, id: 2, off: 0, size: 3 << 20, data: bytes.Repeat([]byte("x"), 3<<20)}
 	for range 3 {
 		require.NoError(t, j.append([]journalRecord{big}))
 	}
@@ -130,17 +208,17 @@ func TestJournalReuse(t *testing.T) {
 	require.GreaterOrEqual(t, st.Size(), int64(9<<20), "preallocated past the records")
 
 	require.NoError(t, j.reset(2))
-	require.NoError(t, j.append([]journalRecord{{path: "b", off: 1, size: 2, data: []byte("y")}}))
+	require.NoError(t, j.append([]journalRecord{{kind: recWrite, id: 3, off: 1, size: 2, data: []byte("y")}}))
 	gen, recs := read()
 	require.Equal(t, uint64(2), gen)
 	require.Len(t, recs, 1)
-	require.Equal(t, "b", recs[0].path)
+	require.Equal(t, uint64(3), recs[0].id)
 	st, err = os.Stat(j.path)
 	require.NoError(t, err)
 	require.Equal(t, int64(journalGrow), st.Size(), "a reset gives back what a burst grew")
 
 	// A record that would pass the bound is refused, and nothing is lost.
-	huge := journalRecord{path: "c", size: journalMaxBytes, data: make([]byte, journalMaxBytes)}
+	huge := journalRecord{kind: recWrite, id: 4, size: journalMaxBytes, data: make([]byte, journalMaxBytes)}
 	require.ErrorIs(t, j.append([]journalRecord{huge}), errJournalFull)
 	_, recs = read()
 	require.Len(t, recs, 1)
@@ -148,7 +226,7 @@ func TestJournalReuse(t *testing.T) {
 
 // TestJournalV1 replays a journal written by earlier daemons.
 func TestJournalV1(t *testing.T) {
-	r := journalRecord{path: "a/b", off: 3, size: 8, data: []byte("hello")}
+	r := journalRecord{kind: recWrite, path: "a/b", off: 3, size: 8, data: []byte("hello")}
 	payload := binary.AppendUvarint(nil, uint64(len(r.path)))
 	payload = append(payload, r.path...)
 	payload = binary.LittleEndian.AppendUint64(payload, uint64(r.off))
@@ -169,8 +247,8 @@ func TestJournalV1(t *testing.T) {
 func TestJournalV2(t *testing.T) {
 	const nonce = 0xabc
 	recs := []journalRecord{
-		{path: "a/b", off: 3, size: 8, data: []byte("hello")},
-		{path: "c", off: 0, size: 2, data: []byte("hi")},
+		{kind: recWrite, path: "a/b", off: 3, size: 8, data: []byte("hello")},
+		{kind: recWrite, path: "c", off: 0, size: 2, data: []byte("hi")},
 	}
 	hdr := append([]byte(journalMagicV2), 9, 0, 0, 0, 0, 0, 0, 0)
 	hdr = binary.LittleEndian.AppendUint64(hdr, nonce)
@@ -276,31 +354,42 @@ func TestJournalDurability(t *testing.T) {
 	require.NoError(t, catalog.VerifyComplete(context.Background(), store, mustHead(t, e, "d").Root))
 }
 
-// FuzzReadJournal: any bytes give an error or whole records with valid
-// paths and bounds, and re-encoding them reads back the same.
+// FuzzReadJournal: any bytes give an error or whole records that pass
+// their checks, and re-encoding those of the current format reads back
+// the same.
 func FuzzReadJournal(f *testing.F) {
-	r := journalRecord{path: "codex-home/state_5.sqlite", off: 4096, size: 8192, data: []byte("page")}
-	f.Add(r.appendTo(encodeJournalHeader(0, 9), 9))
+	all := encodeJournalHeader(0, 9)
+	for _, r := range journalTestRecords() {
+		all = r.appendTo(all, 9)
+	}
+	f.Add(all)
 	f.Add(append(encodeJournalHeader(1, 2), "garbage"...))
 	f.Add([]byte(journalMagicV1 + "\x01\x00\x00\x00\x00\x00\x00\x00garbage"))
 	st := journalRecord{path: "workspace/out.bin", off: stageOff, size: 1 << 30, data: []byte("17-123456")}
-	f.Add(st.appendTo(encodeJournalHeader(3, 4), 4))
+	f.Add(append(v3Header(3, 4), v3Record(st, 4)...))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		gen, recs, err := readJournal(bytes.NewReader(data))
 		if err != nil {
 			return
 		}
+		_, format, _, _ := journalHeader(data)
 		const nonce = 77
 		again := encodeJournalHeader(gen, nonce)
 		for i := range recs {
-			if recs[i].off == stageOff {
+			if recs[i].kind == recStage {
 				if name := string(recs[i].data); recs[i].size > maxFileSize || name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
 					t.Fatalf("stage record names no staging file: %+v", recs[i])
 				}
 			} else if recs[i].off < 0 || recs[i].size < 0 || recs[i].off+int64(len(recs[i].data)) > maxFileSize {
 				t.Fatalf("record out of bounds: %+v", recs[i])
 			}
+			if format.v4 && !recs[i].valid() {
+				t.Fatalf("invalid record read: %+v", recs[i])
+			}
 			again = recs[i].appendTo(again, nonce)
+		}
+		if !format.v4 {
+			return
 		}
 		gen2, recs2, err := readJournal(bytes.NewReader(again))
 		if err != nil || gen2 != gen || len(recs2) != len(recs) {
@@ -317,15 +406,15 @@ func BenchmarkJournalWrite(b *testing.B) {
 	b.Cleanup(func() { j.close() })
 	require.NoError(b, j.reset(1))
 	line := bytes.Repeat([]byte("x"), 300)
-	rec := journalRecord{path: "sessions/2026/rollout.jsonl", size: 1 << 20, data: line}
+	rec := journalRecord{kind: recWrite, id: 2, size: 1 << 20, data: line}
 	b.SetBytes(int64(len(line)))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		rec.off = int64(i) * int64(len(line))
-		err := j.write(&rec)
+		err := j.write(rec)
 		if errors.Is(err, errJournalFull) {
 			require.NoError(b, j.reset(1))
-			err = j.write(&rec)
+			err = j.write(rec)
 		}
 		if err != nil {
 			b.Fatal(err)

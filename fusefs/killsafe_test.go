@@ -151,8 +151,8 @@ func TestKillAfterJournalFilled(t *testing.T) {
 	require.True(t, bytes.Equal(want, got), "big: %d bytes, want %d", len(got), len(want))
 }
 
-// journalFrames returns the offsets of the intact records of the journal
-// file at path.
+// journalFrames returns the offsets of the intact write records of the
+// journal file at path.
 func journalFrames(t *testing.T, path string) (uint64, []int) {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -160,11 +160,13 @@ func journalFrames(t *testing.T, path string) (uint64, []int) {
 	nonce := binary.LittleEndian.Uint64(b[len(journalMagic)+8:])
 	var offs []int
 	for off := journalHeaderLen; ; {
-		_, end, st := readFrame(b, off, recordFormat{nonce: nonce, times: true})
+		rec, end, st := readFrame(b, off, recordFormat{nonce: nonce, times: true, v4: true})
 		if st != frameRecord {
 			return binary.LittleEndian.Uint64(b[len(journalMagic):]), offs
 		}
-		offs = append(offs, off)
+		if rec.kind == recWrite {
+			offs = append(offs, off)
+		}
 		off = end
 	}
 }

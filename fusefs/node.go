@@ -56,10 +56,12 @@ type node struct {
 	// read at is still current (fnode.cacheGen).
 	cgen uint64
 
-	// jpath is the file's path in the durable head as of jepoch (see
-	// journalFsync). GUARDED_BY(sess.treeMu)
-	jpath  string
-	jepoch uint64
+	// jid is the node's journal id in the journal's incarnation jinc
+	// (jops.go). GUARDED_BY(sess.treeMu)
+	jid, jinc uint64
+	// aver orders the records of the node's attributes (attrRecord).
+	// GUARDED_BY(mu)
+	aver uint64
 }
 
 func (n *node) isDir() bool { return n.kind == manifest.KindDir }

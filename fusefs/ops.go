@@ -60,12 +60,18 @@ func (s *Session) removed(dir *node) bool {
 	return true
 }
 
-// touchDir records that dir's names changed. Called with treeMu held.
+// touchDir records that dir's names changed, in a way the journal does
+// not hold. Called with treeMu held.
 func (s *Session) touchDir(dir *node, t int64) {
+	dirTimes(dir, t)
+	s.markDirty(dir)
+}
+
+// dirTimes dates a change of dir's names. Called with treeMu held.
+func dirTimes(dir *node, t int64) {
 	dir.mu.Lock()
 	dir.mtime, dir.ctime = t, t
 	dir.mu.Unlock()
-	s.markDirty(dir)
 }
 
 // newChild creates a node of the given kind under dir.
@@ -97,9 +103,15 @@ func (s *Session) newChild(ctx context.Context, dir *node, name string, kind man
 	if init != nil {
 		init(c)
 	}
+	ch := s.newChange()
+	dirID := ch.id(dir)
 	s.attach(dir, name, c, true)
-	s.touchDir(dir, t)
-	s.markDirty(c)
+	dirTimes(dir, t)
+	id := ch.newID(c)
+	ch.add(journalRecord{kind: recCreate, id: id, dir: dirID, name: name, nkind: kind, rdev: c.rdev, data: []byte(c.target)})
+	ch.touch(dir, dirID)
+	ch.touch(c, id)
+	ch.commit()
 	return c, nil
 }
 
@@ -134,6 +146,16 @@ func (s *Session) Tmpfile(dir *node, mode uint32, who Owner, linkable bool) (*no
 	}
 	c.linkable = linkable
 	c.data = &fileData{base: manifest.Entry{Kind: manifest.KindFile}}
+	if linkable {
+		// Its writes and its link may be journaled: the record makes it.
+		ch := s.newChange()
+		id := ch.newID(c)
+		ch.add(journalRecord{kind: recCreate, id: id, nkind: manifest.KindFile})
+		c.mu.Lock()
+		ch.add(c.attrRecord(id))
+		c.mu.Unlock()
+		ch.commit()
+	}
 	return c, nil
 }
 
@@ -219,14 +241,19 @@ func (s *Session) Link(ctx context.Context, dir *node, name string, target *node
 		target.linkID = newLinkID()
 		s.links[target.linkID] = target
 	}
+	ch := s.newChange()
+	dirID, id := ch.id(dir), ch.id(target)
 	t := now()
 	s.attach(dir, name, target, true)
 	target.linkable = false // named now: an unlink makes it an unlinked file
 	target.mu.Lock()
 	target.ctime = t
 	target.mu.Unlock()
-	s.touchDir(dir, t)
-	s.markDirty(target)
+	dirTimes(dir, t)
+	ch.add(journalRecord{kind: recLink, id: id, dir: dirID, name: name})
+	ch.touch(dir, dirID)
+	ch.touch(target, id)
+	ch.commit()
 	return nil
 }
 
@@ -264,13 +291,18 @@ func (s *Session) Unlink(ctx context.Context, dir *node, name string) error {
 				return err
 			}
 		}
+		ch := s.newChange()
+		dirID, id := ch.id(dir), ch.id(c)
 		s.detach(dir, name)
 		t := now()
 		s.ctimeNow(c, t)
-		s.touchDir(dir, t)
+		dirTimes(dir, t)
+		ch.add(journalRecord{kind: recUnlink, dir: dirID, name: name})
+		ch.touch(dir, dirID)
 		if c.nlink > 0 {
-			s.markDirty(c)
+			ch.touch(c, id)
 		}
+		ch.commit()
 		return nil
 	})
 }
@@ -296,8 +328,13 @@ func (s *Session) Rmdir(ctx context.Context, dir *node, name string) error {
 		if err := s.emptyDir(ctx, c); err != nil {
 			return err
 		}
+		ch := s.newChange()
+		dirID := ch.id(dir)
 		s.detach(dir, name)
-		s.touchDir(dir, now())
+		dirTimes(dir, now())
+		ch.add(journalRecord{kind: recUnlink, dir: dirID, name: name, flags: 1})
+		ch.touch(dir, dirID)
+		ch.commit()
 		return nil
 	})
 }
@@ -326,12 +363,18 @@ func (s *Session) Rename(ctx context.Context, dir *node, name string, newDir *no
 		return err
 	}
 	src, dst := from.n, to.n
+	ch := s.newChange()
+	ids := renameIDs{dir: ch.id(dir), newDir: ch.id(newDir), src: ch.id(src)}
+	if exists {
+		ids.dst = ch.id(dst)
+	}
 	t := now()
 	switch {
 	case flags&RenameExchange != 0:
 		if err := s.exchange(from, to, exists, t); err != nil {
 			return err
 		}
+		ch.touch(dst, ids.dst)
 	case exists && flags&RenameNoReplace != 0:
 		return syscall.EEXIST
 	case exists && dst == src:
@@ -340,19 +383,29 @@ func (s *Session) Rename(ctx context.Context, dir *node, name string, newDir *no
 		if err := s.unlinkTarget(ctx, src, to, t); err != nil {
 			return err
 		}
+		if !dst.isDir() && dst.nlink > 0 {
+			ch.touch(dst, ids.dst)
+		}
 		fallthrough
 	default:
 		s.detach(dir, name)
 		s.attach(newDir, newName, src, true)
 	}
 	s.ctimeNow(src, t)
-	s.touchDir(dir, t)
+	dirTimes(dir, t)
+	dirTimes(newDir, t)
+	ch.add(journalRecord{kind: recRename, dir: ids.dir, name: name, dir2: ids.newDir, name2: newName, flags: flags})
+	ch.touch(src, ids.src)
+	ch.touch(dir, ids.dir)
 	if newDir != dir {
-		s.touchDir(newDir, t)
+		ch.touch(newDir, ids.newDir)
 	}
-	s.markDirty(src)
+	ch.commit()
 	return nil
 }
+
+// renameIDs are the journal ids of a rename's nodes.
+type renameIDs struct{ dir, newDir, src, dst uint64 }
 
 // renameEnd is one end of a rename: name in dir, and n the node it names
 // (nil for none).
@@ -420,9 +473,6 @@ func (s *Session) unlinkTarget(ctx context.Context, src *node, to renameEnd, t i
 	}
 	s.detach(to.dir, to.name)
 	s.ctimeNow(dst, t)
-	if !dst.isDir() && dst.nlink > 0 {
-		s.markDirty(dst)
-	}
 	return nil
 }
 
@@ -525,6 +575,8 @@ func (s *Session) setattr(ctx context.Context, n *node, a SetAttr) error {
 		return err
 	}
 	defer done()
+	id := s.lockedJID(n)
+	ch := s.newChange()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.data != nil && n.data.backing != nil && a.Size == nil {
@@ -589,7 +641,7 @@ func (s *Session) setattr(ctx context.Context, n *node, a SetAttr) error {
 		n.mtime = *a.Mtime
 	}
 	n.ctime = t
-	s.markDirty(n)
+	ch.setattr(n, id, a.Size)
 	return s.spillAfterChange(ctx, n, -1)
 }
 
@@ -805,7 +857,7 @@ func (s *Session) writeHeld(ctx context.Context, n *node, data []byte, off int64
 	if err := s.roomFor(int64(len(data))); err != nil {
 		return 0, false, err
 	}
-	k, full, err := s.write(ctx, n, data, off, op, s.writePath(n))
+	k, full, err := s.write(ctx, n, data, off, op, s.writeID(n))
 	if err != nil {
 		return 0, false, err
 	}
@@ -847,12 +899,12 @@ func (s *Session) roomFor(n int64) error {
 	return nil
 }
 
-// write applies a write to n and journals it at path (logWrite); full
+// write applies a write to n and journals it under id (logWrite); full
 // reports that the journal could not take it. Under cas.LocalOnly, a
 // write that would read a stored chunk only a remote has fails with
 // cas.ErrNotLocal before it changes n (writeReady), and a spill of
 // overlays that would is left for later: the write took place.
-func (s *Session) write(ctx context.Context, n *node, data []byte, off int64, op WriteOp, path string) (k int, full bool, err error) {
+func (s *Session) write(ctx context.Context, n *node, data []byte, off int64, op WriteOp, id uint64) (k int, full bool, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.kind != manifest.KindFile {
@@ -877,12 +929,13 @@ func (s *Session) write(ctx context.Context, n *node, data []byte, off int64, op
 	}
 	t := now()
 	n.mtime, n.ctime = t, t
-	if op.Drop.apply(n) {
-		s.markDirty(n) // a change of attributes, not only of content
-	}
-	logged, full := s.logWrite(n, path, data, off)
+	dropped := op.Drop.apply(n) // a change of attributes, not only of content
+	logged, full := s.logWrite(n, id, data, off, dropped)
 	if !logged {
 		s.markWritten(n, off, off+int64(len(data)))
+		if dropped {
+			s.markDirty(n)
+		}
 	}
 	last := int((off + int64(len(data)) - 1) / manifest.ChunkSize)
 	if err := s.spillAfterChange(ctx, n, last); err != nil {
@@ -968,6 +1021,8 @@ func (s *Session) allocate(ctx context.Context, n *node, off, length int64, mode
 	if off < 0 || length <= 0 {
 		return syscall.EINVAL
 	}
+	id := s.lockedJID(n)
+	ch := s.newChange()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.kind != manifest.KindFile {
@@ -1009,7 +1064,10 @@ func (s *Session) allocate(ctx context.Context, n *node, off, length int64, mode
 		n.mtime = t
 	}
 	drop.apply(n)
-	s.markDirty(n)
+	ch.add(journalRecord{kind: recAlloc, id: id, off: off, size: length, flags: mode})
+	ch.ok = ch.ok && id != 0
+	ch.held(n, id)
+	ch.commit()
 	return nil
 }
 
@@ -1074,10 +1132,18 @@ func (s *Session) SetXattr(n *node, name string, value []byte, flags uint32) err
 	if len(value) > 64<<10 {
 		return syscall.E2BIG
 	}
+	id := s.lockedJID(n)
+	ch := s.newChange()
+	ch.ok = ch.ok && id != 0
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if isACLXattr(name) {
-		return s.setACLXattr(n, name, value, flags)
+		if err := s.setACLXattr(n, name, value, flags); err != nil {
+			return err
+		}
+		ch.held(n, id)
+		ch.commit()
+		return nil
 	}
 	_, exists := n.xattrs[name]
 	if flags&xattrCreate != 0 && exists {
@@ -1091,7 +1157,8 @@ func (s *Session) SetXattr(n *node, name string, value []byte, flags uint32) err
 	}
 	n.xattrs[name] = append([]byte(nil), value...)
 	n.ctime = now()
-	s.markDirty(n)
+	ch.held(n, id)
+	ch.commit()
 	return nil
 }
 
@@ -1105,6 +1172,9 @@ func (s *Session) RemoveXattr(n *node, name string) error {
 	if err := checkXattrName(name); err != nil {
 		return err
 	}
+	id := s.lockedJID(n)
+	ch := s.newChange()
+	ch.ok = ch.ok && id != 0
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, ok := n.xattrs[name]; !ok {
@@ -1115,7 +1185,8 @@ func (s *Session) RemoveXattr(n *node, name string) error {
 	}
 	delete(n.xattrs, name)
 	n.ctime = now()
-	s.markDirty(n)
+	ch.held(n, id)
+	ch.commit()
 	return nil
 }
 

@@ -414,11 +414,36 @@ func TestFsync(t *testing.T) {
 			_, err = f.WriteString(tc.name)
 			require.NoError(t, err)
 			require.NoError(t, tc.sync(f))
-			// The session head now names a tree holding the file.
+			if tc.name == "dirfsync" {
+				// A directory's fsync flushes: the session head now names a
+				// tree holding the file.
+				h, err := e.Catalog().Head(ctx, "s")
+				require.NoError(t, err)
+				require.Len(t, chunkRefs(t, e.store, h.Root, tc.name), 1)
+				require.NoError(t, f.Close())
+				return
+			}
+			// The journal holds the file's create and its bytes, synced:
+			// the durable head and the journal replayed hold the file.
+			j := m.sess.journal
+			j.mu.Lock()
+			unsynced, path, gen := j.unsynced, j.path, j.gen
+			j.mu.Unlock()
+			require.False(t, unsynced, "the journal is synced")
 			h, err := e.Catalog().Head(ctx, "s")
 			require.NoError(t, err)
-			refs := chunkRefs(t, e.store, h.Root, tc.name)
-			require.Len(t, refs, 1)
+			require.Equal(t, h.Gen, gen, "the journal applies to the durable head")
+			jf, err := os.Open(path)
+			require.NoError(t, err)
+			_, recs, err := readJournal(jf)
+			jf.Close()
+			require.NoError(t, err)
+			var created, wrote bool
+			for _, r := range recs {
+				created = created || r.kind == recCreate && r.name == tc.name
+				wrote = wrote || created && r.kind == recWrite && string(r.data) == tc.name
+			}
+			require.True(t, created && wrote, "create and write records of %s: %+v", tc.name, recs)
 			require.NoError(t, f.Close()) // flush
 		})
 	}

@@ -47,7 +47,7 @@ func TestRecoveryReadsStagedFileOnce(t *testing.T) {
 	require.NoError(t, err)
 	stages := 0
 	for _, r := range recs {
-		if r.off == stageOff {
+		if r.kind == recStage {
 			stages++
 		}
 	}
@@ -61,7 +61,7 @@ func TestRecoveryReadsStagedFileOnce(t *testing.T) {
 	r := m.sess.replayed
 	t.Logf("replay: %d records, %d applied, %d staged bytes read for a %d-byte file", r.records, r.applied, r.stagedBytes, len(got))
 	require.Equal(t, len(recs), r.records)
-	require.Equal(t, 1, r.applied, "only the last stage record is replayed")
+	require.Equal(t, len(recs)-stages+1, r.applied, "only the last stage record is replayed (and the file's create before)")
 	require.LessOrEqual(t, r.stagedBytes, int64(len(want)+len("not synced")), "the staging file is read once")
 }
 
@@ -80,8 +80,8 @@ func TestReplayFoldsPerFile(t *testing.T) {
 	s := r.replay()
 	require.Equal(t, "Second, longer staged content", r.content(s, "a"))
 	require.Equal(t, "bbbb!", r.content(s, "b"))
-	require.Equal(t, 6, s.replayed.records)
-	require.Equal(t, 4, s.replayed.applied)
+	require.Equal(t, 8, s.replayed.records, "two binds, six records")
+	require.Equal(t, 6, s.replayed.applied, "two binds, four records")
 	require.EqualValues(t, len("second, longer staged content"), s.replayed.stagedBytes)
 
 	// A hard link is the same file under another path: a write through
@@ -91,7 +91,7 @@ func TestReplayFoldsPerFile(t *testing.T) {
 	r.stage("a", "stage-a", []byte("staged"))
 	s = r.replay()
 	require.Equal(t, "staged", r.content(s, "link"))
-	require.Equal(t, 1, s.replayed.applied)
+	require.Equal(t, 2, s.replayed.applied, "the bind and the stage record")
 }
 
 // replayFixture is a stored session "s" of empty files (one named "link"
@@ -104,6 +104,7 @@ type replayFixture struct {
 	gen     uint64
 	dir     string
 	records []journalRecord
+	ids     map[string]uint64 // journal ids bound so far, by path
 }
 
 func newReplayFixture(t testing.TB, files ...string) *replayFixture {
@@ -126,16 +127,32 @@ func newReplayFixture(t testing.TB, files ...string) *replayFixture {
 	require.NoError(t, err)
 	dir := backingDir(e.storeDir, "s")
 	require.NoError(t, os.MkdirAll(dir, 0o700))
-	return &replayFixture{t: t, e: e, root: root, gen: h.Gen, dir: dir}
+	return &replayFixture{t: t, e: e, root: root, gen: h.Gen, dir: dir, ids: map[string]uint64{}}
+}
+
+// id returns the journal id of path, binding it first as the daemon does:
+// once per file, so a hard link's names share one.
+func (r *replayFixture) id(path string) uint64 {
+	key := path
+	if path == "link" {
+		key = "a" // the fixture's hard link is of the first file, "a"
+	}
+	if id, ok := r.ids[key]; ok {
+		return id
+	}
+	id := uint64(len(r.ids) + 2)
+	r.ids[key] = id
+	r.records = append(r.records, journalRecord{kind: recBind, id: id, path: path})
+	return id
 }
 
 func (r *replayFixture) stage(path, name string, content []byte) {
 	require.NoError(r.t, os.WriteFile(filepath.Join(r.dir, name), content, 0o600))
-	r.records = append(r.records, journalRecord{path: path, off: stageOff, size: int64(len(content)), data: []byte(name)})
+	r.records = append(r.records, journalRecord{kind: recStage, id: r.id(path), size: int64(len(content)), data: []byte(name)})
 }
 
 func (r *replayFixture) write(path string, off int64, data []byte, size int64) {
-	r.records = append(r.records, journalRecord{path: path, off: off, size: size, data: data})
+	r.records = append(r.records, journalRecord{kind: recWrite, id: r.id(path), off: off, size: size, data: data})
 }
 
 // writeJournal writes the records as one append.

@@ -48,14 +48,12 @@ type Session struct {
 	// next flush stores them, which they do not make due.
 	// GUARDED_BY(dirtyMu)
 	atimes map[*node]struct{}
-	// metaDirty is set by every change but a write to a file (and by a
-	// flush until the head holding it is durable): while it is set, an
-	// fsync must flush, because the journal only replays writes at paths
-	// the durable head has. GUARDED_BY(dirtyMu)
+	// metaDirty is set by a change the journal does not hold (and by a
+	// flush until the head holding it is durable): while it is set, the
+	// journal takes no record and an fsync must flush, because a replay
+	// must apply a prefix of the changes made since the durable head.
+	// GUARDED_BY(dirtyMu)
 	metaDirty bool
-	// epoch counts durable heads; a node's cached journal path is valid
-	// within one epoch while metaDirty is unset. GUARDED_BY(dirtyMu)
-	epoch uint64
 	// journal makes writes durable cheaply (journal.go); nil when the
 	// engine has no store directory or the session is read-only.
 	journal *journal
@@ -249,7 +247,7 @@ func (s *Session) Name() string { return s.name }
 func (s *Session) newIno() uint64 { return s.inos.Add(1) }
 
 // markDirty records that n's own entry (attributes, content or, for a
-// directory, its names) changed.
+// directory, its names) changed, in a way the journal does not hold.
 func (s *Session) markDirty(n *node) {
 	s.dirtyMu.Lock()
 	s.dirty[n] = struct{}{}
@@ -265,6 +263,11 @@ func (s *Session) markWritten(n *node, off, end int64) {
 	s.dirty[n] = struct{}{}
 	s.dirtyMu.Unlock()
 }
+
+// markChanged records that n's entry changed, as a journal record says
+// (or where the daemon did not see it: a staged file's last writer
+// closed).
+func (s *Session) markChanged(n *node) { s.markContent(n) }
 
 // markContent records that n's content changed where the daemon did not
 // see it (a staged file's last writer closed).
@@ -282,7 +285,6 @@ func (s *Session) durableAt(gen uint64, root cas.Ref) error {
 	s.lastFlush.Store(time.Now().UnixNano())
 	s.dirtyMu.Lock()
 	s.metaDirty = false
-	s.epoch++
 	s.dirtyMu.Unlock()
 	if s.journal != nil {
 		if err := s.journal.reset(gen); err != nil {

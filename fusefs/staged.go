@@ -717,10 +717,10 @@ func (s *Session) nameStaging(n *node, b *backing) (string, error) {
 func (s *Session) journalStage(ctx context.Context, n *node, b *backing, name string, size int64) (bool, error) {
 	s.freeze.RLock()
 	defer s.freeze.RUnlock()
-	path, meta, named := s.durablePath(n)
-	if meta {
+	if !s.journaling() {
 		return false, nil
 	}
+	id := s.lockedJID(n)
 	n.mu.Lock()
 	if n.data.backing != b || !b.isStaged() {
 		// Unstaged meanwhile: the node holds the content now.
@@ -731,14 +731,17 @@ func (s *Session) journalStage(ctx context.Context, n *node, b *backing, name st
 		}
 		return false, nil
 	}
-	if !named {
+	if id == 0 {
 		n.mu.Unlock()
-		return true, nil // no durable name: nothing to bring back
+		if !s.journaling() {
+			return false, nil
+		}
+		return true, nil // no name: nothing to bring back
 	}
 	// Set first: should the append fail, a flush absorbs the file.
 	b.stage.fsynced = true
 	n.mu.Unlock()
-	err := s.journal.append([]journalRecord{{path: path, off: stageOff, size: size, data: []byte(name)}})
+	err := s.journal.append([]journalRecord{{kind: recStage, id: id, size: size, data: []byte(name)}})
 	if errors.Is(err, errJournalFull) {
 		return true, s.flushNow(ctx)
 	}

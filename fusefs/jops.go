@@ -1,0 +1,376 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+
+	"github.com/homefs/homefs/manifest"
+)
+
+// Journaling of changes other than writes: each operation that changes
+// the tree or a node's attributes puts its records into the journal
+// before it returns, under the lock that orders it against the changes
+// it depends on (treeMu for names, node.mu for a file's content), so the
+// journal replays them in an order they could have taken effect in.
+// See doc.go, The journal.
+
+// journaling reports whether changes go to the journal: there is one,
+// and every change since the durable head is in it (metaDirty unset).
+func (s *Session) journaling() bool {
+	if s.journal == nil {
+		return false
+	}
+	s.dirtyMu.Lock()
+	defer s.dirtyMu.Unlock()
+	return !s.metaDirty
+}
+
+// jidOf returns n's journal id, first giving it one with a bind record
+// (its path now) if it has none in this incarnation of the journal; 0
+// when no record can name n: journaling is off, or n has no name (and
+// was not made in this incarnation). Called with treeMu held and freeze
+// held shared.
+func (s *Session) jidOf(n *node) uint64 {
+	if !s.journaling() {
+		return 0
+	}
+	if n == s.root {
+		return rootJID
+	}
+	_, inc := s.journal.ids()
+	if n.jid != 0 && n.jinc == inc {
+		return n.jid
+	}
+	path, named := s.pathOf(n)
+	if !named {
+		return 0
+	}
+	id, inc := s.journal.newID()
+	if err := s.journal.write(journalRecord{kind: recBind, id: id, path: path}); err != nil {
+		s.journalRefused(err)
+		return 0
+	}
+	n.jid, n.jinc = id, inc
+	return id
+}
+
+// lockedJID is jidOf for a caller that holds no tree lock.
+func (s *Session) lockedJID(n *node) uint64 {
+	if s.journal == nil {
+		return 0
+	}
+	s.treeMu.Lock()
+	defer s.treeMu.Unlock()
+	return s.jidOf(n)
+}
+
+// journalRefused logs why the journal refused a record (a full journal
+// needs no word: the next flush empties it).
+func (s *Session) journalRefused(err error) {
+	if !errors.Is(err, errJournalFull) {
+		s.log.Warn("journal refused a record: the next flush takes the change", "session", s.name, "err", err)
+	}
+}
+
+// attrRecord returns a record of n's attributes now, versioned after
+// every earlier record of them. Called with n.mu held.
+func (n *node) attrRecord(id uint64) journalRecord {
+	n.aver++
+	a := &attrSnap{mode: n.mode, uid: n.uid, gid: n.gid, atime: n.atime, mtime: n.mtime, ctime: n.ctime, btime: n.btime}
+	if len(n.xattrs) > 0 {
+		a.xattrs = maps.Clone(n.xattrs) // values are never changed in place
+	}
+	return journalRecord{kind: recAttr, id: id, ver: n.aver, attr: a}
+}
+
+// change collects the records of one operation, which the journal takes
+// in one piece (all or none), and the nodes it changed.
+type change struct {
+	s    *Session
+	ok   bool // every record so far could be made
+	recs []journalRecord
+	snap []jnode // nodes whose attributes commit records
+	mark []*node // nodes commit marks changed
+}
+
+type jnode struct {
+	n  *node
+	id uint64
+}
+
+// newChange starts the records of an operation. Called with the lock
+// that orders the operation held (treeMu for names).
+func (s *Session) newChange() *change {
+	return &change{s: s, ok: s.journaling()}
+}
+
+// id returns n's journal id (jidOf), or 0 when it has none: then the
+// operation is not journaled. Called with treeMu held.
+func (c *change) id(n *node) uint64 {
+	if !c.ok {
+		return 0
+	}
+	id := c.s.jidOf(n)
+	c.ok = id != 0
+	return id
+}
+
+// newID gives the node n, new, a journal id for its create record.
+// Called with treeMu held.
+func (c *change) newID(n *node) uint64 {
+	if !c.ok {
+		return 0
+	}
+	n.jid, n.jinc = c.s.journal.newID()
+	return n.jid
+}
+
+func (c *change) add(r journalRecord) {
+	if c.ok {
+		c.recs = append(c.recs, r)
+	}
+}
+
+// touch says n (journal id id) changed: commit records its attributes
+// and marks it.
+func (c *change) touch(n *node, id uint64) {
+	c.snap = append(c.snap, jnode{n, id})
+	c.mark = append(c.mark, n)
+}
+
+// held says n changed, for a caller that holds n.mu: its attributes are
+// recorded now.
+func (c *change) held(n *node, id uint64) {
+	c.add(n.attrRecord(id))
+	c.mark = append(c.mark, n)
+}
+
+// setattr commits a setattr of n (journal id id), which set its size if
+// size is not nil. Called with n.mu held.
+func (c *change) setattr(n *node, id uint64, size *int64) {
+	if size != nil {
+		c.add(journalRecord{kind: recTrunc, id: id, size: *size})
+	}
+	c.ok = c.ok && id != 0
+	c.held(n, id)
+	c.commit()
+}
+
+// commit puts the change's records into the journal and marks its nodes
+// changed; where they cannot be journaled, it marks the session so that
+// the journal takes no record until the next durable flush (metaDirty),
+// which stores the change. Called with the operation's locks held but
+// for the node locks of touched nodes.
+func (c *change) commit() {
+	if c.ok && !c.s.journaling() {
+		c.ok = false // a change that could not be journaled came first
+	}
+	if c.ok {
+		for _, t := range c.snap {
+			t.n.mu.Lock()
+			c.recs = append(c.recs, t.n.attrRecord(t.id))
+			t.n.mu.Unlock()
+		}
+		if err := c.s.journal.write(c.recs...); err != nil {
+			c.s.journalRefused(err)
+			c.ok = false
+		}
+	}
+	for _, n := range c.mark {
+		c.s.markChanged(n)
+	}
+	if !c.ok {
+		c.s.dirtyMu.Lock()
+		c.s.metaDirty = true
+		c.s.dirtyMu.Unlock()
+	}
+}
+
+// replayer applies a journal's records to the session they were taken
+// from, in order.
+type replayer struct {
+	s   *Session
+	ids map[uint64]*node
+	// times and attrs are the versions of the attributes applied last
+	// per journal id: a write record's times, and the rest of a record of
+	// attributes (see applyAttr).
+	times, attrs map[uint64]uint64
+}
+
+func newReplayer(s *Session) *replayer {
+	return &replayer{s: s, ids: map[uint64]*node{rootJID: s.root}, times: map[uint64]uint64{}, attrs: map[uint64]uint64{}}
+}
+
+// node returns the node a record names: by path in the formats before
+// HFJ4, by journal id after.
+func (r *replayer) node(ctx context.Context, id uint64, path string) (*node, error) {
+	if id == 0 {
+		return r.s.walkFile(ctx, path)
+	}
+	n, ok := r.ids[id]
+	if !ok {
+		return nil, fmt.Errorf("journal id %d named before it was given", id)
+	}
+	return n, nil
+}
+
+// apply applies one record.
+func (r *replayer) apply(ctx context.Context, rec *journalRecord) error {
+	s := r.s
+	switch rec.kind {
+	case recBind:
+		n, err := s.walk(ctx, rec.path)
+		r.ids[rec.id] = n
+		return err
+	case recCreate:
+		return r.create(ctx, rec)
+	case recLink, recUnlink, recRename:
+		return r.names(ctx, rec)
+	}
+	n, err := r.node(ctx, rec.id, rec.path)
+	if err != nil {
+		return err
+	}
+	switch rec.kind {
+	case recWrite:
+		return r.write(ctx, n, rec)
+	case recStage:
+		read, err := s.restage(ctx, n, string(rec.data), rec.size)
+		s.replayed.stagedBytes += read
+		s.markDirty(n)
+		return err
+	case recTrunc:
+		return s.setattr(ctx, n, SetAttr{Size: &rec.size})
+	case recAlloc:
+		return s.allocate(ctx, n, rec.off, rec.size, rec.flags, privDrop{})
+	case recAttr:
+		r.applyAttr(n, rec)
+	}
+	return nil
+}
+
+func (r *replayer) create(ctx context.Context, rec *journalRecord) error {
+	s := r.s
+	var c *node
+	var err error
+	if rec.dir == 0 {
+		c, err = s.Tmpfile(s.root, 0, Owner{}, true)
+	} else {
+		dir, ok := r.ids[rec.dir]
+		if !ok {
+			return fmt.Errorf("journal id %d named before it was given", rec.dir)
+		}
+		switch k := rec.nkind; {
+		case k == manifest.KindFile:
+			c, err = s.Create(ctx, dir, rec.name, 0, Owner{})
+		case k == manifest.KindDir:
+			c, err = s.Mkdir(ctx, dir, rec.name, 0, Owner{})
+		case k == manifest.KindSymlink:
+			c, err = s.Symlink(ctx, dir, rec.name, string(rec.data), Owner{})
+		default:
+			c, err = s.Mknod(ctx, dir, rec.name, k, 0, rec.rdev, Owner{})
+		}
+	}
+	if err != nil {
+		return err
+	}
+	r.ids[rec.id] = c
+	return nil
+}
+
+// names replays a link, an unlink or a rename.
+func (r *replayer) names(ctx context.Context, rec *journalRecord) error {
+	s := r.s
+	dir, ok := r.ids[rec.dir]
+	if !ok {
+		return fmt.Errorf("journal id %d named before it was given", rec.dir)
+	}
+	switch rec.kind {
+	case recLink:
+		n, err := r.node(ctx, rec.id, "")
+		if err != nil {
+			return err
+		}
+		return s.Link(ctx, dir, rec.name, n)
+	case recUnlink:
+		if rec.flags&1 != 0 {
+			return s.Rmdir(ctx, dir, rec.name)
+		}
+		return s.Unlink(ctx, dir, rec.name)
+	}
+	dir2, ok := r.ids[rec.dir2]
+	if !ok {
+		return fmt.Errorf("journal id %d named before it was given", rec.dir2)
+	}
+	return s.Rename(ctx, dir, rec.name, dir2, rec.name2, rec.flags)
+}
+
+func (r *replayer) write(ctx context.Context, n *node, rec *journalRecord) error {
+	if n.kind != manifest.KindFile {
+		return fmt.Errorf("write record for a %s", n.kind)
+	}
+	n.mu.Lock()
+	err := n.writeAt(ctx, rec.data, rec.off)
+	if err == nil && rec.size > n.data.size {
+		err = n.growTo(ctx, rec.size)
+	}
+	if rec.mtime != 0 && (rec.ver == 0 || rec.ver > r.times[rec.id]) {
+		// What stat showed once the write was served.
+		n.mtime, n.ctime = rec.mtime, rec.ctime
+		r.times[rec.id] = rec.ver
+	}
+	n.mu.Unlock()
+	r.s.markDirty(n)
+	return err
+}
+
+// applyAttr sets n's attributes to a record's. Records of one node's
+// attributes may reach the journal in another order than they were taken
+// (each is taken under node.mu, written after), so each carries a
+// version and only a newer one applies: its times unless a write record
+// set newer ones, the rest unless a newer record of attributes did.
+func (r *replayer) applyAttr(n *node, rec *journalRecord) {
+	a := rec.attr
+	n.mu.Lock()
+	if rec.ver > r.times[rec.id] {
+		n.mtime, n.ctime = a.mtime, a.ctime
+		r.times[rec.id] = rec.ver
+	}
+	if rec.ver > r.attrs[rec.id] {
+		n.mode, n.uid, n.gid = a.mode, a.uid, a.gid
+		n.atime, n.btime = a.atime, a.btime
+		n.xattrs = a.xattrs
+		r.attrs[rec.id] = rec.ver
+	}
+	n.mu.Unlock()
+	r.s.markDirty(n)
+}
+
+// walk finds the node at path ("" for the root).
+func (s *Session) walk(ctx context.Context, path string) (*node, error) {
+	s.treeMu.Lock()
+	defer s.treeMu.Unlock()
+	n := s.root
+	if path == "" {
+		return n, nil
+	}
+	for _, part := range strings.Split(path, "/") {
+		if !n.isDir() {
+			return nil, fmt.Errorf("%s: %w", path, errNotDir)
+		}
+		if err := s.load(ctx, n); err != nil {
+			return nil, err
+		}
+		c, ok := n.children[part]
+		if !ok {
+			return nil, fmt.Errorf("%s: no such file", path)
+		}
+		n = c
+	}
+	return n, nil
+}
+
+var errNotDir = errors.New("not a directory")
