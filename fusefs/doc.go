@@ -105,10 +105,13 @@
 //	               unless a change since the durable     an O_SYNC/O_DSYNC write, the
 //	               head is not journaled (metaDirty);    periodic flush, a capture, an
 //	               then as across a power loss           unmount
-//	appender,      after the next fsync of the file, or  the same
-//	  wild         the next flush, which ingests it (the
-//	               periodic one comes for a backing file
-//	               with bytes not yet ingested)
+//	appender       once acknowledged: the backing file   after the next fsync of the file, or
+//	               is named and a live record in the     the next flush, which ingests it (the
+//	               journal makes a replay take the       periodic one comes for a backing file
+//	               content from it (liveBacking)         with bytes not yet ingested)
+//	wild           as an appender made wild by a later   the same
+//	               open keeps its live record; else the
+//	               next fsync or flush
 //	staged         after an fsync (the staging file is   the same
 //	               fdatasynced, named, and recorded in
 //	               the journal: a stage record), a

@@ -79,6 +79,7 @@ type durableDaemon struct {
 func startDurable(t *testing.T, args ...string) *durableDaemon {
 	t.Helper()
 	d := &durableDaemon{storeDir: t.TempDir(), mnt: t.TempDir(), exited: make(chan struct{})}
+	t.Cleanup(func() { unsealBackings(t, d.storeDir) })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	d.cmd = helper(ctx, "durable", append([]string{d.storeDir, d.mnt}, args...)...)
@@ -115,6 +116,20 @@ func (d *durableDaemon) remount(t *testing.T) *Mount {
 	return MountForTest(t, e, "d", "", MountOptions{})
 }
 
+// unsealBackings clears the immutable flag of the backing files a
+// restarted daemon sealed (sealBackingDir) under storeDir, so that the
+// test's temporary directory can be removed.
+func unsealBackings(t *testing.T, storeDir string) {
+	t.Helper()
+	paths, _ := filepath.Glob(filepath.Join(storeDir, "backing", "*", sealedPrefix+"*"))
+	for _, p := range paths {
+		if f, err := os.Open(p); err == nil {
+			_ = setImmutable(f, false)
+			f.Close()
+		}
+	}
+}
+
 func writeSync(d, name string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(filepath.Join(d, name)), 0o755); err != nil {
 		return err
@@ -145,6 +160,7 @@ func syncDir(dir string) error {
 func TestDurability(t *testing.T) {
 	t.Parallel()
 	storeDir, mnt := t.TempDir(), t.TempDir()
+	t.Cleanup(func() { unsealBackings(t, storeDir) })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := helper(ctx, "durable", storeDir, mnt)

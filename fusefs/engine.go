@@ -250,6 +250,10 @@ func (e *Engine) openJournal(ctx context.Context, s *Session) error {
 	if err != nil {
 		return fmt.Errorf("session %s: %w", s.name, err)
 	}
+	// A writer that outlived the daemon that passed it through to a
+	// backing file gets EPERM from now on, rather than writing where no
+	// one reads: what it wrote before is replayed.
+	sealed := s.sealBackingDir()
 	// The replay's changes are not journaled: the journal gets them once
 	// they are made durable in the head.
 	replayed, err := s.replayJournal(ctx, j.path, e.salvageJournals)
@@ -269,7 +273,7 @@ func (e *Engine) openJournal(ctx context.Context, s *Session) error {
 		return err
 	}
 	// No record names a staging file any more.
-	s.clearBackingDir()
+	s.clearBackingDir(sealed)
 	// The first record reopens it (journal.unpark).
 	j.park(time.Now(), 0)
 	return nil

@@ -175,9 +175,14 @@ func (f *fnode) openOnce(ctx context.Context, flags uint32, daemonIfRemote bool)
 		s.freeze.RLock()
 		defer s.freeze.RUnlock()
 	}
+	var id uint64
+	if flags&syscall.O_ACCMODE == syscall.O_WRONLY && !s.readOnly {
+		// A backing file made for it is named in the journal (liveBacking).
+		id = s.writeID(n)
+	}
 	f.openMu.Lock()
 	defer f.openMu.Unlock()
-	r, fd, err := s.openRoute(ctx, n, flags, mountOpens{all: f.opens, pt: f.ptOpens, releasing: &f.m.releasing, daemonIfRemote: daemonIfRemote})
+	r, fd, err := s.openRoute(ctx, n, flags, mountOpens{all: f.opens, pt: f.ptOpens, releasing: &f.m.releasing, daemonIfRemote: daemonIfRemote, jid: id})
 	if err != nil {
 		return nil, 0, err
 	}

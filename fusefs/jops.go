@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/homefs/homefs/manifest"
 )
@@ -189,6 +192,48 @@ func (c *change) commit() {
 	}
 }
 
+// liveBacking names n's new appender backing file b in the backing
+// directory and puts a live record of it into the journal: the bytes
+// writers pass through to b, which the daemon never sees, then survive a
+// crash of the daemon, as a replay takes the file's content from b
+// (whole). A file that cannot be so recorded sets metaDirty (see
+// change.commit). Staging files are not: a name makes a backing file
+// unfit for recycling (recyclable), which staged files need (an untar
+// drops thousands). Called with n.mu held.
+func (s *Session) liveBacking(n *node, b *backing, id uint64) {
+	if !s.journaling() {
+		return
+	}
+	ch := &change{s: s, ok: id != 0}
+	if ch.ok {
+		name, err := s.linkBacking(n, b)
+		if err != nil {
+			s.log.Warn("name backing file: the next flush takes its writes", "session", s.name, "err", err)
+			ch.ok = false
+		}
+		_, b.jinc = s.journal.ids()
+		b.jid = id
+		ch.add(journalRecord{kind: recLive, id: id, data: []byte(name)})
+	}
+	ch.commit()
+}
+
+// unliveBacking puts an unlive record of n's backing file b, being
+// dropped, into the journal, if a live record of this incarnation names
+// it: a replay then takes the content from b as it is (the node holds it
+// now) and applies the records after to the node. Called with n.mu held.
+func (s *Session) unliveBacking(n *node, b *backing) {
+	if b.jid == 0 || s.journal == nil || !s.journaling() {
+		return
+	}
+	if _, inc := s.journal.ids(); inc != b.jinc {
+		return
+	}
+	ch := &change{s: s, ok: true}
+	ch.add(journalRecord{kind: recUnlive, id: b.jid})
+	ch.commit()
+}
+
 // replayer applies a journal's records to the session they were taken
 // from, in order.
 type replayer struct {
@@ -198,10 +243,63 @@ type replayer struct {
 	// per journal id: a write record's times, and the rest of a record of
 	// attributes (see applyAttr).
 	times, attrs map[uint64]uint64
+	// live names the backing file of each journal id with a live record
+	// and no unlive record after it.
+	live map[uint64]string
 }
 
 func newReplayer(s *Session) *replayer {
-	return &replayer{s: s, ids: map[uint64]*node{rootJID: s.root}, times: map[uint64]uint64{}, attrs: map[uint64]uint64{}}
+	return &replayer{s: s, ids: map[uint64]*node{rootJID: s.root}, times: map[uint64]uint64{}, attrs: map[uint64]uint64{},
+		live: map[uint64]string{}}
+}
+
+// fromBacking makes n's content its backing file's, whole: the content
+// of a live record's file, which every change to n reached while it was
+// live (passthrough writes, and the daemon's own through writeThrough).
+// Its mtime and ctime, where later than n's, are those of the writes the
+// daemon never saw.
+func (r *replayer) fromBacking(ctx context.Context, n *node, name string) error {
+	f, err := r.s.openBackingName(name)
+	if err != nil {
+		return fmt.Errorf("backing file of a live record: %w", err)
+	}
+	var st unix.Stat_t
+	err = unix.Fstat(int(f.Fd()), &st)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("backing file of a live record: %w", err)
+	}
+	read, err := r.s.restage(ctx, n, name, maxFileSize)
+	r.s.replayed.stagedBytes += read
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	if t := st.Mtim.Nano(); t > n.mtime {
+		n.mtime = t
+	}
+	if t := st.Ctim.Nano(); t > n.ctime {
+		n.ctime = t
+	}
+	n.mu.Unlock()
+	r.s.markDirty(n)
+	return nil
+}
+
+// finish takes the content of every file still live from its backing
+// file.
+func (r *replayer) finish(ctx context.Context) error {
+	ids := make([]uint64, 0, len(r.live))
+	for id := range r.live {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if err := r.fromBacking(ctx, r.ids[id], r.live[id]); err != nil {
+			return fmt.Errorf("journal id %d: %w", id, err)
+		}
+	}
+	return nil
 }
 
 // node returns the node a record names: by path in the formats before
@@ -248,6 +346,15 @@ func (r *replayer) apply(ctx context.Context, rec *journalRecord) error {
 		return s.allocate(ctx, n, rec.off, rec.size, rec.flags, privDrop{})
 	case recAttr:
 		r.applyAttr(n, rec)
+	case recLive:
+		r.live[rec.id] = string(rec.data)
+	case recUnlive:
+		name, ok := r.live[rec.id]
+		if !ok {
+			return fmt.Errorf("unlive record of journal id %d with no live record", rec.id)
+		}
+		delete(r.live, rec.id)
+		return r.fromBacking(ctx, n, name)
 	}
 	return nil
 }

@@ -288,7 +288,7 @@ type recordFormat struct {
 // minPayload is the length of the shortest valid record's payload.
 func (f recordFormat) minPayload() int {
 	if f.v4 {
-		return 8 + 1 + 2 // nonce, kind, the shortest body (a bind of a one-byte path)
+		return 8 + 1 + 1 // nonce, kind, the shortest body (an unlive record: one id byte)
 	}
 	n := 1 + 8 + 8 // path length, offset, size
 	if f.nonce != 0 {
@@ -850,6 +850,9 @@ func (s *Session) replayJournal(ctx context.Context, path string, salvage bool) 
 			return false, fmt.Errorf("replay journal of %s: record %d of %d: %w", s.name, i+1, len(records), err)
 		}
 	}
+	if err := r.finish(ctx); err != nil {
+		return false, fmt.Errorf("replay journal of %s: %w", s.name, err)
+	}
 	return true, nil
 }
 
@@ -870,13 +873,15 @@ func supersededRecords(records []journalRecord) []bool {
 		}
 	}
 	out := make([]bool, len(records))
-	if len(lastStage) == 0 {
-		return out
-	}
+	live := make(map[uint64]bool) // a live record's file sets the content (replayer.fromBacking)
 	for i, r := range records {
 		switch r.kind {
+		case recLive:
+			live[r.id] = true
+		case recUnlive:
+			delete(live, r.id)
 		case recWrite, recTrunc, recAlloc, recStage:
-			if last, ok := lastStage[key{r.id, r.path}]; ok && i < last {
+			if last, ok := lastStage[key{r.id, r.path}]; ok && i < last || live[r.id] {
 				out[i] = true
 			}
 		}

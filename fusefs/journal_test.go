@@ -39,6 +39,8 @@ func journalTestRecords() []journalRecord {
 		{kind: recAttr, id: 3, ver: 9, attr: &attrSnap{mode: 0o4755, uid: 1000, gid: 1000, atime: 1, mtime: 2, ctime: 3, btime: 4,
 			xattrs: map[string][]byte{"user.a": []byte("1"), "user.b": {}}}},
 		{kind: recAttr, id: 1, ver: 1, attr: &attrSnap{mode: 0o755}},
+		{kind: recLive, id: 6, data: []byte("7-12")},
+		{kind: recUnlive, id: 6},
 		{kind: recStage, id: 3, size: 10, data: []byte("12-345678")},
 	}
 }
@@ -130,6 +132,9 @@ func TestJournalBadRecords(t *testing.T) {
 		{kind: recTrunc, id: 2, size: maxFileSize + 1},
 		{kind: recAlloc, id: 2, off: 0, size: 0},
 		{kind: recAttr, id: 2, attr: &attrSnap{mode: 0o170000}},
+		{kind: recLive, id: 2, data: []byte("../x")},
+		{kind: recLive, id: 0, data: []byte("x")},
+		{kind: recUnlive, id: 2, data: []byte("x")},
 		{kind: 0, id: 2},
 		{kind: 200, id: 2},
 	} {

@@ -30,6 +30,8 @@ const (
 	recTrunc                     // the file's size set to size
 	recAlloc                     // fallocate of [off, off+size) with mode flags
 	recAttr                      // the node's attributes, as of version ver
+	recLive                      // from here on, the content is what backing file data holds, whole
+	recUnlive                    // the backing file of the last live record was dropped: its content is final
 )
 
 const rootJID = 1
@@ -127,6 +129,8 @@ func (r *journalRecord) appendBody(out []byte) []byte {
 		out = uv(out, uint64(r.flags))
 	case recAttr:
 		out = r.attr.appendTo(uv(uv(out, r.id), r.ver))
+	case recLive, recUnlive:
+		out = uv(out, r.id)
 	}
 	return append(out, r.data...)
 }
@@ -245,6 +249,9 @@ func decodeRecordV4(p []byte) (journalRecord, bool) {
 	case recAttr:
 		r.id, r.ver = d.uvarint(), d.uvarint()
 		r.attr = d.attr()
+	case recLive, recUnlive:
+		r.id = d.uvarint()
+		r.data = d.rest()
 	default:
 		return journalRecord{}, false
 	}
@@ -278,7 +285,7 @@ func (d *reader) attr() *attrSnap {
 // valid checks a decoded record's fields.
 func (r *journalRecord) valid() bool {
 	switch r.kind {
-	case recWrite, recStage, recTrunc, recAlloc:
+	case recWrite, recStage, recTrunc, recAlloc, recLive, recUnlive:
 		return r.id != 0 && r.validContent()
 	case recBind, recCreate, recLink, recUnlink, recRename:
 		return r.validNames()
@@ -299,6 +306,10 @@ func (r *journalRecord) validContent() bool {
 		return r.size >= 0 && r.size <= maxFileSize && checkName(string(r.data)) == nil
 	case recTrunc:
 		return r.size >= 0 && r.size <= maxFileSize
+	case recLive:
+		return checkName(string(r.data)) == nil
+	case recUnlive:
+		return len(r.data) == 0
 	}
 	return r.size > 0 && inFile(r.off, r.size) // recAlloc
 }

@@ -3,6 +3,7 @@ package fusefs
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -133,4 +134,49 @@ func snapshotTree(t *testing.T, dir string) map[string]string {
 	})
 	require.NoError(t, err)
 	return out
+}
+
+// TestKillKeepsPassedThroughWrites: bytes the kernel passed through to
+// backing files, which the daemon never saw, survive a kill -9 of the
+// daemon (liveBacking): Pi's and Claude Code's transcript entries (open
+// O_WRONLY|O_APPEND, write, close, never fsynced), and an appender still
+// open. A writer that outlived the daemon gets an error, never silent
+// success into a file no one reads.
+func TestKillKeepsPassedThroughWrites(t *testing.T) {
+	t.Parallel()
+	needStaging(t)
+	d := startDurable(t)
+	p := func(name string) string { return filepath.Join(d.mnt, name) }
+	require.NoError(t, os.MkdirAll(p("sessions"), 0o755))
+	var transcript []byte
+	for i := range 20 {
+		line := []byte(fmt.Sprintf("{\"type\":\"message\",\"n\":%d}\n", i))
+		f, err := os.OpenFile(p("sessions/pi.jsonl"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		require.NoError(t, err)
+		_, err = f.Write(line)
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		transcript = append(transcript, line...)
+	}
+	app, err := os.OpenFile(p("sessions/claude.jsonl"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	require.NoError(t, err)
+	defer app.Close()
+	_, err = app.Write([]byte("first\nsecond\n"))
+	require.NoError(t, err)
+	named, err := os.ReadDir(backingDir(d.storeDir, "d"))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(named), 2, "the appenders' backing files are named")
+
+	d.kill(t)
+	m := d.remount(t)
+	require.Equal(t, string(transcript), read(t, filepath.Join(m.Dir(), "sessions/pi.jsonl")))
+	require.Equal(t, "first\nsecond\n", read(t, filepath.Join(m.Dir(), "sessions/claude.jsonl")))
+
+	// The writers' descriptors outlived the daemon: a write fails (the
+	// connection is gone; where something kept it, the backing file is
+	// sealed), never succeeds into a file no one reads.
+	for _, f := range []*os.File{app} {
+		_, err := f.Write([]byte("after the daemon died"))
+		require.True(t, errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.EPERM), "write after the daemon died: %v", err)
+	}
 }

@@ -68,9 +68,13 @@ type backing struct {
 	watch bool
 	atime int64
 
-	// stage applies to the staged and kept kinds only: nothing reads it
-	// for another (an absorb of a wild file updates size all the same).
+	// stage applies to the staged and kept kinds only (but stage.name,
+	// which any kind may have): nothing reads it for another (an absorb
+	// of a wild file updates size all the same).
 	stage stageState
+	// jid is the journal id of the node in the live record that names f,
+	// in the journal's incarnation jinc (liveBacking); 0 for none.
+	jid, jinc uint64
 }
 
 // backingKind is what a backing file is to its node.
@@ -94,10 +98,14 @@ const (
 
 // stageState is what a backing file of kind staged or kept has besides.
 type stageState struct {
-	name    string    // the durable name in the backing directory, once an fsync gave it one
-	fsynced bool      // an fsync made content durable that no durable head holds
-	size    int64     // f's size when last observed
-	idle    idleState // the periodic flush's watch on an open file
+	// name is the file's name in the backing directory, once a live
+	// record or an fsync gave it one (of any kind); nameSynced says its
+	// directory was synced since, which makes it durable.
+	name       string
+	nameSynced bool
+	fsynced    bool      // an fsync made content durable that no durable head holds
+	size       int64     // f's size when last observed
+	idle       idleState // the periodic flush's watch on an open file
 	// keptAt is when the file was last kept, keptEpoch Session.keepEpoch
 	// then.
 	keptAt    time.Time
@@ -559,6 +567,8 @@ type mountOpens struct {
 	// needs a remote falls back to the daemon, rather than failing with
 	// cas.ErrNotLocal.
 	daemonIfRemote bool
+	// jid is the node's journal id, for a writer's open (0 for none).
+	jid uint64
 }
 
 // openRoute chooses the route of an open of n with flags in a mount that
@@ -598,6 +608,7 @@ func (s *Session) openRoute(ctx context.Context, n *node, flags uint32, o mountO
 	if r == routeDaemon {
 		return r, 0, nil
 	}
+	fresh := n.data.backing == nil
 	b, err := n.openBacking(ctx, r)
 	switch {
 	case err != nil && (r.joins() || errors.Is(err, cas.ErrNotLocal) && !o.daemonIfRemote):
@@ -607,6 +618,9 @@ func (s *Session) openRoute(ctx context.Context, n *node, flags uint32, o mountO
 			s.log.Warn("no passthrough for a writer", "session", s.name, "err", err)
 		}
 		return routeDaemon, 0, nil
+	}
+	if fresh && r == routeAppender {
+		s.liveBacking(n, b, o.jid)
 	}
 	b.join(flags, r)
 	return r, int(b.f.Fd()), nil
@@ -1291,6 +1305,7 @@ func (n *node) detachBacking() (dispose func()) {
 		dispose = func() { b.f.Close() }
 	}
 	n.data.backing = nil
+	n.sess.unliveBacking(n, b)
 	if b.stage.name != "" {
 		n.sess.backed.addStale(b.stage.name)
 	}

@@ -27,7 +27,7 @@ func TestSealedStagingFileRemoved(t *testing.T) {
 	_, err = f.Write([]byte("x"))
 	require.ErrorIs(t, err, os.ErrPermission, "a sealed file refuses writes through descriptors opened before")
 	s := &Session{name: "s", backingDir: dir, log: slog.Default()}
-	s.clearBackingDir()
+	s.clearBackingDir(nil)
 	_, err = os.Stat(p)
 	require.ErrorIs(t, err, os.ErrNotExist)
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -585,18 +586,82 @@ func (s *Session) removeStaleBackings() {
 	s.removeBackingNames(s.backed.takeStale())
 }
 
-// clearBackingDir removes what an earlier daemon left in the backing
-// directory, once the journal that might name it has been replayed.
-func (s *Session) clearBackingDir() {
+// clearBackingDir removes what earlier daemons left in the backing
+// directory, once the journal that might name it has been replayed, but
+// the files sealed now (keep): a writer that outlived the daemon may still
+// hold one, and a sealed file keeps failing its writes only while it has
+// a name. They go at the next load.
+func (s *Session) clearBackingDir(keep map[string]bool) {
 	entries, err := os.ReadDir(s.backingDir)
 	if err != nil {
 		return
 	}
-	names := make([]string, len(entries))
-	for i, e := range entries {
-		names[i] = e.Name()
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		if !keep[e.Name()] {
+			names = append(names, e.Name())
+		}
 	}
 	s.removeBackingNames(names)
+}
+
+// sealedPrefix marks a backing file a loading daemon found and sealed.
+const sealedPrefix = "sealed-"
+
+// sealBackingDir seals every backing file an earlier daemon left (chattr
+// +i, after renaming it with sealedPrefix), before the journal that may
+// name them is replayed: a writer that outlived that daemon and still
+// holds one gets EPERM from then on, rather than writing where no one
+// reads, and what it wrote before is replayed. It returns the names
+// sealed; a file it cannot seal (an unprivileged daemon) keeps its name.
+func (s *Session) sealBackingDir() map[string]bool {
+	entries, err := os.ReadDir(s.backingDir)
+	if err != nil {
+		return nil
+	}
+	sealed := make(map[string]bool)
+	var failed error
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, sealedPrefix) {
+			continue // sealed by an earlier load; it goes after this one's replay
+		}
+		if err := s.sealBacking(name); err != nil {
+			if failed == nil {
+				failed = err
+			}
+			continue
+		}
+		sealed[sealedPrefix+name] = true
+	}
+	if failed != nil {
+		s.log.Warn("could not seal the backing files an earlier daemon left: a writer still holding one writes where no one reads",
+			"session", s.name, "err", failed)
+	}
+	return sealed
+}
+
+func (s *Session) sealBacking(name string) error {
+	sealed := filepath.Join(s.backingDir, sealedPrefix+name)
+	if err := os.Rename(filepath.Join(s.backingDir, name), sealed); err != nil {
+		return err
+	}
+	f, err := os.Open(sealed)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return setImmutable(f, true)
+}
+
+// openBackingName opens the backing file name, which a loading daemon may
+// have sealed under sealedPrefix.
+func (s *Session) openBackingName(name string) (*os.File, error) {
+	f, err := os.Open(filepath.Join(s.backingDir, name))
+	if errors.Is(err, os.ErrNotExist) {
+		return os.Open(filepath.Join(s.backingDir, sealedPrefix+name))
+	}
+	return f, err
 }
 
 func (s *Session) removeBackingNames(names []string) {
@@ -645,6 +710,14 @@ func (s *Session) fsyncStaged(ctx context.Context, n *node) (bool, error) {
 	if err != nil {
 		return true, err
 	}
+	// The bytes fsynced here must reach the store some day, and the
+	// kernel wrote them to the staging file without asking: once the store
+	// is down to its reserve (no room for a byte more), the fsync fails as
+	// a served write would, rather than let staged files eat the reserve
+	// (they are on the disk already, so they count against the room).
+	if err := s.roomFor(1); err != nil {
+		return true, err
+	}
 	if err := fdatasync(b.f); err != nil {
 		return true, fmt.Errorf("sync staging file: %w", err)
 	}
@@ -676,20 +749,13 @@ func (s *Session) fsyncStaged(ctx context.Context, n *node) (bool, error) {
 func (s *Session) nameStaging(n *node, b *backing) (string, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if b.stage.name != "" {
+	if b.stage.name != "" && b.stage.nameSynced {
 		return b.stage.name, nil
 	}
 	dirSynced := s.backed.dirSynced.Load()
-	var name string
-	for {
-		name = fmt.Sprintf("%d-%d", n.ino, s.backed.seq.Add(1))
-		err := unix.Linkat(unix.AT_FDCWD, procPath(b.f), unix.AT_FDCWD, filepath.Join(s.backingDir, name), unix.AT_SYMLINK_FOLLOW)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, unix.EEXIST) {
-			return "", fmt.Errorf("name staging file: %w", err)
-		}
+	name, err := s.linkBacking(n, b)
+	if err != nil {
+		return "", err
 	}
 	dirs := []string{s.backingDir}
 	if !dirSynced {
@@ -702,13 +768,35 @@ func (s *Session) nameStaging(n *node, b *backing) (string, error) {
 			d.Close()
 		}
 		if err != nil {
-			_ = os.Remove(filepath.Join(s.backingDir, name))
+			// The name stays (a live record may lead to it); the next
+			// fsync syncs the directory again.
 			return "", fmt.Errorf("sync backing directory: %w", err)
 		}
 	}
 	s.backed.dirSynced.Store(true)
-	b.stage.name, b.linked = name, true
+	b.stage.nameSynced = true
 	return name, nil
+}
+
+// linkBacking gives b's file a name in the backing directory, if it has
+// none yet, and returns it; the name is durable once the directory is
+// synced (nameStaging), and survives a crash of the daemon at once.
+// Called with n.mu held.
+func (s *Session) linkBacking(n *node, b *backing) (string, error) {
+	if b.stage.name != "" {
+		return b.stage.name, nil
+	}
+	for {
+		name := fmt.Sprintf("%d-%d", n.ino, s.backed.seq.Add(1))
+		err := unix.Linkat(unix.AT_FDCWD, procPath(b.f), unix.AT_FDCWD, filepath.Join(s.backingDir, name), unix.AT_SYMLINK_FOLLOW)
+		if err == nil {
+			b.stage.name, b.linked = name, true
+			return name, nil
+		}
+		if !errors.Is(err, unix.EEXIST) {
+			return "", fmt.Errorf("name backing file: %w", err)
+		}
+	}
 }
 
 // journalStage appends a stage record for n (staged in b, named name, size
@@ -754,7 +842,7 @@ func (s *Session) journalStage(ctx context.Context, n *node, b *backing, name st
 // bytes of the staging file name. It returns the bytes it read. Called
 // before the session is shown.
 func (s *Session) restage(ctx context.Context, n *node, name string, size int64) (int64, error) {
-	f, err := os.Open(filepath.Join(s.backingDir, name))
+	f, err := s.openBackingName(name)
 	if err != nil {
 		return 0, fmt.Errorf("staging file of a journaled fsync: %w", err)
 	}
