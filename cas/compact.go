@@ -100,6 +100,7 @@ func (s *BadgerStore) Compact(ctx context.Context) (CompactResult, error) {
 		s.writeMu.Lock()
 		s.vlogGen.Add(1)
 		err := s.db.RunValueLogGC(compactRatio)
+		s.writes.Add(1) // the live data it moved
 		s.vlogGen.Add(1)
 		s.writeMu.Unlock()
 		if errors.Is(err, badger.ErrNoRewrite) {
@@ -173,6 +174,7 @@ func (s *BadgerStore) reopen() error {
 	}
 	s.syncMu.Lock()
 	s.syncedDirTime = time.Time{} // list the new files at the next Sync
+	s.synced = false              // and sync the new database's files
 	s.syncMu.Unlock()
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/manifest"
@@ -63,72 +64,155 @@ func (d Dir) Names(name string) ([]string, error) {
 	return names, nil
 }
 
+// HomeFinder searches session trees for provider homes (Homes,
+// DropDerived) and remembers which provider, if any, it found in each
+// directory it looked at. A tree's ref names its content and Detect reads
+// nothing but that content, so the answer for a directory of that ref and
+// name never changes; and a session's next snapshot, or its fork, shares
+// every directory its changes did not touch. A search then reads only the
+// directories above detectDepth and those that changed since the last
+// one: for a session holding Go's source tree, two trees instead of some
+// sixty. The zero value is ready to use; a nil *HomeFinder remembers
+// nothing. It is safe for concurrent use.
+type HomeFinder struct {
+	mu    sync.Mutex
+	found map[dirKey]string // provider found, "" if none; GUARDED_BY(mu)
+}
+
+// dirKey is a directory as detect sees it: its content and its name.
+type dirKey struct {
+	tree cas.Ref
+	base string
+}
+
+// maxRemembered bounds what a HomeFinder holds (some 100 bytes a
+// directory): at that many directories it forgets them all.
+const maxRemembered = 1 << 14
+
+func (f *HomeFinder) lookup(k dirKey) (string, bool) {
+	if f == nil {
+		return "", false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.found[k]
+	return p, ok
+}
+
+func (f *HomeFinder) remember(k dirKey, provider string) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.found == nil || len(f.found) >= maxRemembered {
+		f.found = make(map[dirKey]string)
+	}
+	f.found[k] = provider
+}
+
 // Homes returns the provider homes of the tree at root: every home layout
 // records, then the homes found by content outside them, sorted by
 // subtree. A found home's provider is the first registered provider
 // (sorted by name) whose Detect accepts the directory, except that a
 // directory named as a provider's default home goes to that provider.
 func Homes(ctx context.Context, g cas.Getter, root cas.Ref, layout *manifest.Layout) ([]manifest.Place, error) {
-	var homes []manifest.Place
-	taken := make(map[string]bool)
+	var f *HomeFinder
+	return f.Homes(ctx, g, root, layout)
+}
+
+// Homes is the package's Homes, remembering what it finds.
+func (f *HomeFinder) Homes(ctx context.Context, g cas.Getter, root cas.Ref, layout *manifest.Layout) ([]manifest.Place, error) {
+	s := homeSearch{ctx: ctx, g: g, f: f, taken: make(map[string]bool)}
 	for _, h := range layout.Places() {
 		if h.Provider != "" {
-			homes = append(homes, h)
-			taken[h.Provider] = true
+			s.homes = append(s.homes, h)
+			s.taken[h.Provider] = true
 		}
 	}
-	places := layout.Places()
+	s.places = layout.Places()
 	if layout == nil || layout.Workspace == nil {
 		// The usual workspace is never a home, recorded or not: a
 		// repository may hold a config.toml beside a sessions/ directory.
-		places = append(places, manifest.Place{Subtree: "workspace"})
+		s.places = append(s.places, manifest.Place{Subtree: "workspace"})
 	}
-	inside := func(dir string) bool {
-		for _, p := range places {
-			if p.Subtree == "" || dir == p.Subtree || strings.HasPrefix(dir, p.Subtree+"/") {
-				return true
-			}
-		}
-		return false
-	}
-	var walk func(ref cas.Ref, dir string, depth int) error
-	walk = func(ref cas.Ref, dir string, depth int) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		t, err := manifest.GetTree(ctx, g, ref)
-		if err != nil {
-			return fmt.Errorf("fork: find homes: %s: %w", displayPath(dir), err)
-		}
-		if !inside(dir) {
-			p, err := detect(Dir{ctx, g, t}, dir)
-			if err != nil {
-				return fmt.Errorf("fork: find homes: %s: %w", displayPath(dir), err)
-			}
-			if p != "" && !taken[p] {
-				// A provider the layout records has its home there; a
-				// look-alike elsewhere (a backup copy) is not it.
-				homes = append(homes, manifest.Place{Subtree: dir, Provider: p})
-				return nil
-			}
-		}
-		if depth == detectDepth {
-			return nil
-		}
-		for _, e := range t.Entries {
-			if e.Kind == manifest.KindDir && !skipDirs[e.Name] {
-				if err := walk(e.Tree, joinPath(dir, e.Name), depth+1); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
-	if err := walk(root, "", 0); err != nil {
+	if err := s.walk(root, "", 0); err != nil {
 		return nil, err
 	}
-	slices.SortFunc(homes, func(a, b manifest.Place) int { return strings.Compare(a.Subtree, b.Subtree) })
-	return homes, nil
+	slices.SortFunc(s.homes, func(a, b manifest.Place) int { return strings.Compare(a.Subtree, b.Subtree) })
+	return s.homes, nil
+}
+
+// homeSearch is one search of Homes.
+type homeSearch struct {
+	ctx    context.Context
+	g      cas.Getter
+	f      *HomeFinder
+	places []manifest.Place // never searched: recorded homes and the workspace
+	taken  map[string]bool  // providers whose home layout records
+	homes  []manifest.Place
+}
+
+func (s *homeSearch) inside(dir string) bool {
+	for _, p := range s.places {
+		if p.Subtree == "" || dir == p.Subtree || strings.HasPrefix(dir, p.Subtree+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// walk searches the directory dir, whose tree is ref, and below it.
+func (s *homeSearch) walk(ref cas.Ref, dir string, depth int) error {
+	if err := s.ctx.Err(); err != nil {
+		return err
+	}
+	var t *manifest.Tree
+	if !s.inside(dir) {
+		k := dirKey{tree: ref, base: dir[strings.LastIndexByte(dir, '/')+1:]}
+		p, ok := s.f.lookup(k)
+		if !ok {
+			var err error
+			if t, err = s.tree(ref, dir); err != nil {
+				return err
+			}
+			if p, err = detect(Dir{s.ctx, s.g, t}, k.base); err != nil {
+				return fmt.Errorf("fork: find homes: %s: %w", displayPath(dir), err)
+			}
+			s.f.remember(k, p)
+		}
+		if p != "" && !s.taken[p] {
+			// A provider the layout records has its home there; a
+			// look-alike elsewhere (a backup copy) is not it.
+			s.homes = append(s.homes, manifest.Place{Subtree: dir, Provider: p})
+			return nil
+		}
+	}
+	if depth == detectDepth {
+		return nil
+	}
+	if t == nil {
+		var err error
+		if t, err = s.tree(ref, dir); err != nil {
+			return err
+		}
+	}
+	for _, e := range t.Entries {
+		if e.Kind == manifest.KindDir && !skipDirs[e.Name] {
+			if err := s.walk(e.Tree, joinPath(dir, e.Name), depth+1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (s *homeSearch) tree(ref cas.Ref, dir string) (*manifest.Tree, error) {
+	t, err := manifest.GetTree(s.ctx, s.g, ref)
+	if err != nil {
+		return nil, fmt.Errorf("fork: find homes: %s: %w", displayPath(dir), err)
+	}
+	return t, nil
 }
 
 func displayPath(p string) string {
@@ -138,9 +222,8 @@ func displayPath(p string) string {
 	return p
 }
 
-// detect returns the provider whose home d is, "" if none.
-func detect(d Dir, dir string) (string, error) {
-	base := dir[strings.LastIndexByte(dir, '/')+1:]
+// detect returns the provider whose home d, named base, is; "" if none.
+func detect(d Dir, base string) (string, error) {
 	var found []string
 	for _, name := range Providers() {
 		p, _ := Lookup(name)
@@ -185,12 +268,19 @@ type DerivedResult struct {
 // of providers that key their sessions on absolute paths (Provider.KeysOn)
 // get a warning when the layout gives no canonical path to show them at.
 func DropDerived(ctx context.Context, env Env, session string, layout *manifest.Layout) (DerivedResult, error) {
+	var f *HomeFinder
+	return f.DropDerived(ctx, env, session, layout)
+}
+
+// DropDerived is the package's DropDerived, remembering the homes it
+// searched for.
+func (f *HomeFinder) DropDerived(ctx context.Context, env Env, session string, layout *manifest.Layout) (DerivedResult, error) {
 	var res DerivedResult
 	root, err := env.Root(ctx, session)
 	if err != nil {
 		return res, err
 	}
-	if res.Homes, err = Homes(ctx, env, root, layout); err != nil {
+	if res.Homes, err = f.Homes(ctx, env, root, layout); err != nil {
 		return res, err
 	}
 	for _, h := range res.Homes {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -83,6 +84,89 @@ func TestHomes(t *testing.T) {
 				t.Errorf("homes %q, want %q", g, tc.want)
 			}
 		})
+	}
+}
+
+// readLog is a Getter that records the refs read through it.
+type readLog struct {
+	cas.Getter
+	read map[cas.Ref]bool
+}
+
+func (r *readLog) Get(ctx context.Context, ref cas.Ref) ([]byte, error) {
+	r.read[ref] = true
+	return r.Getter.Get(ctx, ref)
+}
+
+// entryRef is the tree of the directory at path below root.
+func entryRef(t *testing.T, g cas.Getter, root cas.Ref, path string) cas.Ref {
+	t.Helper()
+	ref := root
+	for _, name := range strings.Split(path, "/") {
+		tree, err := manifest.GetTree(context.Background(), g, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(tree.Entries, func(e manifest.Entry) bool { return e.Name == name })
+		if i < 0 {
+			t.Fatalf("%s: no %s", path, name)
+		}
+		ref = tree.Entries[i].Tree
+	}
+	return ref
+}
+
+// A HomeFinder reads a directory it searched before under the same ref
+// and name no more, and finds what a changed directory holds now.
+func TestHomeFinderRemembers(t *testing.T) {
+	ctx := context.Background()
+	store := cas.NewMemory()
+	files := map[string]string{
+		"rollout.jsonl": "{}\n", "home/config.toml": "", "home/sessions/2025/": "",
+		"src/a/x.go": "a", "src/b/y.go": "b", "src/c/d/z.go": "c",
+	}
+	var f fork.HomeFinder
+	search := func(root cas.Ref) (string, map[cas.Ref]bool) {
+		t.Helper()
+		log := &readLog{Getter: store, read: make(map[cas.Ref]bool)}
+		homes, err := f.Homes(ctx, log, root, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := fork.Homes(ctx, store, root, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(homes, want) {
+			t.Errorf("HomeFinder found %v, Homes %v", homes, want)
+		}
+		var got []string
+		for _, h := range homes {
+			got = append(got, h.Subtree+"="+h.Provider)
+		}
+		return strings.Join(got, ","), log.read
+	}
+	first := treeOf(t, store, files)
+	if got, _ := search(first); got != "home=codex" {
+		t.Fatalf("homes %q, want home=codex", got)
+	}
+
+	files["rollout.jsonl"] = "{}\n{}\n" // a new root; every directory stays
+	second := treeOf(t, store, files)
+	got, read := search(second)
+	if got != "home=codex" {
+		t.Errorf("after a change of the root: homes %q, want home=codex", got)
+	}
+	for _, dir := range []string{"home", "src/a", "src/b", "src/c"} {
+		if read[entryRef(t, store, second, dir)] {
+			t.Errorf("the second search read %s again", dir)
+		}
+	}
+
+	files["src/b/installation_id"] = "x" // src/b becomes a Codex home
+	third := treeOf(t, store, files)
+	if got, _ := search(third); got != "home=codex,src/b=codex" {
+		t.Errorf("after src/b changed: homes %q, want home=codex,src/b=codex", got)
 	}
 }
 

@@ -196,7 +196,7 @@ type sessionHome struct {
 }
 
 // homeOf finds provider's home in session: where the layout records it,
-// else by content (fork.Homes).
+// else by content (fork.HomeFinder.Homes).
 func (s *Service) homeOf(ctx context.Context, session, provider string) (sessionHome, error) {
 	h, err := s.cat.Head(ctx, session)
 	if err != nil {
@@ -210,7 +210,7 @@ func (s *Service) homeOf(ctx context.Context, session, provider string) (session
 	if err != nil {
 		return out, err
 	}
-	homes, err := fork.Homes(ctx, s.rec, root, h.Layout)
+	homes, err := s.homes.Homes(ctx, s.rec, root, h.Layout)
 	if err != nil {
 		return out, err
 	}
@@ -256,7 +256,7 @@ func (s *Service) dropDerived(ctx context.Context, session string, info *Session
 	var res fork.DerivedResult
 	err := s.eng.Guard(func() error {
 		var err error
-		res, err = fork.DropDerived(ctx, fork.WithStore(s.eng, s.rec), session, info.Layout)
+		res, err = s.homes.DropDerived(ctx, fork.WithStore(s.eng, s.rec), session, info.Layout)
 		return err
 	})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/fork"
 	"github.com/homefs/homefs/fusefs"
 	"github.com/homefs/homefs/internal/archive"
 	"github.com/homefs/homefs/internal/catalog"
@@ -36,6 +37,9 @@ type Service struct {
 	started time.Time
 	socket  string
 	metrics *metrics // nil unless --metrics
+	// homes remembers the provider homes found in each directory tree:
+	// fork, restore and bind search the same trees again and again.
+	homes fork.HomeFinder
 
 	mu     sync.Mutex
 	mounts map[string]MountInfo // by mountpoint; GUARDED_BY(mu)
