@@ -106,6 +106,13 @@ type ring struct {
 	evfd int // closed under mu (free), written under mu (deferred replies)
 	evb  [8]byte
 	live int
+	// batch: the thread is pinned and runs as SCHED_BATCH while no
+	// request of it is out with a goroutine; handedOff counts those
+	// (sched_linux.go); nice is the thread's nice value. They belong to
+	// the ring thread.
+	batch     bool
+	handedOff int
+	nice      int32
 	// served counts the requests this ring answered: one counter a ring,
 	// so that rings on different CPUs share no cache line per request.
 	served atomic.Int64
@@ -234,8 +241,10 @@ func (s *Server) start(devFD int) error {
 }
 
 func (r *ring) run(ready chan<- error) {
+	// The thread is never unlocked: it ends with the goroutine, pinned
+	// and with its scheduling policy changed, rather than go back to the
+	// runtime so.
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	defer r.free()
 	if r.cpu >= 0 {
 		var set unix.CPUSet
@@ -243,6 +252,8 @@ func (r *ring) run(ready chan<- error) {
 		if err := unix.SchedSetaffinity(0, &set); err != nil {
 			// A cpuset without this CPU: serve unpinned.
 			r.srv.log("fuse ring thread not pinned", "cpu", r.cpu, "err", err)
+		} else {
+			r.batch = r.startBatch()
 		}
 	}
 	if err := r.registerDev(); err != nil {
@@ -368,6 +379,7 @@ func (r *ring) complete(ud uint64, res int32) {
 		for _, e := range done {
 			r.commit(e)
 		}
+		r.handedBack(len(done))
 		r.armEvent()
 		return
 	}
@@ -405,6 +417,7 @@ func (r *ring) complete(ud uint64, res int32) {
 	}
 	// At most one goroutine an entry: the kernel sends an entry no other
 	// request until its reply is committed.
+	r.handOff()
 	go func() {
 		r.srv.serve(e, n, false)
 		r.mu.Lock()

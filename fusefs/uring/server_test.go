@@ -4,7 +4,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"unsafe"
@@ -12,6 +14,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 func TestCPUCount(t *testing.T) {
@@ -186,4 +189,103 @@ func TestURingMount(t *testing.T) {
 	got, err = os.ReadFile(filepath.Join(under, "d", "b"))
 	require.NoError(t, err)
 	require.Equal(t, "hello", string(got))
+}
+
+// policyFS records the scheduling policy of the thread that serves a
+// SETATTR (on a ring thread: inline) and, while a FALLOCATE (deferred to a
+// goroutine) is served, that of the ring thread which served the last
+// SETATTR.
+type policyFS struct {
+	fuse.RawFileSystem
+	mu           sync.Mutex
+	ringTid      int
+	inline, away uint32
+}
+
+func (p *policyFS) SetAttr(c <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+	a, err := unix.SchedGetAttr(0, 0)
+	if err != nil {
+		return fuse.ToStatus(err)
+	}
+	p.mu.Lock()
+	p.ringTid, p.inline = unix.Gettid(), a.Policy
+	p.mu.Unlock()
+	return p.RawFileSystem.SetAttr(c, in, out)
+}
+
+func (p *policyFS) Fallocate(c <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	a, err := unix.SchedGetAttr(p.ringTid, 0)
+	if err != nil {
+		return fuse.ToStatus(err)
+	}
+	p.away = a.Policy
+	return p.RawFileSystem.Fallocate(c, in)
+}
+
+// TestRingThreadBatch: a pinned ring thread serves as SCHED_BATCH, is
+// SCHED_NORMAL while a request of it is out with a goroutine, and
+// SCHED_BATCH again once that request is answered.
+func TestRingThreadBatch(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("Mount mounts itself, as root")
+	}
+	if b, err := os.ReadFile("/sys/module/fuse/parameters/enable_uring"); err != nil || strings.TrimSpace(string(b)) != "Y" {
+		t.Skipf("the kernel does not offer FUSE over io_uring here (enable_uring: %q, %v)", b, err)
+	}
+	if n, err := possibleCPUs(); err != nil || n > maxThreads {
+		t.Skipf("ring threads are not pinned on a host with %d CPUs (%v)", n, err)
+	}
+	// The requests of this test come from one CPU, so one ring serves
+	// them all.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var set unix.CPUSet
+	require.NoError(t, unix.SchedGetaffinity(0, &set))
+	cpu := 0
+	for !set.IsSet(cpu) {
+		cpu++
+	}
+	set.Zero()
+	set.Set(cpu)
+	require.NoError(t, unix.SchedSetaffinity(0, &set))
+
+	under, dir := t.TempDir(), t.TempDir()
+	root, err := fs.NewLoopbackRoot(under)
+	require.NoError(t, err)
+	opts := &fs.Options{MountOptions: fuse.MountOptions{FsName: "uringtest", Name: "uringtest", MaxWrite: 1 << 20}}
+	pfs := &policyFS{RawFileSystem: fs.NewNodeFS(root, opts)}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	server, us, err := Mount(dir, pfs, &opts.MountOptions, log)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = us.Unmount()
+		server.Wait()
+		us.Wait()
+	})
+	require.True(t, us.Active(), "every entry registered")
+
+	f, err := os.Create(filepath.Join(dir, "f"))
+	require.NoError(t, err)
+	defer f.Close()
+	// inline, away and now: the policies seen serving a SETATTR, serving
+	// a FALLOCATE, and now by the ring thread that served the SETATTR.
+	policies := func() (inline, away, now uint32) {
+		pfs.mu.Lock()
+		defer pfs.mu.Unlock()
+		a, err := unix.SchedGetAttr(pfs.ringTid, 0)
+		require.NoError(t, err)
+		return pfs.inline, pfs.away, a.Policy
+	}
+	require.NoError(t, f.Chmod(0o600))
+	inline, _, _ := policies()
+	require.Equal(t, uint32(unix.SCHED_BATCH), inline, "the policy of a ring thread serving a request")
+	require.NoError(t, unix.Fallocate(int(f.Fd()), 0, 0, 4096))
+	_, away, now := policies()
+	require.Equal(t, uint32(unix.SCHED_NORMAL), away, "the ring thread's policy while a goroutine serves its request")
+	require.Equal(t, uint32(unix.SCHED_BATCH), now, "the ring thread's policy once the goroutine answered")
+	require.NoError(t, f.Chmod(0o644))
+	inline, _, _ = policies()
+	require.Equal(t, uint32(unix.SCHED_BATCH), inline)
 }
