@@ -106,13 +106,16 @@ type ring struct {
 	evfd int // closed under mu (free), written under mu (deferred replies)
 	evb  [8]byte
 	live int
-	// batch: the thread is pinned and runs as SCHED_BATCH while no
-	// request of it is out with a goroutine; handedOff counts those
-	// (sched_linux.go); nice is the thread's nice value. They belong to
-	// the ring thread.
+	// batch: the thread is pinned and may wait as SCHED_BATCH
+	// (sched_linux.go); policy is the one it has, nice its nice value;
+	// handedOff counts its requests out with goroutines, moved says
+	// whether its last request moved data. They belong to the ring
+	// thread.
 	batch     bool
-	handedOff int
+	policy    uint32
 	nice      int32
+	handedOff int
+	moved     bool
 	// served counts the requests this ring answered: one counter a ring,
 	// so that rings on different CPUs share no cache line per request.
 	served atomic.Int64
@@ -274,6 +277,7 @@ func (r *ring) run(ready chan<- error) {
 	}
 	r.backlog = nil
 	for r.live > 0 {
+		r.settle()
 		if err := r.io.enter(true); err != nil {
 			r.srv.log("fuse ring stopped", "err", err)
 			return
@@ -379,7 +383,7 @@ func (r *ring) complete(ud uint64, res int32) {
 		for _, e := range done {
 			r.commit(e)
 		}
-		r.handedBack(len(done))
+		r.handedOff -= len(done)
 		r.armEvent()
 		return
 	}
@@ -411,13 +415,14 @@ func (r *ring) complete(ud uint64, res int32) {
 	// read as zero for the next request (RENAME's header is shorter than
 	// RENAME2's, for one).
 	clear(e.hdr[hdrOpIn : hdrOpIn+128])
+	r.took(e)
 	if !deferred(e) && r.srv.serve(e, n, true) {
 		r.commit(e)
 		return
 	}
 	// At most one goroutine an entry: the kernel sends an entry no other
 	// request until its reply is committed.
-	r.handOff()
+	r.handedOff++
 	go func() {
 		r.srv.serve(e, n, false)
 		r.mu.Lock()

@@ -191,24 +191,19 @@ func TestURingMount(t *testing.T) {
 	require.Equal(t, "hello", string(got))
 }
 
-// policyFS records the scheduling policy of the thread that serves a
-// SETATTR (on a ring thread: inline) and, while a FALLOCATE (deferred to a
-// goroutine) is served, that of the ring thread which served the last
-// SETATTR.
+// policyFS records which thread serves a SETATTR (a ring thread: inline),
+// and, while a FALLOCATE is served (by a goroutine: deferred), the
+// scheduling policy of that ring thread.
 type policyFS struct {
 	fuse.RawFileSystem
-	mu           sync.Mutex
-	ringTid      int
-	inline, away uint32
+	mu      sync.Mutex
+	ringTid int
+	away    uint32
 }
 
 func (p *policyFS) SetAttr(c <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
-	a, err := unix.SchedGetAttr(0, 0)
-	if err != nil {
-		return fuse.ToStatus(err)
-	}
 	p.mu.Lock()
-	p.ringTid, p.inline = unix.Gettid(), a.Policy
+	p.ringTid = unix.Gettid()
 	p.mu.Unlock()
 	return p.RawFileSystem.SetAttr(c, in, out)
 }
@@ -224,9 +219,9 @@ func (p *policyFS) Fallocate(c <-chan struct{}, in *fuse.FallocateIn) fuse.Statu
 	return p.RawFileSystem.Fallocate(c, in)
 }
 
-// TestRingThreadBatch: a pinned ring thread serves as SCHED_BATCH, is
-// SCHED_NORMAL while a request of it is out with a goroutine, and
-// SCHED_BATCH again once that request is answered.
+// TestRingThreadBatch: a pinned ring thread waits for requests as
+// SCHED_BATCH, but as SCHED_NORMAL after a WRITE and while a request of
+// it is out with a goroutine.
 func TestRingThreadBatch(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("Mount mounts itself, as root")
@@ -254,7 +249,8 @@ func TestRingThreadBatch(t *testing.T) {
 	under, dir := t.TempDir(), t.TempDir()
 	root, err := fs.NewLoopbackRoot(under)
 	require.NoError(t, err)
-	opts := &fs.Options{MountOptions: fuse.MountOptions{FsName: "uringtest", Name: "uringtest", MaxWrite: 1 << 20}}
+	// Without passthrough, so that a WRITE reaches the ring.
+	opts := &fs.Options{MountOptions: fuse.MountOptions{FsName: "uringtest", Name: "uringtest", MaxWrite: 1 << 20, DisabledCapabilities: fuse.CAP_PASSTHROUGH}}
 	pfs := &policyFS{RawFileSystem: fs.NewNodeFS(root, opts)}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	server, us, err := Mount(dir, pfs, &opts.MountOptions, log)
@@ -269,23 +265,26 @@ func TestRingThreadBatch(t *testing.T) {
 	f, err := os.Create(filepath.Join(dir, "f"))
 	require.NoError(t, err)
 	defer f.Close()
-	// inline, away and now: the policies seen serving a SETATTR, serving
-	// a FALLOCATE, and now by the ring thread that served the SETATTR.
-	policies := func() (inline, away, now uint32) {
+	// The ring thread sets the policy it waits with before it sends the
+	// reply, so each is known once the call returned.
+	waits := func() uint32 {
 		pfs.mu.Lock()
 		defer pfs.mu.Unlock()
 		a, err := unix.SchedGetAttr(pfs.ringTid, 0)
 		require.NoError(t, err)
-		return pfs.inline, pfs.away, a.Policy
+		return a.Policy
 	}
 	require.NoError(t, f.Chmod(0o600))
-	inline, _, _ := policies()
-	require.Equal(t, uint32(unix.SCHED_BATCH), inline, "the policy of a ring thread serving a request")
-	require.NoError(t, unix.Fallocate(int(f.Fd()), 0, 0, 4096))
-	_, away, now := policies()
-	require.Equal(t, uint32(unix.SCHED_NORMAL), away, "the ring thread's policy while a goroutine serves its request")
-	require.Equal(t, uint32(unix.SCHED_BATCH), now, "the ring thread's policy once the goroutine answered")
+	require.Equal(t, uint32(unix.SCHED_BATCH), waits(), "after a SETATTR")
+	_, err = f.WriteAt([]byte("data"), 0)
+	require.NoError(t, err)
+	require.Equal(t, uint32(unix.SCHED_NORMAL), waits(), "after a WRITE")
 	require.NoError(t, f.Chmod(0o644))
-	inline, _, _ = policies()
-	require.Equal(t, uint32(unix.SCHED_BATCH), inline)
+	require.Equal(t, uint32(unix.SCHED_BATCH), waits(), "after a SETATTR again")
+	require.NoError(t, unix.Fallocate(int(f.Fd()), 0, 0, 4096))
+	pfs.mu.Lock()
+	away := pfs.away
+	pfs.mu.Unlock()
+	require.Equal(t, uint32(unix.SCHED_NORMAL), away, "while a goroutine serves a request")
+	require.Equal(t, uint32(unix.SCHED_BATCH), waits(), "once the goroutine answered")
 }
