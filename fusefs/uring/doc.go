@@ -56,9 +56,15 @@
 //
 //	ioring_linux.go   the io_uring ABI: setup, submission and completion
 //	server_linux.go   the rings: buffers, registration, the ring threads
+//	sched_linux.go    the ring threads' scheduling policy (SCHED_BATCH)
 //	decode_linux.go   a request to a RawFileSystem call and its reply
 //	mount_linux.go    Mount and the Server's exported methods
 //	kernelorder*.go   the kernel's reply-then-request order, for -race
+//
+// A pinned ring thread waits for requests as SCHED_BATCH, so that a
+// request nobody waits for (the RELEASE of every close) does not preempt
+// the process that sent it; after a READ or WRITE, and while a request is
+// deferred, it waits as SCHED_NORMAL (sched_linux.go says why).
 //
 // # Locks
 //

@@ -106,6 +106,16 @@ type ring struct {
 	evfd int // closed under mu (free), written under mu (deferred replies)
 	evb  [8]byte
 	live int
+	// batch: the thread is pinned and may wait as SCHED_BATCH
+	// (sched_linux.go); policy is the one it has, nice its nice value;
+	// handedOff counts its requests out with goroutines, moved says
+	// whether its last request moved data. They belong to the ring
+	// thread.
+	batch     bool
+	policy    uint32
+	nice      int32
+	handedOff int
+	moved     bool
 	// served counts the requests this ring answered: one counter a ring,
 	// so that rings on different CPUs share no cache line per request.
 	served atomic.Int64
@@ -234,8 +244,10 @@ func (s *Server) start(devFD int) error {
 }
 
 func (r *ring) run(ready chan<- error) {
+	// The thread is never unlocked: it ends with the goroutine, pinned
+	// and with its scheduling policy changed, rather than go back to the
+	// runtime so.
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	defer r.free()
 	if r.cpu >= 0 {
 		var set unix.CPUSet
@@ -243,6 +255,8 @@ func (r *ring) run(ready chan<- error) {
 		if err := unix.SchedSetaffinity(0, &set); err != nil {
 			// A cpuset without this CPU: serve unpinned.
 			r.srv.log("fuse ring thread not pinned", "cpu", r.cpu, "err", err)
+		} else {
+			r.batch = r.startBatch()
 		}
 	}
 	if err := r.registerDev(); err != nil {
@@ -263,6 +277,7 @@ func (r *ring) run(ready chan<- error) {
 	}
 	r.backlog = nil
 	for r.live > 0 {
+		r.settle()
 		if err := r.io.enter(true); err != nil {
 			r.srv.log("fuse ring stopped", "err", err)
 			return
@@ -368,6 +383,7 @@ func (r *ring) complete(ud uint64, res int32) {
 		for _, e := range done {
 			r.commit(e)
 		}
+		r.handedOff -= len(done)
 		r.armEvent()
 		return
 	}
@@ -399,12 +415,14 @@ func (r *ring) complete(ud uint64, res int32) {
 	// read as zero for the next request (RENAME's header is shorter than
 	// RENAME2's, for one).
 	clear(e.hdr[hdrOpIn : hdrOpIn+128])
+	r.took(e)
 	if !deferred(e) && r.srv.serve(e, n, true) {
 		r.commit(e)
 		return
 	}
 	// At most one goroutine an entry: the kernel sends an entry no other
 	// request until its reply is committed.
+	r.handedOff++
 	go func() {
 		r.srv.serve(e, n, false)
 		r.mu.Lock()

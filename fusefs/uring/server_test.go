@@ -4,7 +4,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"unsafe"
@@ -12,6 +14,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 func TestCPUCount(t *testing.T) {
@@ -186,4 +189,102 @@ func TestURingMount(t *testing.T) {
 	got, err = os.ReadFile(filepath.Join(under, "d", "b"))
 	require.NoError(t, err)
 	require.Equal(t, "hello", string(got))
+}
+
+// policyFS records which thread serves a SETATTR (a ring thread: inline),
+// and, while a FALLOCATE is served (by a goroutine: deferred), the
+// scheduling policy of that ring thread.
+type policyFS struct {
+	fuse.RawFileSystem
+	mu      sync.Mutex
+	ringTid int
+	away    uint32
+}
+
+func (p *policyFS) SetAttr(c <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+	p.mu.Lock()
+	p.ringTid = unix.Gettid()
+	p.mu.Unlock()
+	return p.RawFileSystem.SetAttr(c, in, out)
+}
+
+func (p *policyFS) Fallocate(c <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	a, err := unix.SchedGetAttr(p.ringTid, 0)
+	if err != nil {
+		return fuse.ToStatus(err)
+	}
+	p.away = a.Policy
+	return p.RawFileSystem.Fallocate(c, in)
+}
+
+// TestRingThreadBatch: a pinned ring thread waits for requests as
+// SCHED_BATCH, but as SCHED_NORMAL after a WRITE and while a request of
+// it is out with a goroutine.
+func TestRingThreadBatch(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("Mount mounts itself, as root")
+	}
+	if b, err := os.ReadFile("/sys/module/fuse/parameters/enable_uring"); err != nil || strings.TrimSpace(string(b)) != "Y" {
+		t.Skipf("the kernel does not offer FUSE over io_uring here (enable_uring: %q, %v)", b, err)
+	}
+	if n, err := possibleCPUs(); err != nil || n > maxThreads {
+		t.Skipf("ring threads are not pinned on a host with %d CPUs (%v)", n, err)
+	}
+	// The requests of this test come from one CPU, so one ring serves
+	// them all.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var set unix.CPUSet
+	require.NoError(t, unix.SchedGetaffinity(0, &set))
+	cpu := 0
+	for !set.IsSet(cpu) {
+		cpu++
+	}
+	set.Zero()
+	set.Set(cpu)
+	require.NoError(t, unix.SchedSetaffinity(0, &set))
+
+	under, dir := t.TempDir(), t.TempDir()
+	root, err := fs.NewLoopbackRoot(under)
+	require.NoError(t, err)
+	// Without passthrough, so that a WRITE reaches the ring.
+	opts := &fs.Options{MountOptions: fuse.MountOptions{FsName: "uringtest", Name: "uringtest", MaxWrite: 1 << 20, DisabledCapabilities: fuse.CAP_PASSTHROUGH}}
+	pfs := &policyFS{RawFileSystem: fs.NewNodeFS(root, opts)}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	server, us, err := Mount(dir, pfs, &opts.MountOptions, log)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = us.Unmount()
+		server.Wait()
+		us.Wait()
+	})
+	require.True(t, us.Active(), "every entry registered")
+
+	f, err := os.Create(filepath.Join(dir, "f"))
+	require.NoError(t, err)
+	defer f.Close()
+	// The ring thread sets the policy it waits with before it sends the
+	// reply, so each is known once the call returned.
+	waits := func() uint32 {
+		pfs.mu.Lock()
+		defer pfs.mu.Unlock()
+		a, err := unix.SchedGetAttr(pfs.ringTid, 0)
+		require.NoError(t, err)
+		return a.Policy
+	}
+	require.NoError(t, f.Chmod(0o600))
+	require.Equal(t, uint32(unix.SCHED_BATCH), waits(), "after a SETATTR")
+	_, err = f.WriteAt([]byte("data"), 0)
+	require.NoError(t, err)
+	require.Equal(t, uint32(unix.SCHED_NORMAL), waits(), "after a WRITE")
+	require.NoError(t, f.Chmod(0o644))
+	require.Equal(t, uint32(unix.SCHED_BATCH), waits(), "after a SETATTR again")
+	require.NoError(t, unix.Fallocate(int(f.Fd()), 0, 0, 4096))
+	pfs.mu.Lock()
+	away := pfs.away
+	pfs.mu.Unlock()
+	require.Equal(t, uint32(unix.SCHED_NORMAL), away, "while a goroutine serves a request")
+	require.Equal(t, uint32(unix.SCHED_BATCH), waits(), "once the goroutine answered")
 }
