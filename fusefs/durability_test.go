@@ -54,8 +54,8 @@ func helperDurable(args []string) error {
 	}
 	cat := catalog.New(store)
 	e := New(store, cat, Options{StoreDir: args[0], FlushInterval: interval})
-	if _, err := cat.CreateSession(ctx, "d", ""); err != nil {
-		return err
+	if _, err := cat.CreateSession(ctx, "d", ""); err != nil && !errors.Is(err, catalog.ErrExists) {
+		return err // a restart (durableDaemon.restart) finds it
 	}
 	if _, err := e.Mount(ctx, "d", "", args[1], MountOptions{}); err != nil {
 		return err
@@ -80,6 +80,21 @@ func startDurable(t *testing.T, args ...string) *durableDaemon {
 	t.Helper()
 	d := &durableDaemon{storeDir: t.TempDir(), mnt: t.TempDir(), exited: make(chan struct{})}
 	t.Cleanup(func() { unsealBackings(t, d.storeDir) })
+	d.start(t, args...)
+	return d
+}
+
+// restart starts a new daemon over the store and at the mountpoint of d,
+// which was killed: it replays the journal d left.
+func (d *durableDaemon) restart(t *testing.T, args ...string) *durableDaemon {
+	t.Helper()
+	n := &durableDaemon{storeDir: d.storeDir, mnt: d.mnt, exited: make(chan struct{})}
+	n.start(t, args...)
+	return n
+}
+
+func (d *durableDaemon) start(t *testing.T, args ...string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	d.cmd = helper(ctx, "durable", append([]string{d.storeDir, d.mnt}, args...)...)
@@ -93,7 +108,6 @@ func startDurable(t *testing.T, args ...string) *durableDaemon {
 		_ = unix.Unmount(d.mnt, unix.MNT_DETACH)
 	})
 	waitLine(t, bufio.NewReader(out), "mounted")
-	return d
 }
 
 // kill kills the daemon with SIGKILL and detaches its mount.
