@@ -88,6 +88,16 @@ func (j *journal) ids() (last, inc uint64) {
 	return j.lastID, j.inc
 }
 
+// holds reports whether the journal holds a record (false for nil).
+func (j *journal) holds() bool {
+	if j == nil {
+		return false
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.size > int64(journalHeaderLen)
+}
+
 // newID gives out a journal id of this incarnation.
 func (j *journal) newID() (id, inc uint64) {
 	j.mu.Lock()

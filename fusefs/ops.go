@@ -829,10 +829,19 @@ func (s *Session) Write(ctx context.Context, n *node, data []byte, off int64, op
 	if op.Append {
 		from, to = appendSpan, appendSpan
 	}
-	err := s.localFirst(ctx, n, from, to, func(ctx context.Context) (err error) {
+	write := func(ctx context.Context) (err error) {
 		k, full, err = s.writeHeld(ctx, n, data, off, op)
 		return err
-	})
+	}
+	err := s.localFirst(ctx, n, from, to, write)
+	if errors.Is(err, cas.ErrNoSpace) && s.flushNow != nil && s.journal.holds() {
+		// The journal's copies of buffered writes take room on the disk
+		// too, until a flush stores the buffers and empties it: flush, and
+		// try once more.
+		if s.flushNow(ctx) == nil {
+			err = s.localFirst(ctx, n, from, to, write)
+		}
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -710,16 +710,19 @@ func (s *Session) fsyncStaged(ctx context.Context, n *node) (bool, error) {
 	if err != nil {
 		return true, err
 	}
-	// The bytes fsynced here must reach the store some day, and the
-	// kernel wrote them to the staging file without asking: once the store
-	// is down to its reserve (no room for a byte more), the fsync fails as
-	// a served write would, rather than let staged files eat the reserve
-	// (they are on the disk already, so they count against the room).
-	if err := s.roomFor(1); err != nil {
-		return true, err
-	}
 	if err := fdatasync(b.f); err != nil {
 		return true, fmt.Errorf("sync staging file: %w", err)
+	}
+	// The bytes fsynced here must reach the store some day, and the
+	// kernel wrote them without asking. While the store is short of room
+	// for them, the fsync flushes the session first, as every fsync after
+	// a new file once did: the store refuses that flush with ENOSPC once
+	// it is down to what it keeps for itself, and staged files stop there
+	// instead of eating the disk until the store cannot even open.
+	if err := s.roomFor(fp.size); err != nil {
+		if err := s.flushNow(ctx); err != nil {
+			return true, err
+		}
 	}
 	name, err := s.nameStaging(n, b)
 	if err != nil {
@@ -735,13 +738,19 @@ func (s *Session) fsyncStaged(ctx context.Context, n *node) (bool, error) {
 			return true, err
 		}
 	}
-	// The namespace keeps changing: let a flush absorb the file.
+	// The journal keeps refusing: let a flush absorb the file.
+	return true, s.absorbNow(ctx, n, b)
+}
+
+// absorbNow makes n's staged content (in b) durable by a flush that
+// absorbs it.
+func (s *Session) absorbNow(ctx context.Context, n *node, b *backing) error {
 	n.mu.Lock()
 	if b.isStaged() {
 		b.stage.fsynced = true
 	}
 	n.mu.Unlock()
-	return true, s.flushNow(ctx)
+	return s.flushNow(ctx)
 }
 
 // nameStaging gives b's file a durable name in the backing directory, if
