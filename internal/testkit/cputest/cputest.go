@@ -16,15 +16,27 @@ import (
 func On(cpu int, fn func() error) <-chan error {
 	done := make(chan error, 1)
 	go func() {
-		// Never unlocked: the thread, pinned, ends with the goroutine.
+		// The thread goes back to the runtime unpinned, rather than ending
+		// with the goroutine: a child process started with Pdeathsig from
+		// that thread earlier (a test's gateway or daemon) would get its
+		// signal when the thread ends.
 		runtime.LockOSThread()
-		var set unix.CPUSet
+		var was, set unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &was); err != nil {
+			done <- fmt.Errorf("sched_getaffinity: %w", err)
+			return // the thread ends, locked: its affinity is unknown
+		}
 		set.Set(cpu)
 		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			runtime.UnlockOSThread()
 			done <- fmt.Errorf("pin to CPU %d: %w", cpu, err)
 			return
 		}
-		done <- fn()
+		err := fn()
+		if unix.SchedSetaffinity(0, &was) == nil {
+			runtime.UnlockOSThread()
+		}
+		done <- err
 	}()
 	return done
 }
