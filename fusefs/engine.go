@@ -393,13 +393,10 @@ func cleanSubtree(subtree string) (string, error) {
 	return subtree, nil
 }
 
-// resolveDir walks path from the session root. Called with treeMu held.
-func (s *Session) resolveDir(ctx context.Context, root *node, path string) (*node, error) {
-	// Loading the session's root also gives it its own attributes, before
-	// any request can see them.
-	if err := s.load(ctx, root); err != nil {
-		return nil, err
-	}
+// walkFrom walks path from root ("" for root itself), loading the
+// directories on the way; a name not found is an error wrapping missing.
+// Called with treeMu held.
+func (s *Session) walkFrom(ctx context.Context, root *node, path string, missing error) (*node, error) {
 	n := root
 	if path == "" {
 		return n, nil
@@ -413,9 +410,23 @@ func (s *Session) resolveDir(ctx context.Context, root *node, path string) (*nod
 		}
 		c, ok := n.children[part]
 		if !ok {
-			return nil, fmt.Errorf("%w: %s", ErrNoSubtree, path)
+			return nil, fmt.Errorf("%w: %s", missing, path)
 		}
 		n = c
+	}
+	return n, nil
+}
+
+// resolveDir walks path from the session root. Called with treeMu held.
+func (s *Session) resolveDir(ctx context.Context, root *node, path string) (*node, error) {
+	// Loading the session's root also gives it its own attributes, before
+	// any request can see them.
+	if err := s.load(ctx, root); err != nil {
+		return nil, err
+	}
+	n, err := s.walkFrom(ctx, root, path, ErrNoSubtree)
+	if err != nil {
+		return nil, err
 	}
 	if !n.isDir() {
 		return nil, fmt.Errorf("%w: %s", ErrNotDirectory, path)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -43,8 +42,7 @@ func (s *Session) jidOf(n *node) uint64 {
 	if n == s.root {
 		return rootJID
 	}
-	_, inc := s.journal.ids()
-	if n.jid != 0 && n.jinc == inc {
+	if n.jid != 0 && n.jinc == s.journal.incarnation() {
 		return n.jid
 	}
 	path, named := s.pathOf(n)
@@ -211,8 +209,7 @@ func (s *Session) liveBacking(n *node, b *backing, id uint64) {
 			s.log.Warn("name backing file: the next flush takes its writes", "session", s.name, "err", err)
 			ch.ok = false
 		}
-		_, b.jinc = s.journal.ids()
-		b.jid = id
+		b.jid, b.jinc = id, s.journal.incarnation()
 		ch.add(journalRecord{kind: recLive, id: id, data: []byte(name)})
 	}
 	ch.commit()
@@ -223,10 +220,7 @@ func (s *Session) liveBacking(n *node, b *backing, id uint64) {
 // it: a replay then takes the content from b as it is (the node holds it
 // now) and applies the records after to the node. Called with n.mu held.
 func (s *Session) unliveBacking(n *node, b *backing) {
-	if b.jid == 0 || s.journal == nil || !s.journaling() {
-		return
-	}
-	if _, inc := s.journal.ids(); inc != b.jinc {
+	if b.jid == 0 || !s.journaling() || s.journal.incarnation() != b.jinc {
 		return
 	}
 	ch := &change{s: s, ok: true}
@@ -460,24 +454,7 @@ func (r *replayer) applyAttr(n *node, rec *journalRecord) {
 func (s *Session) walk(ctx context.Context, path string) (*node, error) {
 	s.treeMu.Lock()
 	defer s.treeMu.Unlock()
-	n := s.root
-	if path == "" {
-		return n, nil
-	}
-	for _, part := range strings.Split(path, "/") {
-		if !n.isDir() {
-			return nil, fmt.Errorf("%s: %w", path, errNotDir)
-		}
-		if err := s.load(ctx, n); err != nil {
-			return nil, err
-		}
-		c, ok := n.children[part]
-		if !ok {
-			return nil, fmt.Errorf("%s: no such file", path)
-		}
-		n = c
-	}
-	return n, nil
+	return s.walkFrom(ctx, s.root, path, errNoEntry)
 }
 
-var errNotDir = errors.New("not a directory")
+var errNoEntry = errors.New("no such file")

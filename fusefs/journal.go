@@ -81,11 +81,11 @@ type journal struct {
 	inc, lastID uint64
 }
 
-// ids returns the last journal id given and the incarnation.
-func (j *journal) ids() (last, inc uint64) {
+// incarnation returns the journal's incarnation (see inc).
+func (j *journal) incarnation() uint64 {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.lastID, j.inc
+	return j.inc
 }
 
 // holds reports whether the journal holds a record (false for nil).

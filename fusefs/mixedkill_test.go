@@ -120,21 +120,27 @@ func (w *mixedWriters) pi() {
 func (w *mixedWriters) config() {
 	for i := 1; ; i++ {
 		tmp := w.path(fmt.Sprintf("config.json.%d", i))
-		f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
-		if err != nil {
-			return
-		}
-		_, err = fmt.Fprintf(f, "{\"version\":%d}", i)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil || os.Rename(tmp, w.path("config.json")) != nil {
+		if createServed(tmp, fmt.Appendf(nil, "{\"version\":%d}", i), 0o644) != nil || os.Rename(tmp, w.path("config.json")) != nil {
 			return
 		}
 		w.mu.Lock()
 		w.configs = i
 		w.mu.Unlock()
 	}
+}
+
+// createServed makes a new file p holding data through O_RDWR (which the
+// daemon serves; a write-only open would stage it).
+func createServed(p string, data []byte, perm os.FileMode) error {
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func (w *mixedWriters) grow() {
@@ -164,15 +170,7 @@ func (w *mixedWriters) tree() {
 		}
 		name := fmt.Sprintf("%s/f%d", dir, i)
 		data := randBytes(uint64(7000*w.round+i), 100+i%5000)
-		f, err := os.OpenFile(w.path(name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o640)
-		if err != nil {
-			return
-		}
-		_, err = f.Write(data)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
+		if createServed(w.path(name), data, 0o640) != nil {
 			return
 		}
 		w.mu.Lock()

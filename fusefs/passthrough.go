@@ -642,7 +642,7 @@ func (s *Session) closeRoute(n *node) {
 	b.opens--
 	if b.opens == 0 && b.isStaged() {
 		if b.kind != backingKept {
-			s.markContent(n)
+			s.markChanged(n)
 		}
 		s.absorbLater(n)
 	}

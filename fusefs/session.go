@@ -267,11 +267,7 @@ func (s *Session) markWritten(n *node, off, end int64) {
 // markChanged records that n's entry changed, as a journal record says
 // (or where the daemon did not see it: a staged file's last writer
 // closed).
-func (s *Session) markChanged(n *node) { s.markContent(n) }
-
-// markContent records that n's content changed where the daemon did not
-// see it (a staged file's last writer closed).
-func (s *Session) markContent(n *node) {
+func (s *Session) markChanged(n *node) {
 	s.dirtyMu.Lock()
 	s.dirty[n] = struct{}{}
 	s.dirtyMu.Unlock()
