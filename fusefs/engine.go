@@ -110,6 +110,10 @@ type Engine struct {
 
 	stopFlusher chan struct{}  // closed by Close
 	flusher     sync.WaitGroup // the periodic flush goroutine
+	// soon carries the sessions whose journal filled past half
+	// (Session.flushSoon) to the periodic flush goroutine, which flushes
+	// them at once.
+	soon chan *Session
 }
 
 // New returns an Engine over store and its catalog.
@@ -167,6 +171,7 @@ func New(store cas.Store, cat *catalog.Catalog, opts Options) *Engine {
 		interval = 5 * time.Second
 	}
 	e.stopFlusher = make(chan struct{})
+	e.soon = make(chan *Session, 16)
 	if interval > 0 {
 		e.flusher.Add(1)
 		go e.flushEvery(interval)
@@ -184,6 +189,9 @@ func (e *Engine) flushEvery(interval time.Duration) {
 		select {
 		case <-e.stopFlusher:
 			return
+		case s := <-e.soon:
+			e.flushFilling(s)
+			continue
 		case <-t.C:
 		}
 		sessions := e.liveSessions()
@@ -209,6 +217,22 @@ func (e *Engine) flushEvery(interval time.Duration) {
 	}
 }
 
+// flushFilling flushes s, whose journal filled past half, before it is
+// full: a full journal takes no record until the next flush, and changes
+// made meanwhile would survive a crash of the daemon only once flushed.
+func (e *Engine) flushFilling(s *Session) {
+	s.soonAsked.Store(false)
+	e.mu.Lock()
+	live := e.sessions[s.name] == s
+	e.mu.Unlock()
+	if !live {
+		return
+	}
+	if err := e.syncPartial(context.Background(), s); err != nil {
+		e.log.Error("flush of a filling journal failed; changes stay in memory", "session", s.name, "err", err)
+	}
+}
+
 // Catalog returns the session and snapshot catalog.
 func (e *Engine) Catalog() *catalog.Catalog { return e.cat }
 
@@ -229,6 +253,7 @@ func (e *Engine) live(ctx context.Context, name string) (*Session, error) {
 	s := newSession(name, e.store, e.cache, &e.inos, &e.buffers, h.Root, false, e.log)
 	s.gen = h.Gen
 	s.flushNow = func(ctx context.Context) error { return e.syncPartial(ctx, s) }
+	s.soon = e.soon
 	s.lastFlush.Store(h.UpdatedNs)
 	if e.storeDir != "" {
 		s.backingDir = backingDir(e.storeDir, name)
@@ -825,13 +850,15 @@ func (e *Engine) syncLocked(ctx context.Context, s *Session, all bool) (err erro
 	if root == s.synced {
 		// The durable head already holds every change: an fsync of a
 		// directory after its file, or of a file nobody wrote, costs nothing.
+		// The flush set metaDirty for its stores, which the head holds.
+		s.dirtyMu.Lock()
+		s.metaDirty = false
+		s.dirtyMu.Unlock()
 		// Staging files dropped by this flush go now: the journal can
-		// start afresh, since every record in it is in the head.
-		if s.backed.hasStale() && s.journal != nil {
-			if err := s.journal.reset(s.gen); err != nil {
-				return err
-			}
-			s.removeStaleBackings()
+		// start afresh, since every record in it is in the head (such as
+		// a backing file's drop, which changes nothing the head holds).
+		if s.journal != nil && (s.backed.hasStale() || s.journal.holds()) {
+			return s.resetJournal(s.gen)
 		}
 		return nil
 	}
@@ -1054,10 +1081,11 @@ func (e *Engine) Close(ctx context.Context) error {
 		}
 	}
 	for _, s := range sessions {
-		if err := e.sync(ctx, s); err != nil {
+		err := e.sync(ctx, s)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("flush %s: %w", s.name, err))
 		}
-		s.closeBackings()
+		s.closeBackings(err == nil)
 		if s.journal != nil {
 			if err := s.journal.close(); err != nil {
 				errs = append(errs, err)

@@ -175,13 +175,14 @@ func (f *fnode) openOnce(ctx context.Context, flags uint32, daemonIfRemote bool)
 		s.freeze.RLock()
 		defer s.freeze.RUnlock()
 	}
-	var id uint64
-	if flags&syscall.O_ACCMODE == syscall.O_WRONLY && !s.readOnly {
-		// A backing file made for it is named in the journal (liveBacking).
-		id = s.writeID(n)
-	}
 	f.openMu.Lock()
 	defer f.openMu.Unlock()
+	var id uint64
+	if acc := flags & syscall.O_ACCMODE; !s.readOnly && (acc == syscall.O_WRONLY || acc == syscall.O_RDWR && f.ptOpens > 0) {
+		// A writer that may pass through: its backing file is named in
+		// the journal (liveBacking).
+		id = s.writeID(n)
+	}
 	r, fd, err := s.openRoute(ctx, n, flags, mountOpens{all: f.opens, pt: f.ptOpens, releasing: &f.m.releasing, daemonIfRemote: daemonIfRemote, jid: id})
 	if err != nil {
 		return nil, 0, err

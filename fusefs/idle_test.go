@@ -89,8 +89,11 @@ func TestIdleJournalReopens(t *testing.T) {
 	require.NoError(t, e.Sync(ctx, "s"))
 	s, err := e.live(ctx, "s")
 	require.NoError(t, err)
-	// A fill of the staging pool that still runs defers its park.
+	// A fill of the staging pool that still runs defers its park, and so
+	// do records of the file's drop, which the absorber may make after the
+	// flush (the kernel sends the close's RELEASE on its own time).
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		require.NoError(t, e.Sync(ctx, "s"))
 		s.parkIdle(time.Now().Add(time.Hour), time.Minute)
 		if fds, maps := heldUnder(t, e.storeDir); fds+maps == 0 {
 			break

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 
@@ -190,29 +191,106 @@ func (c *change) commit() {
 	}
 }
 
-// liveBacking names n's new appender backing file b in the backing
-// directory and puts a live record of it into the journal: the bytes
-// writers pass through to b, which the daemon never sees, then survive a
-// crash of the daemon, as a replay takes the file's content from b
-// (whole). A file that cannot be so recorded sets metaDirty (see
-// change.commit). Staging files are not: a name makes a backing file
-// unfit for recycling (recyclable), which staged files need (an untar
-// drops thousands). Called with n.mu held.
+// liveBacking puts a live record of n's backing file b (by its name in
+// the backing directory) into the journal, unless one of this incarnation
+// names it already: the bytes writers pass through to b, which the daemon
+// never sees, then survive a crash of the daemon, as a replay takes the
+// file's content from b, whole. An appender's and a staged file's get one
+// when a writer opens them, and every file still live gets one after a
+// reset (reliveBackings). A file that cannot be so recorded (id 0: n has
+// no name) sets metaDirty (see change.commit). Called with n.mu held.
 func (s *Session) liveBacking(n *node, b *backing, id uint64) {
-	if !s.journaling() {
+	if !s.journaling() || s.liveNow(b) {
 		return
 	}
 	ch := &change{s: s, ok: id != 0}
 	if ch.ok {
-		name, err := s.linkBacking(n, b)
-		if err != nil {
-			s.log.Warn("name backing file: the next flush takes its writes", "session", s.name, "err", err)
-			ch.ok = false
-		}
 		b.jid, b.jinc = id, s.journal.incarnation()
-		ch.add(journalRecord{kind: recLive, id: id, data: []byte(name)})
+		ch.add(journalRecord{kind: recLive, id: id, data: []byte(b.name)})
 	}
 	ch.commit()
+}
+
+// liveNow reports whether a live record of the journal's incarnation
+// names b. Called with the node's mu held.
+func (s *Session) liveNow(b *backing) bool {
+	return b.jid != 0 && s.journal != nil && s.journal.incarnation() == b.jinc
+}
+
+// reliveBackings gives every backing file whose content the durable head
+// may lack a live record in the journal just reset: a file a writer still
+// has open, or one written since its last ingest (a staged file closed
+// but not absorbed yet). The reset dropped the records that named them.
+// Called with freeze held exclusively.
+func (s *Session) reliveBackings() {
+	if !s.journaling() {
+		return
+	}
+	for _, n := range s.backed.list() {
+		n.mu.Lock()
+		b := n.data.backing
+		need := b != nil && (b.opens > 0 || !n.ingestedAsIs())
+		n.mu.Unlock()
+		if !need {
+			continue
+		}
+		id := s.lockedJID(n)
+		n.mu.Lock()
+		if b := n.data.backing; b != nil && id != 0 {
+			s.liveBacking(n, b, id)
+		}
+		n.mu.Unlock()
+	}
+}
+
+// dropRecords journals the drop of n's backing file b, and reports
+// whether b's file may serve another file (be recycled), which it may
+// only if no record of this incarnation reads it after the drop:
+//   - with no live record of b in this incarnation, none is needed: the
+//     content is the node's, as records of it or the durable head say;
+//   - a small file (under absorbHoldMin: an untarred file, most new
+//     files) that no open could map, which goes back to the pool for the
+//     next new file, gets a detach record followed by its content, whole,
+//     so that a replay reads nothing from the file, which may hold
+//     another file's bytes by then;
+//   - any other gets an unlive record, at which a replay takes the
+//     content from the file as it then is: it is not recycled, and its
+//     name goes at the next reset.
+//
+// A drop the journal refuses (it is full) keeps the file too: the live
+// record would lead a replay to it. Called with n.mu held.
+func (s *Session) dropRecords(n *node, b *backing) bool {
+	if !s.liveNow(b) {
+		return b.recyclable()
+	}
+	if b.recyclable() && s.journaling() && s.detachWithContent(n, b) {
+		return true
+	}
+	s.unliveBacking(n, b)
+	return false
+}
+
+// detachWithContent puts a detach record of b, then b's content (a
+// truncate to 0 and one write), into the journal in one piece, and
+// reports whether it did. Called with n.mu held.
+func (s *Session) detachWithContent(n *node, b *backing) bool {
+	fp, err := fingerprintOf(b.f)
+	if err != nil || fp.size >= absorbHoldMin {
+		return false
+	}
+	data := make([]byte, fp.size)
+	k, err := b.f.ReadAt(data, 0)
+	if err != nil && !errors.Is(err, io.EOF) || int64(k) != fp.size {
+		return false
+	}
+	n.aver++
+	ch := &change{s: s, ok: true}
+	ch.add(journalRecord{kind: recDetach, id: b.jid})
+	ch.add(journalRecord{kind: recTrunc, id: b.jid})
+	ch.add(journalRecord{kind: recWrite, id: b.jid, size: fp.size, mtime: n.mtime, ctime: n.ctime, ver: n.aver, data: data})
+	ch.mark = append(ch.mark, n) // a flush then empties the journal
+	ch.commit()
+	return ch.ok
 }
 
 // unliveBacking puts an unlive record of n's backing file b, being
@@ -220,11 +298,12 @@ func (s *Session) liveBacking(n *node, b *backing, id uint64) {
 // it: a replay then takes the content from b as it is (the node holds it
 // now) and applies the records after to the node. Called with n.mu held.
 func (s *Session) unliveBacking(n *node, b *backing) {
-	if b.jid == 0 || !s.journaling() || s.journal.incarnation() != b.jinc {
+	if !s.liveNow(b) || !s.journaling() {
 		return
 	}
 	ch := &change{s: s, ok: true}
 	ch.add(journalRecord{kind: recUnlive, id: b.jid})
+	ch.mark = append(ch.mark, n)
 	ch.commit()
 }
 
@@ -349,6 +428,11 @@ func (r *replayer) apply(ctx context.Context, rec *journalRecord) error {
 		}
 		delete(r.live, rec.id)
 		return r.fromBacking(ctx, n, name)
+	case recDetach:
+		if _, ok := r.live[rec.id]; !ok {
+			return fmt.Errorf("detach record of journal id %d with no live record", rec.id)
+		}
+		delete(r.live, rec.id) // the records after it give the content
 	}
 	return nil
 }

@@ -98,6 +98,14 @@ func (j *journal) holds() bool {
 	return j.size > int64(journalHeaderLen)
 }
 
+// filling reports whether the journal holds more than half of what it
+// can take.
+func (j *journal) filling() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.size > journalMaxBytes/2
+}
+
 // newID gives out a journal id of this incarnation.
 func (j *journal) newID() (id, inc uint64) {
 	j.mu.Lock()
@@ -888,7 +896,7 @@ func supersededRecords(records []journalRecord) []bool {
 		switch r.kind {
 		case recLive:
 			live[r.id] = true
-		case recUnlive:
+		case recUnlive, recDetach:
 			delete(live, r.id)
 		case recWrite, recTrunc, recAlloc, recStage:
 			if last, ok := lastStage[key{r.id, r.path}]; ok && i < last || live[r.id] {

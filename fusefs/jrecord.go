@@ -32,6 +32,7 @@ const (
 	recAttr                      // the node's attributes, as of version ver
 	recLive                      // from here on, the content is what backing file data holds, whole
 	recUnlive                    // the backing file of the last live record was dropped: its content is final
+	recDetach                    // the backing file of the last live record was dropped: the records after give the content
 )
 
 const rootJID = 1
@@ -129,7 +130,7 @@ func (r *journalRecord) appendBody(out []byte) []byte {
 		out = uv(out, uint64(r.flags))
 	case recAttr:
 		out = r.attr.appendTo(uv(uv(out, r.id), r.ver))
-	case recLive, recUnlive:
+	case recLive, recUnlive, recDetach:
 		out = uv(out, r.id)
 	}
 	return append(out, r.data...)
@@ -249,7 +250,7 @@ func decodeRecordV4(p []byte) (journalRecord, bool) {
 	case recAttr:
 		r.id, r.ver = d.uvarint(), d.uvarint()
 		r.attr = d.attr()
-	case recLive, recUnlive:
+	case recLive, recUnlive, recDetach:
 		r.id = d.uvarint()
 		r.data = d.rest()
 	default:
@@ -285,7 +286,7 @@ func (d *reader) attr() *attrSnap {
 // valid checks a decoded record's fields.
 func (r *journalRecord) valid() bool {
 	switch r.kind {
-	case recWrite, recStage, recTrunc, recAlloc, recLive, recUnlive:
+	case recWrite, recStage, recTrunc, recAlloc, recLive, recUnlive, recDetach:
 		return r.id != 0 && r.validContent()
 	case recBind, recCreate, recLink, recUnlink, recRename:
 		return r.validNames()
@@ -308,7 +309,7 @@ func (r *journalRecord) validContent() bool {
 		return r.size >= 0 && r.size <= maxFileSize
 	case recLive:
 		return checkName(string(r.data)) == nil
-	case recUnlive:
+	case recUnlive, recDetach:
 		return len(r.data) == 0
 	}
 	return r.size > 0 && inFile(r.off, r.size) // recAlloc

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -50,17 +51,20 @@ type backing struct {
 	// joined it allow (a passthrough reader or O_RDWR opener, of any kind).
 	mapping mapState
 
+	// name is f's name in the backing directory, which every backing
+	// file has from birth (makeBackingFile): a journal record names f by
+	// it (a live or a stage record), and a restarted daemon finds f there.
+	name string
+
 	// The two facts below are booleans because they are independent of
 	// the kind and of each other. fresh is set when an ingest took new
 	// bytes from f, and cleared by the flush that keeps f once more for
 	// that reason (dropIdleBacking; it matters to appender and wild
-	// files). linked is set once f got a name in the backing directory (a
-	// staged file's fsync: nameStaging), and stays after an unstage: an
-	// O_TMPFILE cannot be linked again once its name is gone, and a
-	// journal record may lead to the name until the next reset, so f is
-	// then never recycled (recyclable).
+	// files). pinned is set once a stage record (a staged file's fsync:
+	// nameStaging) named f: a replay reads f for it, so f keeps its bytes
+	// until the journal's next reset and is never recycled (recyclable).
 	fresh  bool
-	linked bool
+	pinned bool
 
 	// watch is set once a reader that sets atimes was passed through to
 	// f: its reads show only in f's own atime, which was atime when last
@@ -68,9 +72,9 @@ type backing struct {
 	watch bool
 	atime int64
 
-	// stage applies to the staged and kept kinds only (but stage.name,
-	// which any kind may have): nothing reads it for another (an absorb
-	// of a wild file updates size all the same).
+	// stage applies to the staged and kept kinds only (but
+	// stage.nameSynced, which any kind may have): nothing reads it for
+	// another (an absorb of a wild file updates size all the same).
 	stage stageState
 	// jid is the journal id of the node in the live record that names f,
 	// in the journal's incarnation jinc (liveBacking); 0 for none.
@@ -98,10 +102,8 @@ const (
 
 // stageState is what a backing file of kind staged or kept has besides.
 type stageState struct {
-	// name is the file's name in the backing directory, once a live
-	// record or an fsync gave it one (of any kind); nameSynced says its
-	// directory was synced since, which makes it durable.
-	name       string
+	// nameSynced says the backing directory was synced since f got its
+	// name (nameStaging), which makes the name durable.
 	nameSynced bool
 	fsynced    bool      // an fsync made content durable that no durable head holds
 	size       int64     // f's size when last observed
@@ -160,13 +162,9 @@ func (b *backing) unkeep() {
 }
 
 // unstage makes b, a staged or kept file whose content the node now
-// holds, wild, and returns the durable name it had, if any: a journal
-// record may point at it until the next reset, which is to remove it.
-func (b *backing) unstage() (name string) {
-	b.kind = backingWild
-	name, b.stage.name = b.stage.name, ""
-	return name
-}
+// holds, wild. It keeps its name (and a live record naming it stays
+// true: the daemon's own writes reach it through writeThrough).
+func (b *backing) unstage() { b.kind = backingWild }
 
 // mapState is what a mapping of a backing file may do (mmap needs read
 // access, and a shared writable one O_RDWR). Each state includes the ones
@@ -204,8 +202,10 @@ func (b *backing) looked(mapped bool) {
 }
 
 // recyclable reports whether b's file may go back to the pool once
-// dropped: no open could map it, and it never had a name (recycleBacking).
-func (b *backing) recyclable() bool { return b.mapping == mapNone && !b.linked }
+// dropped, as far as opens and stage records go: no open could map it,
+// and no stage record names it (recycleBacking; the journal's own say is
+// dropRecords').
+func (b *backing) recyclable() bool { return b.mapping == mapNone && !b.pinned }
 
 // mappable reports whether a shared writable mapping may still write
 // b's file: an O_RDWR passthrough open joined it, and a passthrough handle
@@ -233,21 +233,29 @@ func openElsewhere(f *os.File) bool {
 }
 
 // backingDir holds the backing files of session s under the store
-// directory. A backing file has no name there (O_TMPFILE) but for a staged
-// file an fsync named (staged.go); a new daemon removes what an earlier
-// one left, once it has replayed the journal.
+// directory, each under a name of its own from birth (makeBackingFile);
+// a new daemon seals what an earlier one left, replays the journal, whose
+// live and stage records name files there, and removes the rest.
 func backingDir(storeDir, session string) string {
 	return filepath.Join(storeDir, "backing", session)
 }
 
-// spare is an empty backing file in a session's pool, with its
+// spare is an empty backing file in a session's pool, with its name and
 // fingerprint, taken off the path of the open it serves.
 type spare struct {
-	f  *os.File
-	fp fingerprint
+	f    *os.File
+	name string
+	fp   fingerprint
 }
 
-// newBackingFile returns an unnamed file in the backing directory, from
+// dropSpare closes sp's file and removes its name: no journal record
+// reads a file in the pool (dropRecords).
+func (s *Session) dropSpare(sp spare) {
+	sp.f.Close()
+	s.removeBackingNames([]string{sp.name})
+}
+
+// newBackingFile returns an empty file in the backing directory, from
 // the session's pool of empty ones when it has one ready: making the file
 // costs an ext4 inode (20-50 µs here, far more while many were freed in
 // the last minute), which a writer of a small file would otherwise wait
@@ -413,17 +421,19 @@ const defaultIdleAfter = 10 * time.Second
 //
 // Only a file that no open could map is recycled: every passthrough open
 // of it was write-only (mmap needs read access), so nothing can reach its
-// blocks once the last is closed. A file an fsync named is not either
-// (backing.linked).
-func (s *Session) recycleBacking(f *os.File) {
+// blocks once the last is closed. A file a stage record names is not
+// either (backing.pinned), nor one a live record names whose content the
+// journal could not take (dropRecords).
+func (s *Session) recycleBacking(sp spare) {
+	f := sp.f
 	fp, err := fingerprintOf(f)
 	if err != nil {
-		f.Close()
+		s.dropSpare(sp)
 		return
 	}
 	if fp.size > 0 {
 		if err := f.Truncate(0); err != nil {
-			f.Close()
+			s.dropSpare(sp)
 			return
 		}
 		// ext4 takes a truncate to size 0 for the first half of a replace
@@ -436,12 +446,13 @@ func (s *Session) recycleBacking(f *os.File) {
 			unix.Close(fd)
 		}
 		if fp, err = fingerprintOf(f); err != nil {
-			f.Close()
+			s.dropSpare(sp)
 			return
 		}
 	}
-	if !s.spares.put(spare{f: f, fp: fp}) {
-		f.Close()
+	sp.fp = fp
+	if !s.spares.put(sp) {
+		s.dropSpare(sp)
 	}
 }
 
@@ -452,7 +463,7 @@ func (s *Session) recycleBacking(f *os.File) {
 // but its connection's.
 func (s *Session) parkIdle(now time.Time, idle time.Duration) {
 	for _, sp := range s.spares.idle(now, idle) {
-		sp.f.Close()
+		s.dropSpare(sp)
 	}
 	if s.journal != nil {
 		s.journal.park(now, idle)
@@ -464,7 +475,7 @@ func (s *Session) parkIdle(now time.Time, idle time.Duration) {
 // as the absorber has yet to give back), and each holds a descriptor.
 func (s *Session) trimBackingPool() {
 	for _, sp := range s.spares.trim(backingPool) {
-		sp.f.Close()
+		s.dropSpare(sp)
 	}
 }
 
@@ -474,7 +485,7 @@ func (s *Session) fillBackingPool() {
 		sp, err := s.makeSpare()
 		if !s.spares.filled(sp, err) {
 			if sp.f != nil {
-				sp.f.Close()
+				s.dropSpare(sp)
 			}
 			return
 		}
@@ -483,47 +494,47 @@ func (s *Session) fillBackingPool() {
 
 // makeSpare makes an empty backing file and takes its fingerprint.
 func (s *Session) makeSpare() (spare, error) {
-	f, err := s.makeBackingFile()
+	f, name, err := s.makeBackingFile()
 	if err != nil {
 		return spare{}, err
 	}
 	fp, err := fingerprintOf(f)
 	if err != nil {
-		f.Close()
+		s.dropSpare(spare{f: f, name: name})
 		return spare{}, err
 	}
-	return spare{f: f, fp: fp}, nil
+	return spare{f: f, name: name, fp: fp}, nil
 }
 
-// makeBackingFile makes an unnamed file in the backing directory.
-func (s *Session) makeBackingFile() (*os.File, error) {
+// makeBackingFile makes an empty file in the backing directory and
+// returns it with its name. The name comes with the inode rather than
+// when a journal record first needs it: a live record then costs no
+// directory operation on the open's path, and a recycled file keeps its
+// name (see dropRecords).
+func (s *Session) makeBackingFile() (*os.File, string, error) {
 	if !s.backed.dirMade.Load() {
 		if err := os.MkdirAll(s.backingDir, 0o700); err != nil {
-			return nil, fmt.Errorf("backing directory: %w", err)
+			return nil, "", fmt.Errorf("backing directory: %w", err)
 		}
 		s.backed.dirMade.Store(true)
 	}
-	// O_NOATIME: the daemon's reads of the file leave its atime to the
-	// passthrough readers' (atime.go).
-	fd, err := unix.Open(s.backingDir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOATIME, 0o600)
-	if err == nil {
-		return os.NewFile(uintptr(fd), filepath.Join(s.backingDir, "(unnamed)")), nil
+	for {
+		name := fmt.Sprintf("%s-%d", s.backed.namePrefix(), s.backed.seq.Add(1))
+		path := filepath.Join(s.backingDir, name)
+		// O_NOATIME: the daemon's reads of the file leave its atime to
+		// the passthrough readers' (atime.go).
+		fd, err := unix.Open(path, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOATIME, 0o600)
+		if errors.Is(err, unix.EEXIST) {
+			continue // left by an earlier daemon and not removable
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("create backing file: %w", err)
+		}
+		return os.NewFile(uintptr(fd), path), name, nil
 	}
-	// A filesystem without O_TMPFILE: a name removed at once.
-	f, err := os.CreateTemp(s.backingDir, "tmp-*")
-	if err != nil {
-		return nil, fmt.Errorf("create backing file: %w", err)
-	}
-	if err := os.Remove(f.Name()); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("create backing file: %w", err)
-	}
-	noAtime(f)
-	return f, nil
 }
 
-// procPath names f's open file in /proc, which reaches it when it has no
-// name (an O_TMPFILE).
+// procPath names f's open file in /proc.
 func procPath(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) }
 
 // errNoStagingFile: the pool had no staging file ready for a new file.
@@ -567,7 +578,8 @@ type mountOpens struct {
 	// needs a remote falls back to the daemon, rather than failing with
 	// cas.ErrNotLocal.
 	daemonIfRemote bool
-	// jid is the node's journal id, for a writer's open (0 for none).
+	// jid is the node's journal id, for a writer's open (0 for none):
+	// the live record of its backing file names it (liveBacking).
 	jid uint64
 }
 
@@ -608,7 +620,6 @@ func (s *Session) openRoute(ctx context.Context, n *node, flags uint32, o mountO
 	if r == routeDaemon {
 		return r, 0, nil
 	}
-	fresh := n.data.backing == nil
 	b, err := n.openBacking(ctx, r)
 	switch {
 	case err != nil && (r.joins() || errors.Is(err, cas.ErrNotLocal) && !o.daemonIfRemote):
@@ -619,7 +630,8 @@ func (s *Session) openRoute(ctx context.Context, n *node, flags uint32, o mountO
 		}
 		return routeDaemon, 0, nil
 	}
-	if fresh && r == routeAppender {
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+		// Its writes pass the daemon by: a crash must find the file.
 		s.liveBacking(n, b, o.jid)
 	}
 	b.join(flags, r)
@@ -775,26 +787,34 @@ func (n *node) openBacking(ctx context.Context, r route) (*backing, error) {
 	f := sp.f
 	if r == routeStaged {
 		fp := sp.fp
-		d.backing = &backing{f: f, kind: backingStaged, absorbed: fp, mtime: fp.mtime}
+		d.backing = &backing{f: f, name: sp.name, kind: backingStaged, absorbed: fp, mtime: fp.mtime}
 		n.sess.backed.add(n)
 		return d.backing, nil
 	}
-	if err := n.copyOut(ctx, f, 0, d.size); err != nil {
-		f.Close()
+	st, err := n.fillBacking(ctx, f)
+	if err != nil {
+		n.sess.dropSpare(sp)
 		return nil, err
 	}
-	if err := f.Truncate(d.size); err != nil {
-		f.Close()
+	d.backing = &backing{f: f, name: sp.name, kind: backingAppender, ingested: d.size, mtime: st.ModTime().UnixNano()}
+	n.sess.backed.add(n)
+	return d.backing, nil
+}
+
+// fillBacking copies n's content into f, a new backing file, and returns
+// f's state after. Called with n.mu held.
+func (n *node) fillBacking(ctx context.Context, f *os.File) (os.FileInfo, error) {
+	if err := n.copyOut(ctx, f, 0, n.data.size); err != nil {
+		return nil, err
+	}
+	if err := f.Truncate(n.data.size); err != nil {
 		return nil, fmt.Errorf("size backing file: %w", err)
 	}
 	st, err := f.Stat()
 	if err != nil {
-		f.Close()
 		return nil, fmt.Errorf("backing file: %w", err)
 	}
-	d.backing = &backing{f: f, kind: backingAppender, ingested: d.size, mtime: st.ModTime().UnixNano()}
-	n.sess.backed.add(n)
-	return d.backing, nil
+	return st, nil
 }
 
 // ingest folds what passthrough writers added to n's backing file into n.
@@ -957,6 +977,17 @@ type backedSet struct {
 	dirMade   atomic.Bool
 	dirSynced atomic.Bool
 	seq       atomic.Uint64
+	// prefix starts the names of this daemon's backing files (the time
+	// the first was made): an earlier daemon's, sealed by the load and
+	// still there, keep theirs (sealBackingDir).
+	prefixOnce sync.Once
+	prefix     string
+}
+
+// namePrefix returns the prefix of this daemon's backing file names.
+func (b *backedSet) namePrefix() string {
+	b.prefixOnce.Do(func() { b.prefix = strconv.FormatInt(time.Now().UnixNano(), 36) })
+	return b.prefix
 }
 
 func (b *backedSet) add(n *node) {
@@ -1300,24 +1331,29 @@ func (n *node) dropBacking() {
 func (n *node) detachBacking() (dispose func()) {
 	n.sawReadsNow()
 	b := n.data.backing
-	dispose = func() { n.sess.recycleBacking(b.f) }
-	if !b.recyclable() {
-		dispose = func() { b.f.Close() }
-	}
 	n.data.backing = nil
-	n.sess.unliveBacking(n, b)
-	if b.stage.name != "" {
-		n.sess.backed.addStale(b.stage.name)
-	}
 	n.sess.backed.remove(n)
-	return dispose
+	if n.sess.dropRecords(n, b) {
+		return func() { n.sess.recycleBacking(spare{f: b.f, name: b.name}) }
+	}
+	// A journal record may read the file until the next reset.
+	n.sess.backed.addStale(b.name)
+	return func() { b.f.Close() }
 }
 
 // closeBackings closes every backing file (the session is going away).
-func (s *Session) closeBackings() {
+// With clean set (the journal is empty: the final flush made everything
+// durable) it also removes their names, but for files a writer may still
+// reach (sealed at shutdown: their names keep them sealed until the next
+// load, sealBackingDir); otherwise the next load replays and removes them.
+func (s *Session) closeBackings(clean bool) {
+	var names []string
 	for _, n := range s.backed.list() {
 		n.mu.Lock()
 		if b := n.data.backing; b != nil {
+			if clean && b.opens == 0 && !b.mappable() {
+				names = append(names, b.name)
+			}
 			b.f.Close()
 			n.data.backing = nil
 		}
@@ -1327,6 +1363,10 @@ func (s *Session) closeBackings() {
 	s.workers.close()
 	for _, sp := range s.spares.close() {
 		sp.f.Close()
+		names = append(names, sp.name)
 	}
 	s.workers.wait()
+	if clean {
+		s.removeBackingNames(append(names, s.backed.takeStale()...))
+	}
 }

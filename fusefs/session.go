@@ -63,6 +63,10 @@ type Session struct {
 	// journal refused, before it is acknowledged. The engine sets it when
 	// it makes the session live; nil for a read-only session.
 	flushNow func(context.Context) error
+	// soon is the engine's queue of sessions to flush at once
+	// (flushSoon); soonAsked is set while s is in it.
+	soon      chan<- *Session
+	soonAsked atomic.Bool
 	// replayed is what replaying the journal cost; written before the
 	// session is shown, read-only after.
 	replayed replayStats
@@ -282,13 +286,36 @@ func (s *Session) durableAt(gen uint64, root cas.Ref) error {
 	s.dirtyMu.Lock()
 	s.metaDirty = false
 	s.dirtyMu.Unlock()
-	if s.journal != nil {
-		if err := s.journal.reset(gen); err != nil {
-			return err
-		}
+	if s.journal == nil {
+		s.removeStaleBackings()
+		return nil
 	}
-	// No journal record names a dropped staged file any more.
+	return s.resetJournal(gen)
+}
+
+// flushSoon asks the engine's periodic flush goroutine to flush s now,
+// if its journal is filling (journal.filling); it does not wait.
+func (s *Session) flushSoon() {
+	if s.soon == nil || s.journal == nil || !s.journal.filling() || s.soonAsked.Swap(true) {
+		return
+	}
+	select {
+	case s.soon <- s:
+	default:
+		s.soonAsked.Store(false) // the queue is full: the next look asks again
+	}
+}
+
+// resetJournal empties s's journal, whose every record the durable head
+// at generation gen holds, removes the backing files no record names any
+// more, and gives the files still live a record in the new incarnation.
+// Called with freeze held exclusively.
+func (s *Session) resetJournal(gen uint64) error {
+	if err := s.journal.reset(gen); err != nil {
+		return err
+	}
 	s.removeStaleBackings()
+	s.reliveBackings()
 	return nil
 }
 

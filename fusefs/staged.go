@@ -190,10 +190,7 @@ func (n *node) unstage(ctx context.Context) error {
 	if _, err := n.absorb(ctx); err != nil {
 		return err
 	}
-	if name := b.unstage(); name != "" {
-		// A journal record may point at the file until the next reset.
-		n.sess.backed.addStale(name)
-	}
+	b.unstage()
 	return nil
 }
 
@@ -461,6 +458,7 @@ func (s *Session) absorbQueued(ctx context.Context, q *queuedAbsorb) bool {
 		// The next flush tries again, and reports it.
 		s.log.Warn("absorb a staged file", "session", s.name, "err", err)
 	}
+	s.flushSoon() // each drop put the file's content into the journal
 	return true
 }
 
@@ -643,7 +641,13 @@ func (s *Session) sealBackingDir() map[string]bool {
 
 func (s *Session) sealBacking(name string) error {
 	sealed := filepath.Join(s.backingDir, sealedPrefix+name)
-	if err := os.Rename(filepath.Join(s.backingDir, name), sealed); err != nil {
+	err := os.Rename(filepath.Join(s.backingDir, name), sealed)
+	if errors.Is(err, os.ErrPermission) {
+		// Sealed under its own name by the end of an earlier daemon
+		// (sealBackings): opened up for the rename, sealed again below.
+		err = s.unsealRename(name, sealed)
+	}
+	if err != nil {
 		return err
 	}
 	f, err := os.Open(sealed)
@@ -652,6 +656,21 @@ func (s *Session) sealBacking(name string) error {
 	}
 	defer f.Close()
 	return setImmutable(f, true)
+}
+
+// unsealRename clears the seal of the backing file name and renames it to
+// to.
+func (s *Session) unsealRename(name, to string) error {
+	f, err := os.Open(filepath.Join(s.backingDir, name))
+	if err != nil {
+		return err
+	}
+	err = setImmutable(f, false)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	return os.Rename(filepath.Join(s.backingDir, name), to)
 }
 
 // openBackingName opens the backing file name, which a loading daemon may
@@ -753,19 +772,17 @@ func (s *Session) absorbNow(ctx context.Context, n *node, b *backing) error {
 	return s.flushNow(ctx)
 }
 
-// nameStaging gives b's file a durable name in the backing directory, if
-// it has none yet, and returns it.
+// nameStaging makes the name of b's file in the backing directory
+// durable, if it is not yet, and returns it: a stage record names the
+// file by it, and from then on the file is never recycled (pinned).
 func (s *Session) nameStaging(n *node, b *backing) (string, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if b.stage.name != "" && b.stage.nameSynced {
-		return b.stage.name, nil
+	b.pinned = true
+	if b.stage.nameSynced {
+		return b.name, nil
 	}
 	dirSynced := s.backed.dirSynced.Load()
-	name, err := s.linkBacking(n, b)
-	if err != nil {
-		return "", err
-	}
 	dirs := []string{s.backingDir}
 	if !dirSynced {
 		dirs = append(dirs, filepath.Dir(s.backingDir), filepath.Dir(filepath.Dir(s.backingDir)))
@@ -777,35 +794,13 @@ func (s *Session) nameStaging(n *node, b *backing) (string, error) {
 			d.Close()
 		}
 		if err != nil {
-			// The name stays (a live record may lead to it); the next
-			// fsync syncs the directory again.
+			// The next fsync syncs the directory again.
 			return "", fmt.Errorf("sync backing directory: %w", err)
 		}
 	}
 	s.backed.dirSynced.Store(true)
 	b.stage.nameSynced = true
-	return name, nil
-}
-
-// linkBacking gives b's file a name in the backing directory, if it has
-// none yet, and returns it; the name is durable once the directory is
-// synced (nameStaging), and survives a crash of the daemon at once.
-// Called with n.mu held.
-func (s *Session) linkBacking(n *node, b *backing) (string, error) {
-	if b.stage.name != "" {
-		return b.stage.name, nil
-	}
-	for {
-		name := fmt.Sprintf("%d-%d", n.ino, s.backed.seq.Add(1))
-		err := unix.Linkat(unix.AT_FDCWD, procPath(b.f), unix.AT_FDCWD, filepath.Join(s.backingDir, name), unix.AT_SYMLINK_FOLLOW)
-		if err == nil {
-			b.stage.name, b.linked = name, true
-			return name, nil
-		}
-		if !errors.Is(err, unix.EEXIST) {
-			return "", fmt.Errorf("name backing file: %w", err)
-		}
-	}
+	return b.name, nil
 }
 
 // journalStage appends a stage record for n (staged in b, named name, size
