@@ -105,22 +105,22 @@
 //	               unless a change since the durable     an O_SYNC/O_DSYNC write, the
 //	               head is not journaled (metaDirty);    periodic flush, a capture, an
 //	               then as across a power loss           unmount
-//	appender       once acknowledged: the backing file   after the next fsync of the file, or
-//	               is named and a live record in the     the next flush, which ingests it (the
-//	               journal makes a replay take the       periodic one comes for a backing file
-//	               content from it (liveBacking)         with bytes not yet ingested)
-//	wild           as an appender made wild by a later   the same
-//	               open keeps its live record; else the
-//	               next fsync or flush
-//	staged         after an fsync (the staging file is   the same
-//	               fdatasynced, named, and recorded in
-//	               the journal: a stage record), a
-//	               capture, an unmount, or the first
-//	               flush after an absorb: the absorber
-//	               (after the last close) only moves the
-//	               content into write buffers; the
-//	               periodic flush absorbs a file still
-//	               open once it stayed idle an interval
+//	appender       once acknowledged: a live record in   after the next fsync of the file, or
+//	               the journal names the backing file    the next flush, which ingests it (the
+//	               (every one has a name from birth), so periodic one comes for a backing file
+//	               a replay takes the content from it    with bytes not yet ingested)
+//	               (liveBacking); every reset records
+//	               the files still live again
+//	               (reliveBackings), and a drop puts the
+//	               content of a small file into the
+//	               journal (dropRecords)
+//	wild           as an appender (a writer's open       the same
+//	               records the file live)
+//	staged         as an appender: a live record at the  after an fsync (the staging file is
+//	               open, the content journaled with the  fdatasynced, its name made durable,
+//	               file's drop                           and a stage record journaled), a
+//	                                                     capture, an unmount, or the first
+//	                                                     flush after an absorb
 //	mapping,       once the kernel wrote the pages back  after an fsync or msync(MS_SYNC),
 //	  served       (as a served write); a store still    which write the pages back first,
 //	               in the kernel's pages when the        or as the served row once they were
@@ -133,10 +133,11 @@
 //	               dirty page; the periodic flush
 //	               ingests a wild one every interval
 //
-// Until then a kill -9 loses what a passthrough write, or a served write
-// after a change the journal could not take, left only in memory or in an
-// unnamed backing file. Lost changes never damage anything: nothing stored is modified
-// and the head moves only by an atomic commit.
+// Until then a kill -9 loses what a write after a change the journal
+// could not take (metaDirty: it was full, or a record failed) left only in
+// memory or in a backing file no record names. Lost changes never damage
+// anything: nothing stored is modified and the head moves only by an
+// atomic commit.
 //
 // An open the table gives a passthrough route is served by the daemon
 // (routeDaemon) instead in a read-only session, or an engine with no store directory (no
@@ -218,13 +219,27 @@
 // btrfs, tmpfs); a session probes its backing directory once and stages
 // nothing where they are missing.
 //
-// Durability: an fsync of a staged file fdatasyncs the staging file and
-// appends a stage record (the file's path in the durable head, the staging
-// file's name and the size synced) to the journal; a replay reads the
-// content back from the staging file. Every durable head move empties the
-// journal, so a flush absorbs every staged file with such content
-// (stageState.fsynced) first, and a staging file's name is removed only
-// once a journal reset follows its drop (removeStaleBackings).
+// Durability against a crash of the daemon: a staging file has a name in
+// the backing directory from birth (makeBackingFile), and the writer's
+// open puts a live record of it into the journal, so a replay takes the
+// file's content from it. When the file is dropped (the absorber, a
+// flush), a small one (under absorbHoldMin) gets a detach record followed
+// by its content, whole, and goes back to the pool, keeping its name: a
+// replay reads nothing from a recycled file. Any other gets an unlive
+// record (the replay reads it then) and is closed, its name removed at the
+// next reset. A reset records every file still live again
+// (reliveBackings), and a journal filling past half asks the periodic
+// flush goroutine for a flush at once (flushSoon).
+//
+// Durability against a power loss: an fsync of a staged file fdatasyncs
+// the staging file, syncs the backing directory once (the name) and
+// appends a stage record (the file's journal id, the staging file's name
+// and the size synced) to the journal; a replay reads the content back
+// from the staging file, which is never recycled (pinned). Every durable
+// head move empties the journal, so a flush absorbs every staged file
+// with such content (stageState.fsynced) first, and a staging file's name
+// is removed only once a journal reset follows its drop
+// (removeStaleBackings).
 //
 // # The journal (journal.go)
 //
@@ -238,8 +253,9 @@
 // only fdatasyncs the journal (with the ranges of writes the journal did
 // not take, read back), instead of flushing the session into the store
 // and syncing Badger's logs twice; an fsync of a directory flushes (it is
-// how `sync DIR` makes staged files durable, whose bytes the journal does
-// not hold). Every full flush empties the journal.
+// how `sync DIR` makes staged files durable, whose bytes the journal
+// holds only as a live record of their staging files, which a power loss
+// may leave without the bytes). Every full flush empties the journal.
 //
 // Records name nodes by journal id (jops.go): 1 is the root; a node the
 // durable head has gets an id with a bind record (its path then), a node
@@ -447,9 +463,12 @@
 //     written ranges under node.mu.
 //   - The absorber and a flush's preflush take freeze shared, then treeMu
 //     (to see whether the node still has a name) and release it, then
-//     node.mu; an fsync of a staged file names it under node.mu and takes
-//     journal.mu only after freeze shared and treeMu. The absorber
-//     recycles a staging file with no lock held. A background spill and a
+//     node.mu; an fsync of a staged file syncs its name under node.mu
+//     and takes journal.mu only after freeze shared and treeMu. A drop
+//     journals the file's content under node.mu (dropRecords); the
+//     absorber recycles a staging file with no lock held. A reset, with
+//     freeze held exclusively, finds each live file's id under treeMu,
+//     then records it under node.mu (reliveBackings). A background spill and a
 //     preflush take freeze shared for one step of 8 MiB at a time
 //     (spillInSteps), then each file's node.mu in turn. The goroutines
 //     that use the store for a session start only while it is open

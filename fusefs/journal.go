@@ -30,7 +30,12 @@ const (
 	// journalHeaderLenV2 is HFJ2's: no boot id.
 	journalHeaderLenV2 = len(journalMagic) + 8 + 8 + 4
 	// journalMaxBytes bounds a journal; past it, fsync flushes instead.
-	journalMaxBytes = 64 << 20
+	// Once it is half full, the periodic flush goroutine flushes the
+	// session (flushSoon). It holds every byte written since the durable
+	// head (staged files' too, as they are dropped: dropRecords), so it
+	// bounds the unflushed bytes of a burst: an untar of Go's source tree
+	// (about 120 MB) fits in its first half.
+	journalMaxBytes = 256 << 20
 	// journalGrow is the step in which the file is preallocated; a reset
 	// gives back what a burst made it grow past journalKeep.
 	journalGrow = 1 << 20
@@ -403,7 +408,7 @@ func (j *journal) room(n int) (int64, error) {
 		// Preallocate the next steps with zeros; the fdatasync after it
 		// pays the size change once, the following ones overwrite in place.
 		grown := min((end+journalGrow-1)/journalGrow*journalGrow, journalMaxBytes)
-		if _, err := j.f.WriteAt(make([]byte, grown-j.alloc), j.alloc); err != nil {
+		if err := allocZeros(j.f, j.alloc, grown-j.alloc); err != nil {
 			j.full = true
 			return 0, fmt.Errorf("grow journal: %w", err)
 		}
@@ -411,6 +416,20 @@ func (j *journal) room(n int) (int64, error) {
 	}
 	return end, nil
 }
+
+// allocZeros writes zeros to [off, off+n) of f, a multiple of
+// journalGrow: blocks written, rather than fallocated (unwritten), which
+// the fdatasyncs after would convert one by one.
+func allocZeros(f *os.File, off, n int64) error {
+	for end := off + n; off < end; off += journalGrow {
+		if _, err := f.WriteAt(zeroGrow[:], off); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var zeroGrow [journalGrow]byte
 
 // sync makes every record written so far durable.
 func (j *journal) sync() error {

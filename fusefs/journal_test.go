@@ -41,6 +41,8 @@ func journalTestRecords() []journalRecord {
 		{kind: recAttr, id: 1, ver: 1, attr: &attrSnap{mode: 0o755}},
 		{kind: recLive, id: 6, data: []byte("7-12")},
 		{kind: recUnlive, id: 6},
+		{kind: recLive, id: 6, data: []byte("mx3-13")},
+		{kind: recDetach, id: 6},
 		{kind: recStage, id: 3, size: 10, data: []byte("12-345678")},
 	}
 }
@@ -135,6 +137,8 @@ func TestJournalBadRecords(t *testing.T) {
 		{kind: recLive, id: 2, data: []byte("../x")},
 		{kind: recLive, id: 0, data: []byte("x")},
 		{kind: recUnlive, id: 2, data: []byte("x")},
+		{kind: recDetach, id: 2, data: []byte("x")},
+		{kind: recDetach, id: 0},
 		{kind: 0, id: 2},
 		{kind: 200, id: 2},
 	} {

@@ -100,6 +100,45 @@ func TestReplayFoldsPerFile(t *testing.T) {
 	require.Equal(t, 2, s.replayed.applied, "the bind and the stage record")
 }
 
+// TestReplayDetachedFile: a backing file recycled for another file after
+// its detach record is never read for the first file, whose content the
+// records after the detach give; a file still live at the end takes the
+// backing file's content, whole, and one dropped with an unlive record
+// takes it as it is then.
+func TestReplayDetachedFile(t *testing.T) {
+	t.Parallel()
+	r := newReplayFixture(t, "a", "b", "c")
+	// The staging file "p-1" served a, then (recycled) b, which is still
+	// open at the crash and holds b's bytes now.
+	require.NoError(t, os.WriteFile(filepath.Join(r.dir, "p-1"), []byte("b's bytes, still live"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(r.dir, "p-2"), []byte("c's final bytes"), 0o600))
+	live := func(path, name string) {
+		r.records = append(r.records, journalRecord{kind: recLive, id: r.id(path), data: []byte(name)})
+	}
+	live("a", "p-1")
+	r.records = append(r.records,
+		journalRecord{kind: recDetach, id: r.id("a")},
+		journalRecord{kind: recTrunc, id: r.id("a")})
+	r.write("a", 0, []byte("a's content, journaled at its drop"), 34)
+	live("b", "p-1")
+	live("c", "p-2")
+	r.records = append(r.records, journalRecord{kind: recUnlive, id: r.id("c")})
+	r.write("c", 0, []byte("C"), 15)
+	s := r.replay()
+	require.Equal(t, "a's content, journaled at its drop", r.content(s, "a"))
+	require.Equal(t, "b's bytes, still live", r.content(s, "b"))
+	require.Equal(t, "C's final bytes", r.content(s, "c"), "the unlive record's file, then the write after it")
+
+	// A detach record names a file that is live, or the journal is bad.
+	r = newReplayFixture(t, "a")
+	r.records = append(r.records, journalRecord{kind: recDetach, id: r.id("a")})
+	r.writeJournal()
+	s = newSession("s", r.e.store, r.e.cache, &r.e.inos, &r.e.buffers, r.root, false, r.e.log)
+	s.gen, s.backingDir = r.gen, r.dir
+	_, err := s.replayJournal(context.Background(), journalPath(r.e.storeDir, "s"), false)
+	require.ErrorContains(t, err, "no live record")
+}
+
 // replayFixture is a stored session "s" of empty files (one named "link"
 // is a hard link of the first) and a journal of records for them,
 // replayed into a fresh Session as a new daemon would.
