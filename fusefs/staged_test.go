@@ -542,7 +542,7 @@ func TestStagedRecycle(t *testing.T) {
 		require.Zero(t, st.Size(), "a recycled staging file starts empty")
 		_, err = f.Write(content(i))
 		require.NoError(t, err)
-		// An fsync names the staging file: it can never be named again.
+		// An fsync's stage record pins the staging file: a replay may read it.
 		synced := i%4 == 3
 		if synced {
 			require.NoError(t, f.Sync(), "fsync of f%d", i)
