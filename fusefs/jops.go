@@ -91,8 +91,11 @@ func (n *node) attrRecord(id uint64) journalRecord {
 // change collects the records of one operation, which the journal takes
 // in one piece (all or none), and the nodes it changed.
 type change struct {
-	s    *Session
-	ok   bool // every record so far could be made
+	s  *Session
+	ok bool // every record so far could be made
+	// moot is set when the change needs no record: it changes only a
+	// node no replay can reach (nodeChange).
+	moot bool
 	recs []journalRecord
 	snap []jnode // nodes whose attributes commit records
 	mark []*node // nodes commit marks changed
@@ -101,6 +104,27 @@ type change struct {
 type jnode struct {
 	n  *node
 	id uint64
+}
+
+// nodeChange starts the records of an operation that changes n alone
+// (its attributes, size, allocation or extended attributes) and returns
+// n's journal id. A file with no name and no id in this incarnation (an
+// unlinked file still open, such as SQLite's, or an O_TMPFILE made before
+// the last reset) needs no record: a crash of the daemon drops it with
+// its handles, and a link that names it again is a change the journal
+// does not take (metaDirty), which the next flush stores whole. Such a
+// change leaves the journal taking records. Called with no lock held.
+func (s *Session) nodeChange(n *node) (*change, uint64) {
+	s.treeMu.Lock()
+	id := s.jidOf(n)
+	unreachable := id == 0 && !n.isDir() && n.nlink == 0
+	s.treeMu.Unlock()
+	ch := s.newChange()
+	if id == 0 {
+		ch.moot = ch.ok && unreachable
+		ch.ok = false
+	}
+	return ch, id
 }
 
 // newChange starts the records of an operation. Called with the lock
@@ -184,7 +208,7 @@ func (c *change) commit() {
 	for _, n := range c.mark {
 		c.s.markChanged(n)
 	}
-	if !c.ok {
+	if !c.ok && !c.moot {
 		c.s.dirtyMu.Lock()
 		c.s.metaDirty = true
 		c.s.dirtyMu.Unlock()

@@ -575,8 +575,7 @@ func (s *Session) setattr(ctx context.Context, n *node, a SetAttr) error {
 		return err
 	}
 	defer done()
-	id := s.lockedJID(n)
-	ch := s.newChange()
+	ch, id := s.nodeChange(n)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.data != nil && n.data.backing != nil && a.Size == nil {
@@ -1030,8 +1029,7 @@ func (s *Session) allocate(ctx context.Context, n *node, off, length int64, mode
 	if off < 0 || length <= 0 {
 		return syscall.EINVAL
 	}
-	id := s.lockedJID(n)
-	ch := s.newChange()
+	ch, id := s.nodeChange(n)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.kind != manifest.KindFile {
@@ -1141,9 +1139,7 @@ func (s *Session) SetXattr(n *node, name string, value []byte, flags uint32) err
 	if len(value) > 64<<10 {
 		return syscall.E2BIG
 	}
-	id := s.lockedJID(n)
-	ch := s.newChange()
-	ch.ok = ch.ok && id != 0
+	ch, id := s.nodeChange(n)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if isACLXattr(name) {
@@ -1181,9 +1177,7 @@ func (s *Session) RemoveXattr(n *node, name string) error {
 	if err := checkXattrName(name); err != nil {
 		return err
 	}
-	id := s.lockedJID(n)
-	ch := s.newChange()
-	ch.ok = ch.ok && id != 0
+	ch, id := s.nodeChange(n)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, ok := n.xattrs[name]; !ok {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // TestKillKeepsStagedWrites: bytes written through staged files, which
@@ -96,4 +97,37 @@ func waitJournalReset(t *testing.T, storeDir string) {
 		h := header()
 		return h != nil && first != nil && !bytes.Equal(h, first)
 	}, 30*time.Second, 10*time.Millisecond, "a flush reset the journal")
+}
+
+// TestUnlinkedFileKeepsJournal: changes of a file no name leads to (open
+// and unlinked, as SQLite's and many temporary files are) need no record,
+// and leave the journal taking every other change: a chmod, truncate and
+// fallocate of such a file, then a write elsewhere, and the write survives
+// a kill -9 (before, they stopped the journal until the next flush, and a
+// kill lost the write).
+func TestUnlinkedFileKeepsJournal(t *testing.T) {
+	t.Parallel()
+	d := startDurable(t)
+	p := func(name string) string { return filepath.Join(d.mnt, name) }
+	write(t, p("tmp"), "scratch")
+	f, err := os.OpenFile(p("tmp"), os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, os.Remove(p("tmp")))
+	// A flush (the fsync of a directory) resets the journal: the unlinked
+	// file has no journal id in the new incarnation, nor a path to bind.
+	dir, err := os.Open(d.mnt)
+	require.NoError(t, err)
+	require.NoError(t, dir.Sync())
+	require.NoError(t, dir.Close())
+	require.NoError(t, f.Chmod(0o600))
+	require.NoError(t, f.Truncate(3))
+	require.NoError(t, unix.Fallocate(int(f.Fd()), 0, 0, 8192))
+	write(t, p("after"), "written after the unlinked file's changes")
+
+	d.kill(t)
+	m := d.remount(t)
+	require.Equal(t, "written after the unlinked file's changes", read(t, filepath.Join(m.Dir(), "after")))
+	_, err = os.Stat(filepath.Join(m.Dir(), "tmp"))
+	require.True(t, os.IsNotExist(err), "the unlinked file is gone: %v", err)
 }
