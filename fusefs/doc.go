@@ -229,7 +229,10 @@
 // record (the replay reads it then) and is closed, its name removed at the
 // next reset. A reset records every file still live again
 // (reliveBackings), and a journal filling past half asks the periodic
-// flush goroutine for a flush at once (flushSoon).
+// flush goroutine for a flush at once (flushSoon). Before a flush moves
+// the head it appends a next block for that head (journalNext): a load
+// after a crash between the head's move and the reset finds a journal of
+// the old head, and applies that block alone (forHead).
 //
 // Durability against a power loss: an fsync of a staged file fdatasyncs
 // the staging file, syncs the backing directory once (the name) and

@@ -54,6 +54,15 @@ func helperDurable(args []string) error {
 	}
 	cat := catalog.New(store)
 	e := New(store, cat, Options{StoreDir: args[0], FlushInterval: interval})
+	// Dies at the first flush that moves the head once a test made the
+	// marker file (TestKillBetweenCommitAndReset).
+	marker := filepath.Join(args[0], dieAfterCommit)
+	e.afterCommit = func() {
+		if _, err := os.Stat(marker); err == nil {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			time.Sleep(time.Hour)
+		}
+	}
 	if _, err := cat.CreateSession(ctx, "d", ""); err != nil && !errors.Is(err, catalog.ErrExists) {
 		return err // a restart (durableDaemon.restart) finds it
 	}

@@ -110,6 +110,9 @@ type Engine struct {
 
 	stopFlusher chan struct{}  // closed by Close
 	flusher     sync.WaitGroup // the periodic flush goroutine
+	// afterCommit, set by tests before the engine is used, runs when a
+	// flush has moved a session's head and not yet reset its journal.
+	afterCommit func()
 	// soon carries the sessions whose journal filled past half
 	// (Session.flushSoon) to the periodic flush goroutine, which flushes
 	// them at once.
@@ -862,9 +865,16 @@ func (e *Engine) syncLocked(ctx context.Context, s *Session, all bool) (err erro
 		}
 		return nil
 	}
+	// Should the daemon die between this commit and the journal's reset,
+	// the journal is of the old head: what it needs for the new one goes
+	// into it first.
+	s.journalNext(s.gen + 1)
 	h, err := e.cat.SetRoot(ctx, s.name, s.gen, root, true)
 	if err != nil {
 		return fmt.Errorf("record flushed root of %s: %w", s.name, err)
+	}
+	if e.afterCommit != nil {
+		e.afterCommit() // tests: a crash here
 	}
 	return s.durableAt(h.Gen, root)
 }
@@ -905,7 +915,9 @@ func (e *Engine) Capture(ctx context.Context, session, msg string, handles map[s
 		return nil, "", err
 	}
 	// The head the capture wrote has the generation the session's next
-	// flush expects.
+	// flush expects. Between it and the journal's reset, the journal is of
+	// the old head (journalNext).
+	s.journalNext(s.gen + 1)
 	snap, id, h, err := e.cat.CaptureHead(ctx, session, root, msg, handles)
 	if err != nil {
 		return nil, "", err

@@ -252,8 +252,7 @@ func (s *Session) reliveBackings() {
 	}
 	for _, n := range s.backed.list() {
 		n.mu.Lock()
-		b := n.data.backing
-		need := b != nil && (b.opens > 0 || !n.ingestedAsIs())
+		need := n.liveNeeded()
 		n.mu.Unlock()
 		if !need {
 			continue
@@ -264,6 +263,53 @@ func (s *Session) reliveBackings() {
 			s.liveBacking(n, b, id)
 		}
 		n.mu.Unlock()
+	}
+}
+
+// liveNeeded reports whether n's backing file needs a live record in a
+// new incarnation of the journal: the durable head may lack its content,
+// as a writer still has it open or it was written since its last ingest
+// (a staged file closed but not absorbed yet). Called with n.mu held.
+func (n *node) liveNeeded() bool {
+	b := n.data.backing
+	return b != nil && (b.opens > 0 || !n.ingestedAsIs())
+}
+
+// journalNext puts a next block into the journal before a flush moves the
+// head to generation gen: a next record, then a bind and a live record
+// (ids of the next incarnation) of every backing file that will need one
+// (liveNeeded). A crash after the head moved and before the journal's
+// reset leaves a journal of the old generation, whose records the head
+// holds, but not the bytes passthrough writers put into backing files a
+// partial flush does not absorb (an open staged file): a replay then
+// applies the block alone (replayJournal). Called with freeze held
+// exclusively.
+func (s *Session) journalNext(gen uint64) {
+	// Not journaling(): the flush set metaDirty for the changes it
+	// stores, which the next head holds; the block is for that head.
+	if s.journal == nil {
+		return
+	}
+	var block []journalRecord
+	id := uint64(rootJID)
+	for _, n := range s.backed.list() {
+		s.treeMu.Lock()
+		path, named := s.pathOf(n)
+		s.treeMu.Unlock()
+		n.mu.Lock()
+		if named && n.liveNeeded() {
+			id++
+			block = append(block, journalRecord{kind: recBind, id: id, path: path},
+				journalRecord{kind: recLive, id: id, data: []byte(n.data.backing.name)})
+		}
+		n.mu.Unlock()
+	}
+	if len(block) == 0 {
+		return
+	}
+	recs := append([]journalRecord{{kind: recNext, ver: gen, size: int64(len(block))}}, block...)
+	if err := s.journal.write(recs...); err != nil {
+		s.journalRefused(err)
 	}
 }
 

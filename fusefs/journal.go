@@ -858,7 +858,7 @@ func (s *Session) replayJournal(ctx context.Context, path string, salvage bool) 
 	}
 	defer unmap()
 	gen, format, start, err := journalHeader(b)
-	if err != nil || gen != s.gen {
+	if err != nil || gen != s.gen && gen+1 != s.gen {
 		return false, nil // empty, or stale: the head already moved past it
 	}
 	records, damage := readRecords(b, start, format)
@@ -872,7 +872,7 @@ func (s *Session) replayJournal(ctx context.Context, path string, salvage bool) 
 			return false, err
 		}
 	}
-	if len(records) == 0 {
+	if records = forHead(records, gen, s.gen); len(records) == 0 {
 		return false, nil
 	}
 	superseded := supersededRecords(records)
@@ -891,6 +891,32 @@ func (s *Session) replayJournal(ctx context.Context, path string, salvage bool) 
 		return false, fmt.Errorf("replay journal of %s: %w", s.name, err)
 	}
 	return true, nil
+}
+
+// forHead returns the records of a journal of head generation gen that
+// apply to the head of generation head: for its own head, every record
+// but the next blocks (journalNext), whose flush did not move the head;
+// for the head one flush later, which moved it and then crashed before
+// the journal's reset, the last block made for that head, alone (every
+// other record is in the head).
+func forHead(records []journalRecord, gen, head uint64) []journalRecord {
+	var own, block []journalRecord
+	for i := 0; i < len(records); i++ {
+		r := records[i]
+		if r.kind != recNext {
+			own = append(own, r)
+			continue
+		}
+		end := min(len(records), i+1+int(r.size))
+		if r.ver == head {
+			block = records[i+1 : end]
+		}
+		i = end - 1
+	}
+	if gen == head {
+		return own
+	}
+	return block
 }
 
 // supersededRecords marks the records of a file's content (writes,

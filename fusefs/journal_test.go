@@ -43,6 +43,7 @@ func journalTestRecords() []journalRecord {
 		{kind: recUnlive, id: 6},
 		{kind: recLive, id: 6, data: []byte("mx3-13")},
 		{kind: recDetach, id: 6},
+		{kind: recNext, ver: 43, size: 2},
 		{kind: recStage, id: 3, size: 10, data: []byte("12-345678")},
 	}
 }
@@ -139,6 +140,8 @@ func TestJournalBadRecords(t *testing.T) {
 		{kind: recUnlive, id: 2, data: []byte("x")},
 		{kind: recDetach, id: 2, data: []byte("x")},
 		{kind: recDetach, id: 0},
+		{kind: recNext, ver: 0, size: 1},
+		{kind: recNext, ver: 3, size: 0},
 		{kind: 0, id: 2},
 		{kind: 200, id: 2},
 	} {
@@ -446,4 +449,26 @@ func testJournal(t *testing.T) (*journal, func() (uint64, []journalRecord)) {
 		require.NoError(t, err)
 		return gen, recs
 	}
+}
+
+// TestForHead: a journal's next blocks (journalNext) are skipped by a
+// replay onto its own head, and onto the head one flush later only the
+// last block made for that head applies.
+func TestForHead(t *testing.T) {
+	w := func(id uint64) journalRecord {
+		return journalRecord{kind: recWrite, id: id, size: 1, data: []byte("x")}
+	}
+	next := func(gen uint64, n int64) journalRecord { return journalRecord{kind: recNext, ver: gen, size: n} }
+	recs := []journalRecord{w(2), next(8, 2), w(10), w(11), w(3), next(8, 1), w(12), w(4)}
+	ids := func(rs []journalRecord) []uint64 {
+		var out []uint64
+		for _, r := range rs {
+			out = append(out, r.id)
+		}
+		return out
+	}
+	require.Equal(t, []uint64{2, 3, 4}, ids(forHead(recs, 7, 7)), "its own head: every record but the blocks")
+	require.Equal(t, []uint64{12}, ids(forHead(recs, 7, 8)), "the next head: the last block for it")
+	require.Empty(t, forHead(recs[:1], 7, 8), "no block: nothing")
+	require.Equal(t, []uint64{10}, ids(forHead(recs[:3], 7, 8)), "a block cut short by the journal's end")
 }

@@ -33,6 +33,7 @@ const (
 	recLive                      // from here on, the content is what backing file data holds, whole
 	recUnlive                    // the backing file of the last live record was dropped: its content is final
 	recDetach                    // the backing file of the last live record was dropped: the records after give the content
+	recNext                      // the size records after are for the head of generation ver, should a flush move it there
 )
 
 const rootJID = 1
@@ -132,6 +133,8 @@ func (r *journalRecord) appendBody(out []byte) []byte {
 		out = r.attr.appendTo(uv(uv(out, r.id), r.ver))
 	case recLive, recUnlive, recDetach:
 		out = uv(out, r.id)
+	case recNext:
+		out = uv(uv(out, r.ver), uint64(r.size))
 	}
 	return append(out, r.data...)
 }
@@ -253,6 +256,9 @@ func decodeRecordV4(p []byte) (journalRecord, bool) {
 	case recLive, recUnlive, recDetach:
 		r.id = d.uvarint()
 		r.data = d.rest()
+	case recNext:
+		r.ver = d.uvarint()
+		r.size = int64(d.uvarint())
 	default:
 		return journalRecord{}, false
 	}
@@ -292,6 +298,8 @@ func (r *journalRecord) valid() bool {
 		return r.validNames()
 	case recAttr:
 		return r.id != 0 && r.attr.mode <= 0o7777
+	case recNext:
+		return r.ver != 0 && r.size > 0 && len(r.data) == 0
 	}
 	return false
 }

@@ -131,3 +131,36 @@ func TestUnlinkedFileKeepsJournal(t *testing.T) {
 	_, err = os.Stat(filepath.Join(m.Dir(), "tmp"))
 	require.True(t, os.IsNotExist(err), "the unlinked file is gone: %v", err)
 }
+
+// dieAfterCommit, in a durable daemon's store directory, makes it kill
+// itself once a flush has moved the head, before the journal's reset.
+const dieAfterCommit = "die-after-commit"
+
+// TestKillBetweenCommitAndReset: a daemon that dies after a flush moved
+// the head and before it reset the journal leaves a journal of the old
+// head, whose records the new head holds, but not the bytes of a staged
+// file still open, which a periodic flush does not absorb: the next
+// block (journalNext) brings them back.
+func TestKillBetweenCommitAndReset(t *testing.T) {
+	t.Parallel()
+	needStaging(t)
+	d := startDurable(t, "100ms")
+	out, err := os.OpenFile(filepath.Join(d.mnt, "out.log"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	require.NoError(t, err)
+	defer out.Close()
+	want := randBytes(5, 700<<10)
+	_, err = out.Write(want)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(d.storeDir, dieAfterCommit), nil, 0o600))
+	require.NoError(t, os.Mkdir(filepath.Join(d.mnt, "dirty"), 0o755)) // a change for the next flush
+	select {
+	case <-d.exited:
+	case <-time.After(time.Minute):
+		t.Fatal("the daemon did not die at the flush's commit")
+	}
+	require.NoError(t, unix.Unmount(d.mnt, unix.MNT_DETACH))
+
+	m := d.remount(t)
+	require.True(t, bytes.Equal(want, []byte(read(t, filepath.Join(m.Dir(), "out.log")))), "every byte of the open staged file")
+	require.DirExists(t, filepath.Join(m.Dir(), "dirty"), "the head the flush made")
+}
