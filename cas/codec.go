@@ -117,7 +117,10 @@ func decodeChunk(v []byte) ([]byte, error) {
 		if int64(len(payload)) != size {
 			return nil, fmt.Errorf("raw payload of %d bytes, header says %d", len(payload), size)
 		}
-		return append(make([]byte, 0, size), payload...), nil
+		// make and copy: the compiler then skips zeroing the new slice.
+		out := make([]byte, len(payload))
+		copy(out, payload)
+		return out, nil
 	default:
 		// The cap limit makes a lying header fail instead of allocating.
 		out, err := decoder().DecodeAll(payload, make([]byte, 0, size))

@@ -23,8 +23,12 @@ type chunkCache struct {
 	items   map[cas.Ref]cacheItem
 	loading map[cas.Ref]*load // GUARDED_BY(mu); fetches in flight
 
-	// ahead bounds the read-ahead fetches in flight.
-	ahead chan struct{}
+	// queue holds the read-ahead refs not yet fetched, oldest first, at
+	// most maxQueued; queued is the same as a set. fetchers is how many
+	// goroutines work through the queue, at most maxAhead.
+	queue    []cas.Ref            // GUARDED_BY(mu)
+	queued   map[cas.Ref]struct{} // GUARDED_BY(mu)
+	fetchers int                  // GUARDED_BY(mu)
 }
 
 // load is one fetch in flight; waiters block on done. remote is closed
@@ -50,9 +54,13 @@ func (e *remoteChunk) Unwrap() error { return e.err }
 
 // readAheadChunks is how many chunks past a sequential read are fetched in
 // the background (one kernel request's worth: MaxWrite), and maxAhead how
-// many such fetches run at once: two per core, so that one fetch's wait
-// for the disk overlaps another's hashing.
-const readAheadChunks = 16
+// many fetchers work through them at once: two per core, so that one
+// fetch's wait for the disk overlaps another's hashing. maxQueued bounds
+// the refs waiting for a fetcher: two requests and their read-ahead.
+const (
+	readAheadChunks = 16
+	maxQueued       = 4 * readAheadChunks
+)
 
 var maxAhead = max(4, 2*runtime.GOMAXPROCS(0))
 
@@ -68,30 +76,58 @@ func newChunkCache(store cas.Getter, maxEntries int) *chunkCache {
 		order:   list.New(),
 		items:   make(map[cas.Ref]cacheItem),
 		loading: make(map[cas.Ref]*load),
-		ahead:   make(chan struct{}, maxAhead),
+		queued:  make(map[cas.Ref]struct{}),
 	}
 }
 
-// prefetch fetches refs into the cache in the background, as far as the
-// read-ahead budget allows; errors are left for the real read to report.
+// prefetch queues refs to be fetched into the cache in the background, as
+// far as the queue has room, and starts fetchers for them; errors are left
+// for the real read to report. Every queued ref is fetched, so a request's
+// chunks are verified on every core, whatever the order the reader takes
+// them in: a ref the reader reached first is in the cache or in flight
+// when a fetcher comes to it, and skipped.
 func (c *chunkCache) prefetch(refs []cas.Ref) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, ref := range refs {
-		c.mu.Lock()
-		_, cached := c.items[ref]
-		_, inflight := c.loading[ref]
-		c.mu.Unlock()
-		if cached || inflight {
+		if len(c.queue) >= maxQueued {
+			break
+		}
+		if c.known(ref) {
 			continue
 		}
-		select {
-		case c.ahead <- struct{}{}:
-		default:
+		c.queue = append(c.queue, ref)
+		c.queued[ref] = struct{}{}
+	}
+	for c.fetchers < maxAhead && c.fetchers < len(c.queue) {
+		c.fetchers++
+		go c.fetch()
+	}
+}
+
+// known reports whether ref is cached, in flight or queued. Called with
+// c.mu held.
+func (c *chunkCache) known(ref cas.Ref) bool {
+	_, cached := c.items[ref]
+	_, inflight := c.loading[ref]
+	_, queued := c.queued[ref]
+	return cached || inflight || queued
+}
+
+// fetch works through the queue until it is empty.
+func (c *chunkCache) fetch() {
+	for {
+		c.mu.Lock()
+		if len(c.queue) == 0 {
+			c.fetchers--
+			c.mu.Unlock()
 			return
 		}
-		go func() {
-			defer func() { <-c.ahead }()
-			_, _ = c.get(context.Background(), ref)
-		}()
+		ref := c.queue[0]
+		c.queue = c.queue[1:]
+		delete(c.queued, ref)
+		c.mu.Unlock()
+		_, _ = c.get(context.Background(), ref)
 	}
 }
 
