@@ -136,9 +136,12 @@ func decodeChunk(v []byte) ([]byte, error) {
 
 // verifyChunk checks that plain hashes to ref, returning an error wrapping
 // ErrCorrupt if not.
-func verifyChunk(ref Ref, plain []byte) error {
-	if got := Sum(plain); got != ref {
-		return fmt.Errorf("chunk %s: content hashes to %s: %w", ref.Short(), got.Short(), ErrCorrupt)
+func verifyChunk(ref Ref, plain []byte) error { return verifySum(ref, Sum(plain)) }
+
+// verifySum is verifyChunk for a chunk whose hash is already computed.
+func verifySum(ref, sum Ref) error {
+	if sum != ref {
+		return fmt.Errorf("chunk %s: content hashes to %s: %w", ref.Short(), sum.Short(), ErrCorrupt)
 	}
 	return nil
 }

@@ -114,22 +114,70 @@ func (c *chunkCache) known(ref cas.Ref) bool {
 	return cached || inflight || queued
 }
 
-// fetch works through the queue until it is empty.
+// fetch works through the queue until it is empty, two chunks at a time:
+// the store verifies them together (cas.GetMany).
 func (c *chunkCache) fetch() {
 	for {
-		c.mu.Lock()
-		if len(c.queue) == 0 {
-			c.fetchers--
-			c.mu.Unlock()
+		refs, loads := c.claim(2)
+		if len(refs) == 0 {
 			return
 		}
+		c.loadMany(refs, loads)
+	}
+}
+
+// claim takes up to n refs off the queue that are neither cached nor in
+// flight, and puts them in flight. When the queue has none, the calling
+// fetcher is done.
+func (c *chunkCache) claim(n int) ([]cas.Ref, []*load) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var (
+		refs  []cas.Ref
+		loads []*load
+	)
+	for len(refs) < n && len(c.queue) > 0 {
 		ref := c.queue[0]
 		c.queue = c.queue[1:]
 		delete(c.queued, ref)
-		c.mu.Unlock()
-		_, _ = c.get(context.Background(), ref)
+		_, cached := c.items[ref]
+		_, inflight := c.loading[ref]
+		if cached || inflight {
+			continue
+		}
+		l := newLoad()
+		c.loading[ref] = l
+		refs, loads = append(refs, ref), append(loads, l)
+	}
+	if len(refs) == 0 {
+		c.fetchers--
+	}
+	return refs, loads
+}
+
+// loadMany is load for several refs at once, with a remote allowed: the
+// chunks the local store has are cached at once, then those only a remote
+// has are fetched one by one.
+func (c *chunkCache) loadMany(refs []cas.Ref, loads []*load) {
+	ctx := context.Background()
+	data, errs := cas.GetMany(cas.LocalOnly(ctx), c.store, refs)
+	var remote []int
+	for i, l := range loads {
+		if errors.Is(errs[i], cas.ErrNotLocal) {
+			close(l.remote)
+			remote = append(remote, i)
+			continue
+		}
+		l.data, l.err = data[i], errs[i]
+		c.finish(refs[i], l)
+	}
+	for _, i := range remote {
+		loads[i].data, loads[i].err = c.store.Get(ctx, refs[i])
+		c.finish(refs[i], loads[i])
 	}
 }
+
+func newLoad() *load { return &load{done: make(chan struct{}), remote: make(chan struct{})} }
 
 // get returns the plain bytes of ref; callers must not modify them. A
 // fetch already in flight for ref (a read-ahead) is joined, not repeated.
@@ -147,7 +195,7 @@ func (c *chunkCache) get(ctx context.Context, ref cas.Ref) ([]byte, error) {
 		}
 		l, joined := c.loading[ref]
 		if !joined {
-			l = &load{done: make(chan struct{}), remote: make(chan struct{})}
+			l = newLoad()
 			c.loading[ref] = l
 		}
 		c.mu.Unlock()
@@ -194,7 +242,12 @@ func (c *chunkCache) load(ctx context.Context, ref cas.Ref, l *load) {
 		close(l.remote)
 		l.data, l.err = c.store.Get(ctx, ref)
 	}
+	c.finish(ref, l)
+}
 
+// finish ends l, the fetch of ref: its chunk goes into the cache, and its
+// waiters wake.
+func (c *chunkCache) finish(ref cas.Ref, l *load) {
 	c.mu.Lock()
 	delete(c.loading, ref)
 	if l.err == nil {
