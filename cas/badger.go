@@ -219,6 +219,55 @@ func (s *BadgerStore) Get(ctx context.Context, ref Ref) ([]byte, error) {
 		return nil, err
 	}
 	defer s.end()
+	plain, err := s.getStored(ref)
+	if err != nil {
+		return nil, err
+	}
+	return s.verified(ref, plain, Sum(plain))
+}
+
+// GetMany implements ManyGetter: the chunks are read one by one and
+// verified two at a time (sum2).
+func (s *BadgerStore) GetMany(ctx context.Context, refs []Ref) ([][]byte, []error) {
+	data, errs := make([][]byte, len(refs)), make([]error, len(refs))
+	if err := ctxErr(ctx); err != nil {
+		return data, fill(errs, err)
+	}
+	if err := s.begin(); err != nil {
+		return data, fill(errs, err)
+	}
+	defer s.end()
+	for i, ref := range refs {
+		data[i], errs[i] = s.getStored(ref)
+	}
+	for i := 0; i < len(refs); i += 2 {
+		if i+1 == len(refs) || errs[i] != nil || errs[i+1] != nil {
+			for j := i; j < min(i+2, len(refs)); j++ {
+				if errs[j] == nil {
+					data[j], errs[j] = s.verified(refs[j], data[j], Sum(data[j]))
+				}
+			}
+			continue
+		}
+		sa, sb := sum2(data[i], data[i+1])
+		data[i], errs[i] = s.verified(refs[i], data[i], sa)
+		data[i+1], errs[i+1] = s.verified(refs[i+1], data[i+1], sb)
+	}
+	return data, errs
+}
+
+// fill sets every element of errs to err and returns errs.
+func fill(errs []error, err error) []error {
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+// getStored reads and decodes ref's stored form, unverified: the plain
+// bytes, or an error wrapping ErrNotFound or ErrCorrupt (a stored form
+// that does not decode).
+func (s *BadgerStore) getStored(ref Ref) ([]byte, error) {
 	var (
 		plain          []byte
 		err, decodeErr error
@@ -243,7 +292,13 @@ func (s *BadgerStore) Get(ctx context.Context, ref Ref) ([]byte, error) {
 		s.suspect.add(ref)
 		return nil, corruptErr(ref, decodeErr)
 	}
-	if err := verifyChunk(ref, plain); err != nil {
+	return plain, nil
+}
+
+// verified returns plain if sum, its hash, is ref; else an error wrapping
+// ErrCorrupt, and ref is suspect.
+func (s *BadgerStore) verified(ref Ref, plain []byte, sum Ref) ([]byte, error) {
+	if err := verifySum(ref, sum); err != nil {
 		s.suspect.add(ref)
 		return nil, err
 	}

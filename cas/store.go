@@ -46,6 +46,29 @@ type Getter interface {
 	Get(ctx context.Context, ref Ref) ([]byte, error)
 }
 
+// ManyGetter is a Getter that also returns several chunks in one call:
+// data[i] and errs[i] are what Get(ctx, refs[i]) returns, each chunk
+// checked against its ref. A store implements it when reading chunks
+// together costs less than one by one (BadgerStore verifies them in
+// pairs, sum2).
+type ManyGetter interface {
+	Getter
+	GetMany(ctx context.Context, refs []Ref) (data [][]byte, errs []error)
+}
+
+// GetMany returns refs' chunks through g's GetMany if it has one, else
+// through Get for each.
+func GetMany(ctx context.Context, g Getter, refs []Ref) ([][]byte, []error) {
+	if m, ok := g.(ManyGetter); ok {
+		return m.GetMany(ctx, refs)
+	}
+	data, errs := make([][]byte, len(refs)), make([]error, len(refs))
+	for i, ref := range refs {
+		data[i], errs[i] = g.Get(ctx, ref)
+	}
+	return data, errs
+}
+
 // Putter stores data under Sum(data) and returns that ref. A put is not
 // durable until Sync (or a durable batch commit) returns.
 type Putter interface {

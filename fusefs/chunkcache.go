@@ -23,8 +23,12 @@ type chunkCache struct {
 	items   map[cas.Ref]cacheItem
 	loading map[cas.Ref]*load // GUARDED_BY(mu); fetches in flight
 
-	// ahead bounds the read-ahead fetches in flight.
-	ahead chan struct{}
+	// queue holds the read-ahead refs not yet fetched, oldest first, at
+	// most maxQueued; queued is the same as a set. fetchers is how many
+	// goroutines work through the queue, at most maxAhead.
+	queue    []cas.Ref            // GUARDED_BY(mu)
+	queued   map[cas.Ref]struct{} // GUARDED_BY(mu)
+	fetchers int                  // GUARDED_BY(mu)
 }
 
 // load is one fetch in flight; waiters block on done. remote is closed
@@ -50,9 +54,13 @@ func (e *remoteChunk) Unwrap() error { return e.err }
 
 // readAheadChunks is how many chunks past a sequential read are fetched in
 // the background (one kernel request's worth: MaxWrite), and maxAhead how
-// many such fetches run at once: two per core, so that one fetch's wait
-// for the disk overlaps another's hashing.
-const readAheadChunks = 16
+// many fetchers work through them at once: two per core, so that one
+// fetch's wait for the disk overlaps another's hashing. maxQueued bounds
+// the refs waiting for a fetcher: two requests and their read-ahead.
+const (
+	readAheadChunks = 16
+	maxQueued       = 4 * readAheadChunks
+)
 
 var maxAhead = max(4, 2*runtime.GOMAXPROCS(0))
 
@@ -68,32 +76,108 @@ func newChunkCache(store cas.Getter, maxEntries int) *chunkCache {
 		order:   list.New(),
 		items:   make(map[cas.Ref]cacheItem),
 		loading: make(map[cas.Ref]*load),
-		ahead:   make(chan struct{}, maxAhead),
+		queued:  make(map[cas.Ref]struct{}),
 	}
 }
 
-// prefetch fetches refs into the cache in the background, as far as the
-// read-ahead budget allows; errors are left for the real read to report.
+// prefetch queues refs to be fetched into the cache in the background, as
+// far as the queue has room, and starts fetchers for them; errors are left
+// for the real read to report. Every queued ref is fetched, so a request's
+// chunks are verified on every core, whatever the order the reader takes
+// them in: a ref the reader reached first is in the cache or in flight
+// when a fetcher comes to it, and skipped.
 func (c *chunkCache) prefetch(refs []cas.Ref) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, ref := range refs {
-		c.mu.Lock()
+		if len(c.queue) >= maxQueued {
+			break
+		}
+		if c.known(ref) {
+			continue
+		}
+		c.queue = append(c.queue, ref)
+		c.queued[ref] = struct{}{}
+	}
+	for c.fetchers < maxAhead && c.fetchers < len(c.queue) {
+		c.fetchers++
+		go c.fetch()
+	}
+}
+
+// known reports whether ref is cached, in flight or queued. Called with
+// c.mu held.
+func (c *chunkCache) known(ref cas.Ref) bool {
+	_, cached := c.items[ref]
+	_, inflight := c.loading[ref]
+	_, queued := c.queued[ref]
+	return cached || inflight || queued
+}
+
+// fetch works through the queue until it is empty, two chunks at a time:
+// the store verifies them together (cas.GetMany).
+func (c *chunkCache) fetch() {
+	for {
+		refs, loads := c.claim(2)
+		if len(refs) == 0 {
+			return
+		}
+		c.loadMany(refs, loads)
+	}
+}
+
+// claim takes up to n refs off the queue that are neither cached nor in
+// flight, and puts them in flight. When the queue has none, the calling
+// fetcher is done.
+func (c *chunkCache) claim(n int) ([]cas.Ref, []*load) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var (
+		refs  []cas.Ref
+		loads []*load
+	)
+	for len(refs) < n && len(c.queue) > 0 {
+		ref := c.queue[0]
+		c.queue = c.queue[1:]
+		delete(c.queued, ref)
 		_, cached := c.items[ref]
 		_, inflight := c.loading[ref]
-		c.mu.Unlock()
 		if cached || inflight {
 			continue
 		}
-		select {
-		case c.ahead <- struct{}{}:
-		default:
-			return
+		l := newLoad()
+		c.loading[ref] = l
+		refs, loads = append(refs, ref), append(loads, l)
+	}
+	if len(refs) == 0 {
+		c.fetchers--
+	}
+	return refs, loads
+}
+
+// loadMany is load for several refs at once, with a remote allowed: the
+// chunks the local store has are cached at once, then those only a remote
+// has are fetched one by one.
+func (c *chunkCache) loadMany(refs []cas.Ref, loads []*load) {
+	ctx := context.Background()
+	data, errs := cas.GetMany(cas.LocalOnly(ctx), c.store, refs)
+	var remote []int
+	for i, l := range loads {
+		if errors.Is(errs[i], cas.ErrNotLocal) {
+			close(l.remote)
+			remote = append(remote, i)
+			continue
 		}
-		go func() {
-			defer func() { <-c.ahead }()
-			_, _ = c.get(context.Background(), ref)
-		}()
+		l.data, l.err = data[i], errs[i]
+		c.finish(refs[i], l)
+	}
+	for _, i := range remote {
+		loads[i].data, loads[i].err = c.store.Get(ctx, refs[i])
+		c.finish(refs[i], loads[i])
 	}
 }
+
+func newLoad() *load { return &load{done: make(chan struct{}), remote: make(chan struct{})} }
 
 // get returns the plain bytes of ref; callers must not modify them. A
 // fetch already in flight for ref (a read-ahead) is joined, not repeated.
@@ -111,7 +195,7 @@ func (c *chunkCache) get(ctx context.Context, ref cas.Ref) ([]byte, error) {
 		}
 		l, joined := c.loading[ref]
 		if !joined {
-			l = &load{done: make(chan struct{}), remote: make(chan struct{})}
+			l = newLoad()
 			c.loading[ref] = l
 		}
 		c.mu.Unlock()
@@ -158,7 +242,12 @@ func (c *chunkCache) load(ctx context.Context, ref cas.Ref, l *load) {
 		close(l.remote)
 		l.data, l.err = c.store.Get(ctx, ref)
 	}
+	c.finish(ref, l)
+}
 
+// finish ends l, the fetch of ref: its chunk goes into the cache, and its
+// waiters wake.
+func (c *chunkCache) finish(ref cas.Ref, l *load) {
 	c.mu.Lock()
 	delete(c.loading, ref)
 	if l.err == nil {

@@ -615,6 +615,10 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 	if m.conn, err = connOf(real); err != nil {
 		// Close can then only wait for a busy mount's users to leave.
 		m.log.Warn("connection of the mount unknown", "mount", real, "err", err)
+	} else if os.Geteuid() == 0 {
+		if err := setReadAhead(m.conn); err != nil {
+			m.log.Warn("mount keeps the kernel's read-ahead window", "mount", real, "err", err)
+		}
 	}
 	return m, nil
 }
@@ -725,7 +729,7 @@ func (e *Engine) fsOptions(s *Session, opts MountOptions, rootIno uint64) *fs.Op
 			// drop to the daemon (acl.go).
 			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_NO_OPENDIR_SUPPORT | fuse.CAP_DONT_MASK | fuse.CAP_SETXATTR_EXT,
 			EnableAcl:         true,
-			MaxReadAhead:      1 << 20,
+			MaxReadAhead:      readAheadBytes,
 			Options:           mopts,
 			Debug:             opts.Debug,
 			// go-fuse recovers a panic in a handler and answers EIO; its

@@ -100,6 +100,11 @@ func (r *Recorder) CorruptForTest(ref cas.Ref) error {
 	return c.CorruptForTest(ref)
 }
 
+// GetMany passes through to the store's (cas.GetMany).
+func (r *Recorder) GetMany(ctx context.Context, refs []cas.Ref) ([][]byte, []error) {
+	return cas.GetMany(ctx, r.Store, refs)
+}
+
 // Unwrap returns the wrapped store.
 func (r *Recorder) Unwrap() cas.Store { return r.Store }
 

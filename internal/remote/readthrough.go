@@ -172,6 +172,20 @@ func (t *ReadThrough) Get(ctx context.Context, ref cas.Ref) ([]byte, error) {
 	return data, nil
 }
 
+// GetMany implements cas.ManyGetter: the chunks the local store gives
+// (verified together, as it does), and for each it fails, what Get gives.
+func (t *ReadThrough) GetMany(ctx context.Context, refs []cas.Ref) ([][]byte, []error) {
+	data, errs := cas.GetMany(ctx, t.Store, refs)
+	for i, ref := range refs {
+		if errs[i] == nil {
+			t.readAhead(ref)
+		} else if ctx.Err() == nil {
+			data[i], errs[i] = t.Get(ctx, ref)
+		}
+	}
+	return data, errs
+}
+
 // HasMany reports a ref as present if the local store holds it or it is a
 // chunk of a hinted tree: a pulled snapshot's record on the remote implies
 // the remote holds all its chunks, which Get then fetches on demand.
