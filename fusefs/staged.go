@@ -478,8 +478,8 @@ func holdStaged(b *backing) bool {
 // from the store, which verifies and copies every chunk (cold reads,
 // SeqReadJustWritten). It is the same file, with the same trust, as the
 // staging file a reader reads before the absorb: bytes the daemon hashed
-// as it took them, with no name but for an fsync's journal record, in the
-// store's own directory. Any change of the file makes it an ordinary
+// as it took them, under a name only the daemon uses, in the store's own
+// directory. Any change of the file makes it an ordinary
 // staged file again (a writer's open, which the daemon then takes over, a
 // truncate, which unstages it), and the next absorb makes it kept again.
 //
