@@ -5,7 +5,6 @@ package fusefs
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"syscall"
 
@@ -184,12 +183,5 @@ func mountFlags(o *fuse.MountOptions, noAtime bool) {
 		o.DirectMountFlags = syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOATIME
 	default:
 		o.Options = append(slices.Clip(o.Options), "noatime")
-	}
-}
-
-// noAtime makes f's reads leave its atime, where the file allows it.
-func noAtime(f *os.File) {
-	if fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0); err == nil {
-		_, _ = unix.FcntlInt(f.Fd(), unix.F_SETFL, fl|unix.O_NOATIME)
 	}
 }

@@ -111,7 +111,7 @@
 //	               a replay takes the content from it    with bytes not yet ingested)
 //	               (liveBacking); every reset records
 //	               the files still live again
-//	               (reliveBackings), and a drop puts the
+//	               (resetJournal), and a drop puts the
 //	               content of a small file into the
 //	               journal (dropRecords)
 //	wild           as an appender (a writer's open       the same
@@ -227,9 +227,10 @@
 // by its content, whole, and goes back to the pool, keeping its name: a
 // replay reads nothing from a recycled file. Any other gets an unlive
 // record (the replay reads it then) and is closed, its name removed at the
-// next reset. A reset records every file still live again
-// (reliveBackings), and a journal filling past half asks the periodic
-// flush goroutine for a flush at once (flushSoon). Before a flush moves
+// next reset. A reset records every file still live again, as the new
+// incarnation's first records, written with its header (resetJournal), and
+// a journal filling past half asks the periodic flush goroutine for a
+// flush at once (flushSoon). Before a flush moves
 // the head it appends a next block for that head (journalNext): a load
 // after a crash between the head's move and the reset finds a journal of
 // the old head, and applies that block alone (forHead).
@@ -470,8 +471,10 @@
 //     and takes journal.mu only after freeze shared and treeMu. A drop
 //     journals the file's content under node.mu (dropRecords); the
 //     absorber recycles a staging file with no lock held. A reset, with
-//     freeze held exclusively, finds each live file's id under treeMu,
-//     then records it under node.mu (reliveBackings). A background spill and a
+//     freeze held exclusively, finds each live file's path under treeMu
+//     and its state under node.mu (liveFiles), writes the records under
+//     journal.mu alone, then sets the ids under treeMu and node.mu
+//     (resetJournal). A background spill and a
 //     preflush take freeze shared for one step of 8 MiB at a time
 //     (spillInSteps), then each file's node.mu in turn. The goroutines
 //     that use the store for a session start only while it is open

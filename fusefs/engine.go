@@ -859,12 +859,15 @@ func (e *Engine) syncLocked(ctx context.Context, s *Session, all bool) (err erro
 		// directory after its file, or of a file nobody wrote, costs nothing.
 		// The flush set metaDirty for its stores, which the head holds.
 		s.dirtyMu.Lock()
+		wasDirty := s.metaDirty
 		s.metaDirty = false
 		s.dirtyMu.Unlock()
 		// Staging files dropped by this flush go now: the journal can
 		// start afresh, since every record in it is in the head (such as
 		// a backing file's drop, which changes nothing the head holds).
-		if s.journal != nil && (s.backed.hasStale() || s.journal.holds()) {
+		// After a change the journal did not take, files opened since
+		// have no live record: the reset gives them one.
+		if s.journal != nil && (wasDirty || s.backed.hasStale() || s.journal.holds()) {
 			return s.resetJournal(s.gen)
 		}
 		return nil
@@ -872,7 +875,7 @@ func (e *Engine) syncLocked(ctx context.Context, s *Session, all bool) (err erro
 	// Should the daemon die between this commit and the journal's reset,
 	// the journal is of the old head: what it needs for the new one goes
 	// into it first.
-	s.journalNext(s.gen + 1)
+	s.journalNext(s.gen+1, false)
 	h, err := e.cat.SetRoot(ctx, s.name, s.gen, root, true)
 	if err != nil {
 		return fmt.Errorf("record flushed root of %s: %w", s.name, err)
@@ -921,7 +924,7 @@ func (e *Engine) Capture(ctx context.Context, session, msg string, handles map[s
 	// The head the capture wrote has the generation the session's next
 	// flush expects. Between it and the journal's reset, the journal is of
 	// the old head (journalNext).
-	s.journalNext(s.gen + 1)
+	s.journalNext(s.gen+1, false)
 	snap, id, h, err := e.cat.CaptureHead(ctx, session, root, msg, handles)
 	if err != nil {
 		return nil, "", err
@@ -1007,6 +1010,9 @@ func (e *Engine) Restore(ctx context.Context, session, spec string) error {
 	}
 
 	s.freeze.Lock()
+	// The restored tree is another: no live file of this one goes into
+	// it, and no block an earlier flush wrote may be taken for its head.
+	s.journalNext(s.gen+1, true)
 	h, err := e.cat.Restore(ctx, session, id)
 	if err != nil {
 		s.freeze.Unlock()

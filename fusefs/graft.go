@@ -237,6 +237,7 @@ func (e *Engine) changeHead(ctx context.Context, session string, change func() (
 	if err := e.syncLocked(ctx, s, true); err != nil {
 		return nil, err
 	}
+	s.journalNext(s.gen+1, false) // the tree stays as it is
 	head, err := change()
 	if err != nil {
 		return nil, err

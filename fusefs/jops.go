@@ -208,6 +208,9 @@ func (c *change) commit() {
 	for _, n := range c.mark {
 		c.s.markChanged(n)
 	}
+	if c.ok {
+		c.s.flushSoon()
+	}
 	if !c.ok && !c.moot {
 		c.s.dirtyMu.Lock()
 		c.s.metaDirty = true
@@ -220,8 +223,8 @@ func (c *change) commit() {
 // names it already: the bytes writers pass through to b, which the daemon
 // never sees, then survive a crash of the daemon, as a replay takes the
 // file's content from b, whole. An appender's and a staged file's get one
-// when a writer opens them, and every file still live gets one after a
-// reset (reliveBackings). A file that cannot be so recorded (id 0: n has
+// when a writer opens them, and every file still live gets one at a reset
+// (resetJournal). A file that cannot be so recorded (id 0: n has
 // no name) sets metaDirty (see change.commit). Called with n.mu held.
 func (s *Session) liveBacking(n *node, b *backing, id uint64) {
 	if !s.journaling() || s.liveNow(b) {
@@ -241,29 +244,42 @@ func (s *Session) liveNow(b *backing) bool {
 	return b.jid != 0 && s.journal != nil && s.journal.incarnation() == b.jinc
 }
 
-// reliveBackings gives every backing file whose content the durable head
-// may lack a live record in the journal just reset: a file a writer still
-// has open, or one written since its last ingest (a staged file closed
-// but not absorbed yet). The reset dropped the records that named them.
-// Called with freeze held exclusively.
-func (s *Session) reliveBackings() {
-	if !s.journaling() {
-		return
-	}
+// liveBackingFile is a backing file that needs a live record in a new
+// incarnation of the journal (liveNeeded), with its node's path.
+type liveBackingFile struct {
+	n    *node
+	b    *backing
+	path string
+}
+
+// liveFiles returns the backing files that need a live record in a new
+// incarnation of the journal, and their nodes' paths. Called with freeze
+// held exclusively.
+func (s *Session) liveFiles() []liveBackingFile {
+	var out []liveBackingFile
 	for _, n := range s.backed.list() {
+		s.treeMu.Lock()
+		path, named := s.pathOf(n)
+		s.treeMu.Unlock()
 		n.mu.Lock()
-		need := n.liveNeeded()
-		n.mu.Unlock()
-		if !need {
-			continue
-		}
-		id := s.lockedJID(n)
-		n.mu.Lock()
-		if b := n.data.backing; b != nil && id != 0 {
-			s.liveBacking(n, b, id)
+		if named && n.liveNeeded() {
+			out = append(out, liveBackingFile{n: n, b: n.data.backing, path: path})
 		}
 		n.mu.Unlock()
 	}
+	return out
+}
+
+// liveBlock returns a bind and a live record of each file, with journal
+// ids from 2 on, as the first records of an incarnation.
+func liveBlock(files []liveBackingFile) []journalRecord {
+	recs := make([]journalRecord, 0, 2*len(files))
+	for i, f := range files {
+		id := uint64(rootJID + 1 + i)
+		recs = append(recs, journalRecord{kind: recBind, id: id, path: f.path},
+			journalRecord{kind: recLive, id: id, data: []byte(f.b.name)})
+	}
+	return recs
 }
 
 // liveNeeded reports whether n's backing file needs a live record in a
@@ -275,37 +291,26 @@ func (n *node) liveNeeded() bool {
 	return b != nil && (b.opens > 0 || !n.ingestedAsIs())
 }
 
-// journalNext puts a next block into the journal before a flush moves the
-// head to generation gen: a next record, then a bind and a live record
-// (ids of the next incarnation) of every backing file that will need one
-// (liveNeeded). A crash after the head moved and before the journal's
-// reset leaves a journal of the old generation, whose records the head
-// holds, but not the bytes passthrough writers put into backing files a
-// partial flush does not absorb (an open staged file): a replay then
-// applies the block alone (replayJournal). Called with freeze held
-// exclusively.
-func (s *Session) journalNext(gen uint64) {
-	// Not journaling(): the flush set metaDirty for the changes it
-	// stores, which the next head holds; the block is for that head.
+// journalNext puts a next block into the journal before the head moves
+// to generation gen: a next record, then a bind and a live record (ids of
+// the next incarnation) of every backing file that will need one
+// (liveFiles), or none with empty set (a restore, whose tree is another).
+// A crash after the head moved and before the journal's reset leaves a
+// journal of the old generation, whose records the head holds, but not
+// the bytes passthrough writers put into backing files a partial flush
+// does not absorb (an open staged file): a replay then applies the last
+// block for its head alone (forHead). The next record goes in even with
+// no file, so that no block an earlier move wrote, whose commit failed,
+// is taken for this one's. Called with freeze held exclusively.
+func (s *Session) journalNext(gen uint64, empty bool) {
+	// Not journaling(): a flush set metaDirty for the changes it stores,
+	// which the next head holds; the block is for that head.
 	if s.journal == nil {
 		return
 	}
 	var block []journalRecord
-	id := uint64(rootJID)
-	for _, n := range s.backed.list() {
-		s.treeMu.Lock()
-		path, named := s.pathOf(n)
-		s.treeMu.Unlock()
-		n.mu.Lock()
-		if named && n.liveNeeded() {
-			id++
-			block = append(block, journalRecord{kind: recBind, id: id, path: path},
-				journalRecord{kind: recLive, id: id, data: []byte(n.data.backing.name)})
-		}
-		n.mu.Unlock()
-	}
-	if len(block) == 0 {
-		return
+	if !empty {
+		block = liveBlock(s.liveFiles())
 	}
 	recs := append([]journalRecord{{kind: recNext, ver: gen, size: int64(len(block))}}, block...)
 	if err := s.journal.write(recs...); err != nil {

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -32,9 +33,10 @@ const (
 	// journalMaxBytes bounds a journal; past it, fsync flushes instead.
 	// Once it is half full, the periodic flush goroutine flushes the
 	// session (flushSoon). It holds every byte written since the durable
-	// head (staged files' too, as they are dropped: dropRecords), so it
-	// bounds the unflushed bytes of a burst: an untar of Go's source tree
-	// (about 120 MB) fits in its first half.
+	// head, or a live record of the file that holds it (small files' bytes
+	// go into it as they are dropped: dropRecords), so it bounds the
+	// unflushed bytes of a burst: an untar of Go's source tree (about 120
+	// MB) fits in its first half.
 	journalMaxBytes = 256 << 20
 	// journalGrow is the step in which the file is preallocated; a reset
 	// gives back what a burst made it grow past journalKeep.
@@ -84,6 +86,9 @@ type journal struct {
 	// inc counts resets: a journal id (jops.go) names a node within one
 	// incarnation. lastID is the last id given in it.
 	inc, lastID uint64
+	// half is set while the journal holds more than half of what it can
+	// take (filling); read without mu.
+	half atomic.Bool
 }
 
 // incarnation returns the journal's incarnation (see inc).
@@ -105,11 +110,7 @@ func (j *journal) holds() bool {
 
 // filling reports whether the journal holds more than half of what it
 // can take.
-func (j *journal) filling() bool {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.size > journalMaxBytes/2
-}
+func (j *journal) filling() bool { return j.half.Load() }
 
 // newID gives out a journal id of this incarnation.
 func (j *journal) newID() (id, inc uint64) {
@@ -271,31 +272,52 @@ func newNonce() uint64 {
 // need not be durable: a stale journal is recognised by its generation,
 // and the next fdatasync carries the header with the first record.
 func (j *journal) reset(gen uint64) error {
+	_, err := j.resetWith(gen, nil)
+	return err
+}
+
+// resetWith is reset with recs (liveBlock's, ids from 2 on) as the first
+// records of the new incarnation, written right after its header, and
+// returns the incarnation. A reset that gives back what a burst made the
+// file grow comes after both: the old journal's tail may hold the next
+// block (journalNext) a crash before the header's write would need.
+func (j *journal) resetWith(gen uint64, recs []journalRecord) (uint64, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	nonce := newNonce()
 	j.inc++
-	j.lastID = rootJID
-	if j.f == nil {
-		// Parked: the header goes to the file when it is reopened.
-		j.size, j.gen, j.nonce = int64(journalHeaderLen), gen, nonce
-		j.unsynced, j.full = false, false
-		return nil
-	}
-	if j.alloc > journalKeep {
-		if err := j.f.Truncate(journalGrow); err != nil {
-			return fmt.Errorf("reset journal: %w", err)
-		}
-		j.alloc = journalGrow
-	}
-	hdr := encodeJournalHeader(gen, nonce)
-	if _, err := j.f.WriteAt(hdr, 0); err != nil {
-		return fmt.Errorf("reset journal: %w", err)
-	}
-	j.size, j.gen, j.nonce = int64(len(hdr)), gen, nonce
-	j.alloc = max(j.alloc, j.size)
+	j.lastID = rootJID + uint64(len(recs)/2)
 	j.unsynced, j.full = false, false
-	return nil
+	j.half.Store(false)
+	if j.f == nil {
+		// Parked: the header goes to the file when it is reopened (put).
+		j.size, j.gen, j.nonce = int64(journalHeaderLen), gen, nonce
+	} else {
+		hdr := encodeJournalHeader(gen, nonce)
+		if _, err := j.f.WriteAt(hdr, 0); err != nil {
+			return j.inc, fmt.Errorf("reset journal: %w", err)
+		}
+		j.size, j.gen, j.nonce = int64(len(hdr)), gen, nonce
+		j.alloc = max(j.alloc, j.size)
+	}
+	if len(recs) > 0 {
+		j.buf = j.buf[:0]
+		for i := range recs {
+			j.buf = recs[i].appendTo(j.buf, j.nonce)
+		}
+		if err := j.put(j.buf); err != nil {
+			return j.inc, fmt.Errorf("reset journal: %w", err)
+		}
+		j.unsynced = true
+	}
+	if j.f != nil && j.alloc > journalKeep {
+		keep := max(journalGrow, (j.size+journalGrow-1)/journalGrow*journalGrow)
+		if err := j.f.Truncate(keep); err != nil {
+			return j.inc, fmt.Errorf("reset journal: %w", err)
+		}
+		j.alloc = keep
+	}
+	return j.inc, nil
 }
 
 // recordFormat is how a journal's records are encoded.
@@ -393,6 +415,7 @@ func (j *journal) put(buf []byte) error {
 		return fmt.Errorf("append to journal: %w", err)
 	}
 	j.size = end
+	j.half.Store(j.size > journalMaxBytes/2)
 	return nil
 }
 
@@ -816,6 +839,7 @@ func (s *Session) logWrite(n *node, id uint64, data []byte, off int64, attrs boo
 		return false, true
 	}
 	s.markChanged(n)
+	s.flushSoon()
 	return true, false
 }
 

@@ -141,7 +141,7 @@ func TestJournalBadRecords(t *testing.T) {
 		{kind: recDetach, id: 2, data: []byte("x")},
 		{kind: recDetach, id: 0},
 		{kind: recNext, ver: 0, size: 1},
-		{kind: recNext, ver: 3, size: 0},
+		{kind: recNext, ver: 3, size: 1, data: []byte("x")},
 		{kind: 0, id: 2},
 		{kind: 200, id: 2},
 	} {
@@ -471,4 +471,9 @@ func TestForHead(t *testing.T) {
 	require.Equal(t, []uint64{12}, ids(forHead(recs, 7, 8)), "the next head: the last block for it")
 	require.Empty(t, forHead(recs[:1], 7, 8), "no block: nothing")
 	require.Equal(t, []uint64{10}, ids(forHead(recs[:3], 7, 8)), "a block cut short by the journal's end")
+	// A block whose commit failed, then a move with no live file: its
+	// empty block is the one that counts.
+	failed := []journalRecord{w(2), next(8, 2), w(10), w(11), w(3), next(8, 0), w(4)}
+	require.Empty(t, forHead(failed, 7, 8), "the last block for the head, empty")
+	require.Equal(t, []uint64{2, 3, 4}, ids(forHead(failed, 7, 7)))
 }

@@ -299,7 +299,7 @@ func (r *journalRecord) valid() bool {
 	case recAttr:
 		return r.id != 0 && r.attr.mode <= 0o7777
 	case recNext:
-		return r.ver != 0 && r.size > 0 && len(r.data) == 0
+		return r.ver != 0 && r.size >= 0 && len(r.data) == 0
 	}
 	return false
 }

@@ -1342,11 +1342,17 @@ func (n *node) detachBacking() (dispose func()) {
 }
 
 // closeBackings closes every backing file (the session is going away).
-// With clean set (the journal is empty: the final flush made everything
-// durable) it also removes their names, but for files a writer may still
-// reach (sealed at shutdown: their names keep them sealed until the next
-// load, sealBackingDir); otherwise the next load replays and removes them.
+// With clean set (the final flush made everything durable) and a journal
+// that holds no record (none reads a backing file: a live record of a
+// file still open, or one a late absorb made, would), it also removes
+// their names, but for files a writer may still reach (sealed at
+// shutdown: their names keep them sealed until the next load,
+// sealBackingDir); otherwise the next load replays and removes them.
 func (s *Session) closeBackings(clean bool) {
+	// The absorber first: it may still drop a file, and journal it.
+	s.workers.close()
+	s.workers.wait()
+	clean = clean && (s.journal == nil || !s.journal.holds())
 	var names []string
 	for _, n := range s.backed.list() {
 		n.mu.Lock()
@@ -1360,13 +1366,12 @@ func (s *Session) closeBackings(clean bool) {
 		n.mu.Unlock()
 	}
 	s.backed.clear()
-	s.workers.close()
 	for _, sp := range s.spares.close() {
 		sp.f.Close()
 		names = append(names, sp.name)
 	}
-	s.workers.wait()
 	if clean {
-		s.removeBackingNames(append(names, s.backed.takeStale()...))
+		names = append(names, s.backed.takeStale()...)
 	}
+	s.removeBackingNames(names)
 }

@@ -307,15 +307,36 @@ func (s *Session) flushSoon() {
 }
 
 // resetJournal empties s's journal, whose every record the durable head
-// at generation gen holds, removes the backing files no record names any
-// more, and gives the files still live a record in the new incarnation.
-// Called with freeze held exclusively.
+// at generation gen holds, gives the backing files still live (liveFiles)
+// a live record as the new incarnation's first records, written with its
+// header (the reset dropped the records that named them), and removes the
+// backing files no record names any more. Called with freeze held
+// exclusively.
 func (s *Session) resetJournal(gen uint64) error {
-	if err := s.journal.reset(gen); err != nil {
+	var files []liveBackingFile
+	if s.journaling() {
+		files = s.liveFiles()
+	}
+	inc, err := s.journal.resetWith(gen, liveBlock(files))
+	if err != nil {
+		// The files have no live record: the next flush stores them.
+		s.dirtyMu.Lock()
+		s.metaDirty = true
+		s.dirtyMu.Unlock()
 		return err
 	}
+	s.treeMu.Lock()
+	for i, f := range files {
+		id := uint64(rootJID + 1 + i)
+		f.n.mu.Lock()
+		f.n.jid, f.n.jinc = id, inc
+		if f.n.data.backing == f.b {
+			f.b.jid, f.b.jinc = id, inc
+		}
+		f.n.mu.Unlock()
+	}
+	s.treeMu.Unlock()
 	s.removeStaleBackings()
-	s.reliveBackings()
 	return nil
 }
 

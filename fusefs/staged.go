@@ -458,7 +458,6 @@ func (s *Session) absorbQueued(ctx context.Context, q *queuedAbsorb) bool {
 		// The next flush tries again, and reports it.
 		s.log.Warn("absorb a staged file", "session", s.name, "err", err)
 	}
-	s.flushSoon() // each drop put the file's content into the journal
 	return true
 }
 

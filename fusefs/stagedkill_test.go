@@ -16,7 +16,7 @@ import (
 // the kernel passes through to staging files the daemon never reads
 // until it absorbs them, survive a kill -9 of the daemon, never fsynced
 // (liveBacking, dropRecords): a `cmd > file` still open, written before
-// and after the journal was reset by a flush (reliveBackings); an
+// and after the journal was reset by a flush (resetJournal); an
 // appender held open across the same reset; and a tree of small files
 // written as tar writes them, closed, whose staging files the absorber
 // recycled for the next files (so a replay must not read a recycled

@@ -57,7 +57,7 @@ func TestSessionState(t *testing.T) {
 	require.True(t, st.LastFlush.After(loaded), "%v after %v", st.LastFlush, loaded)
 	// The kernel sends RELEASE after close returns: a staged file released
 	// after the capture is marked for the next flush to look at again, and
-	// while it is open the journal holds its live record (reliveBackings).
+	// while it is open the journal holds its live record (resetJournal).
 	for deadline := time.Now().Add(5 * time.Second); (st.DirtyEntries > 0 || st.JournalBytes > 0) && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 		require.NoError(t, e.Sync(ctx, "s"))
