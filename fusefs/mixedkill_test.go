@@ -29,7 +29,9 @@ import (
 // whose periodic flush resets the journal every 300 ms.
 func TestKillMixedWriters(t *testing.T) {
 	t.Parallel()
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("kill times drawn with seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 9))
 	d := startDurable(t, "300ms")
 	var last *mixedWriters
 	for round := range 3 {
