@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/internal/daemon"
@@ -109,9 +111,33 @@ func newEnv(t *testing.T) *env {
 		if t.Failed() && e.logs != nil {
 			t.Logf("daemon log:\n%s", e.logs.String())
 		}
+		// Backing files a restarted daemon sealed (chattr +i) stay until
+		// its next start: the temporary directory could not go.
+		unsealUnder(filepath.Join(e.root, "backing"))
 	})
 	return e
 }
+
+// unsealUnder clears the immutable flag of every file under dir.
+func unsealUnder(dir string) {
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return nil
+		}
+		defer f.Close()
+		if flags, err := unix.IoctlGetUint32(int(f.Fd()), unix.FS_IOC_GETFLAGS); err == nil && flags&fsImmutableFL != 0 {
+			_ = unix.IoctlSetPointerInt(int(f.Fd()), unix.FS_IOC_SETFLAGS, int(flags&^fsImmutableFL))
+		}
+		return nil
+	})
+}
+
+// fsImmutableFL is FS_IMMUTABLE_FL of linux/fs.h (chattr +i).
+const fsImmutableFL = 0x10
 
 func (e *env) socket() string { return filepath.Join(e.root, daemon.SocketName) }
 
