@@ -249,9 +249,7 @@ func (r *ring) fail(err error) {
 		for _, s := range m.reads {
 			s.endOne()
 		}
-		for _, e := range m.done {
-			e.srv.endOne()
-		}
+		// m.done: entries the slots above ended already.
 		if m.stop {
 			return
 		}
@@ -343,7 +341,7 @@ func (r *ring) armRead(e *entry) {
 	*(*uint64)(unsafe.Pointer(&s[32])) = uint64(e.slot) + 1
 }
 
-// mail takes the ring's mail: entries served by goroutines are
+// takeMail takes the ring's mail: entries served by goroutines are
 // committed, new mounts' entries registered, new mounts' /dev/fuse read.
 func (r *ring) takeMail(res int32) {
 	if res < 0 && res != -int32(syscall.EINTR) && res != -int32(syscall.EAGAIN) {
