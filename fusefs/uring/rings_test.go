@@ -1,6 +1,7 @@
 package uring
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -285,4 +286,91 @@ func pinToOneCPU(t *testing.T) {
 	set.Zero()
 	set.Set(cpu)
 	require.NoError(t, unix.SchedSetaffinity(0, &set))
+}
+
+// TestRingsMountChurn: mounts made and unmounted, two at a time, while
+// other mounts serve a steady stream of requests: the others see no
+// error, and every mount made serves.
+func TestRingsMountChurn(t *testing.T) {
+	skipWithoutURing(t)
+	steady := []loopMount{mountLoopback(t), mountLoopback(t)}
+	stop := make(chan struct{})
+	errs := make(chan error, len(steady))
+	for i, m := range steady {
+		go func() {
+			p := filepath.Join(m.dir, "steady")
+			var err error
+			for n := 0; err == nil; n++ {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				want := fmt.Sprintf("%d-%d", i, n)
+				if err = os.WriteFile(p, []byte(want), 0o644); err == nil {
+					var got []byte
+					got, err = os.ReadFile(p)
+					if err == nil && string(got) != want {
+						err = fmt.Errorf("read %q, wrote %q", got, want)
+					}
+				}
+			}
+			errs <- err
+		}()
+	}
+	var churn sync.WaitGroup
+	churned := make(chan error, 2)
+	for range 2 {
+		churn.Add(1)
+		go func() {
+			defer churn.Done()
+			var err error
+			for n := 0; n < 5 && err == nil; n++ {
+				err = mountOnce(t)
+			}
+			churned <- err
+		}()
+	}
+	churn.Wait()
+	close(stop)
+	for range steady {
+		require.NoError(t, <-errs)
+	}
+	require.NoError(t, <-churned)
+	require.NoError(t, <-churned)
+}
+
+// mountOnce mounts a loopback, writes and reads a file through it and
+// unmounts it, from any goroutine.
+func mountOnce(t *testing.T) error {
+	under, dir := t.TempDir(), t.TempDir()
+	root, err := fs.NewLoopbackRoot(under)
+	if err != nil {
+		return err
+	}
+	opts := &fs.Options{MountOptions: fuse.MountOptions{FsName: "uringtest", Name: "uringtest", MaxWrite: 1 << 20}}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	server, us, err := Mount(dir, fs.NewNodeFS(root, opts), &opts.MountOptions, log)
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(dir, "churn")
+	err = os.WriteFile(p, []byte("churn"), 0o644)
+	if err == nil {
+		var got []byte
+		if got, err = os.ReadFile(p); err == nil && string(got) != "churn" {
+			err = fmt.Errorf("read %q, wrote %q", got, "churn")
+		}
+	}
+	if err == nil && !us.Active() {
+		err = fmt.Errorf("%s: not served over io_uring", dir)
+	}
+	if uerr := us.Unmount(); uerr != nil {
+		_ = syscall.Unmount(dir, syscall.MNT_DETACH)
+		err = errors.Join(err, uerr)
+	}
+	server.Wait()
+	us.Wait()
+	return err
 }
