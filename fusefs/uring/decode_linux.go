@@ -197,8 +197,8 @@ func noReply(st fuse.Status) (int, fuse.Status) { return 0, st }
 type handler func(s *Server, r request) (int, fuse.Status)
 
 // handlers are the handlers by opcode; a missing one answers ENOSYS.
-// No handler has a cancel channel (nil): the kernel is told at its first
-// INTERRUPT that the connection has none (Server.devRequest).
+// No handler has a cancel channel (nil): an INTERRUPT is answered ENOSYS
+// (Server.devRequest).
 var handlers = [...]handler{
 	opLookup: func(s *Server, r request) (int, fuse.Status) {
 		return named(r, func(n string) (int, fuse.Status) {

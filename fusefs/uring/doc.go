@@ -42,8 +42,8 @@
 // does not run while the rings serve the connection: a ring reads the
 // descriptor (IORING_OP_READ, which the kernel polls, on a descriptor made
 // non-blocking), passes FORGETs on to the file system and answers an
-// INTERRUPT ENOSYS, so that the kernel sends no more (no handler can be
-// interrupted). Serve runs once the connection has ended and the rings
+// INTERRUPT ENOSYS (no handler can be interrupted; the kernel finds no
+// /dev/fuse request of that number and drops the answer). Serve runs once the connection has ended and the rings
 // hold nothing of it, to close the descriptor and tell the file system;
 // or at once, if the kernel refused a REGISTER and went back to
 // /dev/fuse. The rings decode every other request from their buffers and

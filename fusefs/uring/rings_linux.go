@@ -465,9 +465,10 @@ const (
 )
 
 // devRequest serves a request read from /dev/fuse: FORGETs go to the
-// file system; an INTERRUPT is answered ENOSYS, which tells the kernel to
-// send no more (no handler of the rings can be interrupted: see
-// handlers); anything else, which the kernel sends through the rings,
+// file system; an INTERRUPT is answered ENOSYS, as no handler of the rings
+// can be interrupted (see handlers; the kernel looks the request up among
+// those it sent through /dev/fuse, finds none and drops the answer with
+// ENOENT); anything else, which the kernel sends through the rings,
 // ENOSYS as well.
 func (s *Server) devRequest(b []byte) {
 	if len(b) < inHeaderSize {

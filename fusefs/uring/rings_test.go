@@ -3,6 +3,7 @@ package uring
 import (
 	"errors"
 	"fmt"
+	stdlog "log"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -31,12 +32,23 @@ type loopMount struct {
 
 func mountLoopback(t *testing.T) loopMount {
 	t.Helper()
+	return mountWrapped(t, fuse.MountOptions{}, func(raw fuse.RawFileSystem) fuse.RawFileSystem { return raw }, nil)
+}
+
+// mountWrapped mounts wrap of go-fuse's loopback of a new directory, with
+// mo's options (names and MaxWrite set here), logging the rings' messages
+// to log (stderr if nil). The cleanup detaches a mount still busy.
+func mountWrapped(t *testing.T, mo fuse.MountOptions, wrap func(fuse.RawFileSystem) fuse.RawFileSystem, log *slog.Logger) loopMount {
+	t.Helper()
 	under, dir := t.TempDir(), t.TempDir()
 	root, err := fs.NewLoopbackRoot(under)
 	require.NoError(t, err)
-	opts := &fs.Options{MountOptions: fuse.MountOptions{FsName: "uringtest", Name: "uringtest", MaxWrite: 1 << 20}}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	server, us, err := Mount(dir, fs.NewNodeFS(root, opts), &opts.MountOptions, log)
+	mo.FsName, mo.Name, mo.MaxWrite = "uringtest", "uringtest", 1<<20
+	opts := &fs.Options{MountOptions: mo}
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	server, us, err := Mount(dir, wrap(fs.NewNodeFS(root, opts)), &opts.MountOptions, log)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		if err := us.Unmount(); err != nil {
@@ -178,20 +190,11 @@ func (f *forgetFS) Forget(node, nlookup uint64) {
 // /dev/fuse alone, reach the file system through the ring that reads it.
 func TestRingsForget(t *testing.T) {
 	skipWithoutURing(t)
-	under, dir := t.TempDir(), t.TempDir()
-	root, err := fs.NewLoopbackRoot(under)
-	require.NoError(t, err)
-	opts := &fs.Options{MountOptions: fuse.MountOptions{FsName: "uringtest", Name: "uringtest", MaxWrite: 1 << 20}}
-	ffs := &forgetFS{RawFileSystem: fs.NewNodeFS(root, opts)}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	server, us, err := Mount(dir, ffs, &opts.MountOptions, log)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = us.Unmount()
-		server.Wait()
-		us.Wait()
-	})
-	require.True(t, us.Active(), "every entry registered")
+	ffs := &forgetFS{}
+	dir := mountWrapped(t, fuse.MountOptions{}, func(raw fuse.RawFileSystem) fuse.RawFileSystem {
+		ffs.RawFileSystem = raw
+		return ffs
+	}, nil).dir
 	// An unlinked file's inode leaves the kernel's cache once closed: the
 	// kernel forgets it.
 	for i := range 20 {
@@ -238,21 +241,12 @@ func TestRingsFsyncShared(t *testing.T) {
 		t.Skipf("ring threads are not pinned on a host with %d CPUs (%v)", n, err)
 	}
 	pinToOneCPU(t)
-	under, dir := t.TempDir(), t.TempDir()
-	root, err := fs.NewLoopbackRoot(under)
-	require.NoError(t, err)
 	// Without passthrough, so that an FSYNC reaches the ring.
-	opts := &fs.Options{MountOptions: fuse.MountOptions{FsName: "uringtest", Name: "uringtest", MaxWrite: 1 << 20, DisabledCapabilities: fuse.CAP_PASSTHROUGH}}
-	tfs := &tidFS{RawFileSystem: fs.NewNodeFS(root, opts)}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	server, us, err := Mount(dir, tfs, &opts.MountOptions, log)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = us.Unmount()
-		server.Wait()
-		us.Wait()
-	})
-	require.True(t, us.Active(), "every entry registered")
+	tfs := &tidFS{}
+	dir := mountWrapped(t, fuse.MountOptions{DisabledCapabilities: fuse.CAP_PASSTHROUGH}, func(raw fuse.RawFileSystem) fuse.RawFileSystem {
+		tfs.RawFileSystem = raw
+		return tfs
+	}, nil).dir
 	f, err := os.Create(filepath.Join(dir, "f"))
 	require.NoError(t, err)
 	defer f.Close()
@@ -373,4 +367,82 @@ func mountOnce(t *testing.T) error {
 	server.Wait()
 	us.Wait()
 	return err
+}
+
+// blockFS holds every FALLOCATE (served by a goroutine) until release
+// is closed, telling entered when one arrives.
+type blockFS struct {
+	fuse.RawFileSystem
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (f *blockFS) Fallocate(c <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
+	f.entered <- struct{}{}
+	<-f.release
+	return f.RawFileSystem.Fallocate(c, in)
+}
+
+// syncBuffer is a log sink the test reads while the rings write it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestRingsInterrupt: a signal to a thread waiting for a request makes
+// the kernel send an INTERRUPT through /dev/fuse, which the ring reading
+// it answers; the request still gets the file system's answer (no
+// EINTR), and the mount goes on serving.
+func TestRingsInterrupt(t *testing.T) {
+	skipWithoutURing(t)
+	var logs syncBuffer
+	bfs := &blockFS{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	// Without passthrough, so that the FALLOCATE reaches the ring.
+	mo := fuse.MountOptions{Debug: true, Logger: stdlog.New(&logs, "", 0), DisabledCapabilities: fuse.CAP_PASSTHROUGH}
+	m := mountWrapped(t, mo, func(raw fuse.RawFileSystem) fuse.RawFileSystem {
+		bfs.RawFileSystem = raw
+		return bfs
+	}, slog.New(slog.NewTextHandler(&logs, nil)))
+	dir := m.dir
+	// Before the unmount (cleanups run last first): a test that failed
+	// must not leave the FALLOCATE holding the mount.
+	release := sync.OnceFunc(func() { close(bfs.release) })
+	t.Cleanup(release)
+	f, err := os.Create(filepath.Join(dir, "f"))
+	require.NoError(t, err)
+	defer f.Close()
+
+	fd := int(f.Fd())
+	tids := make(chan int, 1)
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tids <- unix.Gettid()
+		done <- unix.Fallocate(fd, 0, 0, 4096)
+	}()
+	tid := <-tids
+	<-bfs.entered
+	// SIGURG: the Go runtime's own, which it ignores but for preemption.
+	require.NoError(t, unix.Tgkill(os.Getpid(), tid, unix.SIGURG))
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(logs.String(), `msg="fuse request on /dev/fuse answered ENOSYS" op=36 `) {
+		require.True(t, time.Now().Before(deadline), "no INTERRUPT answered; log:\n%s", logs.String())
+		time.Sleep(10 * time.Millisecond)
+	}
+	release()
+	require.NoError(t, <-done, "the interrupted FALLOCATE")
+	useMount(t, m, "after")
 }
