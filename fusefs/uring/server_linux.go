@@ -121,6 +121,7 @@ type Server struct {
 	unmounted bool // GUARDED_BY(unmountMu)
 }
 
+// paddedCount is a counter on a cache line of its own.
 type paddedCount struct {
 	n atomic.Int64
 	_ [56]byte
