@@ -2,17 +2,21 @@ package fusefs
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/fusefs/uring"
 	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/internal/testkit/threadtest"
 )
 
 // TestURingServes mounts over FUSE over io_uring and checks that the
@@ -72,5 +76,89 @@ func TestURingServes(t *testing.T) {
 	us := m.uring
 	require.Greater(t, us.Served(), int64(20))
 	require.NoError(t, m.Unmount())
-	us.Wait() // returns once every ring thread has ended
+	us.Wait() // returns once the rings have let go of the mount
+}
+
+// TestURingMountsShareRings: the engine's mounts over io_uring share the
+// process's ring threads: with one mount or six, the threads that wait
+// for the kernel are the rings' (one a CPU, in io_uring_enter), none
+// waits on a mount's /dev/fuse, and the process gains less than a thread
+// a mount. Aborting one mount's connection ends that mount alone; the
+// others go on serving.
+func TestURingMountsShareRings(t *testing.T) {
+	if _, err := hostURing.read(); err != nil {
+		t.Skipf("no FUSE over io_uring here: %v", err)
+	}
+	if os.Getenv("HOMEFS_FUSE_URING") == "0" {
+		t.Skip("HOMEFS_FUSE_URING=0")
+	}
+	rings, err := uring.RingThreads()
+	require.NoError(t, err)
+	store := cas.NewMemory()
+	e := New(store, catalog.New(store), Options{
+		StoreDir: t.TempDir(),
+		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		URing:    URingOn,
+	})
+	t.Cleanup(func() { require.NoError(t, e.Close(context.Background())) })
+	settled := func() {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			inEnter, onDev, err := threadtest.Waiting()
+			require.NoError(t, err)
+			if inEnter == rings && onDev == 0 {
+				return
+			}
+			require.True(t, time.Now().Before(deadline), "%d threads wait in io_uring_enter and %d on /dev/fuse; want %d and 0", inEnter, onDev, rings)
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	use := func(m *Mount, name string) {
+		t.Helper()
+		p := filepath.Join(m.Dir(), name)
+		require.NoError(t, os.WriteFile(p, []byte(name), 0o644))
+		got, err := os.ReadFile(p)
+		require.NoError(t, err)
+		require.Equal(t, name, string(got))
+	}
+
+	mounts := []*Mount{MountForTest(t, e, "s0", "", MountOptions{})}
+	use(mounts[0], "a")
+	settled()
+	before, err := threadtest.Threads()
+	require.NoError(t, err)
+	for i := 1; i < 6; i++ {
+		m := MountForTest(t, e, fmt.Sprintf("s%d", i), "", MountOptions{})
+		require.Equal(t, "io_uring", m.Transport())
+		use(m, "a")
+		mounts = append(mounts, m)
+	}
+	settled()
+	after, err := threadtest.Threads()
+	require.NoError(t, err)
+	require.Less(t, after-before, len(mounts)-1, "threads with 1 mount: %d, with %d: %d", before, len(mounts), after)
+
+	gone := mounts[2]
+	require.NotEmpty(t, gone.conn)
+	require.NoError(t, os.WriteFile(filepath.Join(fusectlDir, gone.conn, "abort"), []byte("1"), 0o200))
+	ended := make(chan struct{})
+	go func() {
+		gone.uring.Wait()
+		gone.server.Wait()
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the aborted mount's servers did not end")
+	}
+	_, err = os.ReadDir(gone.Dir())
+	require.ErrorIs(t, err, unix.ENOTCONN)
+	for i, m := range mounts {
+		if m != gone {
+			use(m, fmt.Sprintf("after%d", i))
+		}
+	}
+	settled()
 }

@@ -174,11 +174,12 @@ const goMaxThreads = 10000
 
 // threadLimit is the thread limit the daemon sets, given the kernel's
 // (kernel.threads-max): the kernel's when it is higher than Go's default,
-// else 0 (leave it). Threads grow with mounts: each mount's go-fuse
-// readers wait in read(2) on /dev/fuse and its ring threads in
-// io_uring_enter, a thread each (docs/DEPLOY.md, Scale), so at a thousand
-// mounts on a host with many CPUs Go's default would end the daemon
-// long before the kernel or the unit's TasksMax refuse a thread.
+// else 0 (leave it). Threads grow with mounts over /dev/fuse: each
+// mount's go-fuse readers wait in read(2), a thread each (docs/DEPLOY.md,
+// Scale; over io_uring the daemon's ring threads serve every mount), so
+// at a thousand mounts on a host with many CPUs Go's default would end
+// the daemon long before the kernel or the unit's TasksMax refuse a
+// thread.
 func threadLimit(threadsMax string) int {
 	n, err := strconv.Atoi(strings.TrimSpace(threadsMax))
 	if err != nil || n <= goMaxThreads {

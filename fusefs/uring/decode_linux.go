@@ -197,8 +197,8 @@ func noReply(st fuse.Status) (int, fuse.Status) { return 0, st }
 type handler func(s *Server, r request) (int, fuse.Status)
 
 // handlers are the handlers by opcode; a missing one answers ENOSYS.
-// Interrupts reach go-fuse, not the ring, so no handler has a cancel
-// channel (nil).
+// No handler has a cancel channel (nil): an INTERRUPT is answered ENOSYS
+// (Server.devRequest).
 var handlers = [...]handler{
 	opLookup: func(s *Server, r request) (int, fuse.Status) {
 		return named(r, func(n string) (int, fuse.Status) {

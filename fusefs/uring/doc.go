@@ -13,14 +13,18 @@
 //
 // # Terms
 //
-//   - Queue: the kernel's requests from one CPU.
+//   - Queue: the kernel's requests from one CPU, for one connection.
 //   - Entry: one buffer pair registered on a queue (the 288-byte
 //     fuse_uring_req_header and a payload of max_write), outside the Go
 //     heap; queueDepth of them per queue, each holding one request at a
-//     time.
-//   - Ring thread (ring): one io_uring, the entries of the queues it
-//     serves (its own CPU's, or several when the host has more CPUs than
-//     maxThreads), and a goroutine locked to its thread that serves them.
+//     time. A mount's entries, and the buffer its /dev/fuse is read into,
+//     are one mapping, touched only as far as requests fill it.
+//   - Ring thread (ring): one io_uring, and a goroutine locked to its
+//     thread that serves it. The process has one a CPU (several CPUs a
+//     ring past maxThreads), shared by every mount (the pool): a ring
+//     holds the entries of its CPU's queue of every connection, and the
+//     /dev/fuse reads of some of them. The ring threads start with the
+//     first mount and end once the last has.
 //   - Inline, deferred: a request is served on the ring thread, or handed
 //     to a goroutine that gives the entry back through the ring's eventfd
 //     (deferred: large writes and requests that may wait long). A READ,
@@ -30,16 +34,33 @@
 //
 // # Design
 //
-// go-fuse owns the connection: Mount opens /dev/fuse and mounts the
-// directory itself (go-fuse cannot hand over its descriptor), gives
-// go-fuse the descriptor as /dev/fd/N, and go-fuse answers INIT, FORGET
-// and INTERRUPT, which the kernel never sends through a ring. The rings
-// decode every other request from their buffers and call the same
-// fuse.RawFileSystem, so both transports share one implementation of
-// every operation. The rings are built before the mount: once INIT has
-// agreed to io_uring, the kernel holds every request until all queues are
-// registered, so no part may fail after it; a REGISTER the kernel refuses
-// sends the connection back to /dev/fuse (Server.Active says which).
+// go-fuse answers INIT: Mount opens /dev/fuse and mounts the directory
+// itself (go-fuse cannot hand over its descriptor), gives go-fuse the
+// descriptor as /dev/fd/N, and fuse.NewServer reads and answers INIT.
+// go-fuse's Serve, which would wait in read(2) on a thread of its own for
+// the FORGET and INTERRUPT that the kernel never sends through a ring,
+// does not run while the rings serve the connection: a ring reads the
+// descriptor (IORING_OP_READ, which the kernel polls, on a descriptor made
+// non-blocking), passes FORGETs on to the file system and answers an
+// INTERRUPT ENOSYS (no handler can be interrupted; the kernel finds no
+// /dev/fuse request of that number and drops the answer). Serve runs once the connection has ended and the rings
+// hold nothing of it, to close the descriptor and tell the file system;
+// or at once, if the kernel refused a REGISTER and went back to
+// /dev/fuse. The rings decode every other request from their buffers and
+// call the same fuse.RawFileSystem, so both transports share one
+// implementation of every operation. The entries are built before the
+// mount: once INIT has agreed to io_uring, the kernel holds every request
+// until all queues are registered, so no part may fail after it.
+//
+// Nothing in the kernel ties a connection to one io_uring
+// (fs/fuse/dev_uring.c): a command finds its connection by the file it
+// names and its queue by the qid it carries; the kernel completes a
+// request on the task that submitted the command (the ring thread), into
+// the buffers that REGISTER named; and ending a connection (unmount,
+// abort) completes that connection's commands alone, with ENOTCONN. A
+// command names the descriptor itself, not a registered file: it stays
+// open until every command of it has come back, since go-fuse closes it
+// only in Serve.
 //
 // The decoder (decode_linux.go) is a table of handlers by opcode.
 // go-fuse's only seam for another transport, the experimental
@@ -55,7 +76,8 @@
 // # Files
 //
 //	ioring_linux.go   the io_uring ABI: setup, submission and completion
-//	server_linux.go   the rings: buffers, registration, the ring threads
+//	server_linux.go   a mount's part: its buffers, registration, its end
+//	rings_linux.go    the ring threads, shared by every mount; /dev/fuse
 //	sched_linux.go    the ring threads' scheduling policy (SCHED_BATCH)
 //	decode_linux.go   a request to a RawFileSystem call and its reply
 //	mount_linux.go    Mount and the Server's exported methods
@@ -68,8 +90,12 @@
 //
 // # Locks
 //
-// ring.mu is a leaf: it guards a ring's entries finished by goroutines and
-// its eventfd, which a goroutine writes and the ring thread closes under
-// it. Everything else of a ring (its io_uring, its entries' state) belongs
-// to the ring thread alone. Server.unmountMu guards the Unmount once.
+// ringPool.mu guards starting and stopping the ring threads; it is
+// taken before a ring's mu (release posts the stop). ring.mu is a leaf:
+// it guards a ring's mail (entries finished by goroutines, mounts to
+// register or read, the stop) and its eventfd, which a poster writes and
+// the ring thread closes under it. Everything else of a ring (its
+// io_uring, its slots, its entries' state) belongs to the ring thread
+// alone. Server.regMu guards the first REGISTER refused, Server.unmountMu
+// the Unmount once.
 package uring

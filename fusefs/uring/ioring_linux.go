@@ -16,8 +16,6 @@ const (
 	ioringEnterGetEvents = 1 << 0
 	ioringFeatSingleMmap = 1 << 0
 	ioringOpRead         = 22
-	ioringRegisterFiles  = 2
-	iosqeFixedFile       = 1 << 0
 	ioringOpURingCmd     = 46
 	ioringOffSQRing      = 0
 	ioringOffCQRing      = 0x8000000
@@ -61,8 +59,8 @@ type ioURingParams struct {
 	CqOff                                                                  ioCQRingOffsets
 }
 
-func newIORing(entries uint32) (*ioRing, error) {
-	p := ioURingParams{Flags: ioringSetupSQE128 | ioringSetupCQSize, CqEntries: 2 * entries}
+func newIORing(entries, cqEntries uint32) (*ioRing, error) {
+	p := ioURingParams{Flags: ioringSetupSQE128 | ioringSetupCQSize, CqEntries: cqEntries}
 	fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, uintptr(entries), uintptr(unsafe.Pointer(&p)), 0)
 	if errno != 0 {
 		return nil, fmt.Errorf("io_uring_setup: %w", errno)
@@ -112,13 +110,14 @@ func (r *ioRing) close() {
 	unix.Close(r.fd)
 }
 
-// sqe returns the next submission entry, zeroed. The ring is never full:
-// it has a slot for each entry and the eventfd read, and each has at most
-// one command outstanding.
+// sqe returns the next submission entry, zeroed. A full submission
+// queue is submitted first.
 func (r *ioRing) sqe() []byte {
 	tail := *r.sqTail
 	if tail-atomic.LoadUint32(r.sqHead) >= r.sqN {
-		panic("fuse ring: submission queue full")
+		if err := r.enter(false); err != nil || tail-atomic.LoadUint32(r.sqHead) >= r.sqN {
+			panic(fmt.Sprintf("fuse ring: submission queue full (%v)", err))
+		}
 	}
 	i := tail & r.sqMask
 	s := r.sqeMem[int(i)*sqeSize : int(i+1)*sqeSize]
@@ -150,18 +149,15 @@ func (r *ioRing) enter(wait bool) error {
 	}
 }
 
-// cqe is a completion: the user data of its submission and the result.
-type cqe struct {
-	userData uint64
-	res      int32
-}
-
-// reap calls fn for each completion.
+// reap calls fn for each completion, giving its slot back to the kernel
+// first (fn may submit, and the kernel complete, more).
 func (r *ioRing) reap(fn func(userData uint64, res int32)) {
 	head := *r.cqHead
-	for tail := atomic.LoadUint32(r.cqTail); head != tail; head++ {
+	for tail := atomic.LoadUint32(r.cqTail); head != tail; {
 		c := r.cqMem[r.cqOff+(head&r.cqMask)*cqeSize:]
-		fn(*(*uint64)(unsafe.Pointer(&c[0])), *(*int32)(unsafe.Pointer(&c[8])))
+		ud, res := *(*uint64)(unsafe.Pointer(&c[0])), *(*int32)(unsafe.Pointer(&c[8]))
+		head++
+		atomic.StoreUint32(r.cqHead, head)
+		fn(ud, res)
 	}
-	atomic.StoreUint32(r.cqHead, head)
 }

@@ -11,8 +11,8 @@ import (
 )
 
 // Mount mounts dir itself (go-fuse cannot hand over the /dev/fuse
-// descriptor the rings need) and serves raw at it: go-fuse on /dev/fuse
-// for INIT, FORGET and INTERRUPT, the rings for the rest. opts are
+// descriptor the rings need) and serves raw at it: go-fuse answers INIT,
+// the process's rings serve the rest, FORGET and INTERRUPT included. opts are
 // go-fuse's, MaxWrite set (it sizes the ring buffers); log gets what goes
 // wrong on the rings (every request too with opts.Debug). An error leaves
 // nothing mounted. A REGISTER the kernel refuses is no error: the mount is
@@ -23,7 +23,7 @@ func Mount(dir string, raw fuse.RawFileSystem, opts *fuse.MountOptions, log *slo
 	if err != nil {
 		return nil, nil, err
 	}
-	us.debug, us.dir = mo.Debug, dir
+	us.debug, us.dir, us.forget = mo.Debug, dir, !mo.RememberInodes
 	started := false
 	defer func() {
 		if !started {
@@ -67,7 +67,10 @@ func Mount(dir string, raw fuse.RawFileSystem, opts *fuse.MountOptions, log *slo
 		syscall.Close(fd)
 		return nil, nil, fmt.Errorf("mount: %w", err)
 	}
-	// go-fuse serves a descriptor it is given as /dev/fd/N.
+	// go-fuse serves a descriptor it is given as /dev/fd/N. NewServer
+	// answers INIT; its Serve, which reads /dev/fuse on a thread of its
+	// own, runs only if the rings do not serve the connection, or once it
+	// has ended (Server.finish).
 	mo.DirectMount, mo.DirectMountStrict = false, false
 	mo.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
 	server, err := fuse.NewServer(raw, fmt.Sprintf("/dev/fd/%d", fd), &mo)
@@ -76,15 +79,10 @@ func Mount(dir string, raw fuse.RawFileSystem, opts *fuse.MountOptions, log *slo
 		syscall.Close(fd)
 		return nil, nil, err
 	}
-	go server.Serve()
-	if err := server.WaitMount(); err != nil {
-		_ = syscall.Unmount(dir, syscall.MNT_DETACH)
-		server.Wait()
-		return nil, nil, err
-	}
+	us.fuse = server
 	// Registration waits for go-fuse to answer INIT. A REGISTER the kernel
-	// refuses turns the connection back to /dev/fuse, which go-fuse serves:
-	// the mount works either way.
+	// refuses turns the connection back to /dev/fuse, which go-fuse then
+	// serves: the mount works either way.
 	started = true
 	if err := us.start(fd); err != nil {
 		log.Warn("FUSE over io_uring refused; serving over /dev/fuse", "mount", dir, "err", err)
@@ -93,6 +91,14 @@ func Mount(dir string, raw fuse.RawFileSystem, opts *fuse.MountOptions, log *slo
 		log.Warn("poll hack", "mount", dir, "err", err)
 	}
 	return server, us, nil
+}
+
+// RingThreads is how many ring threads the process runs while it serves
+// a mount over io_uring, however many mounts: one a possible CPU, at most
+// maxThreads.
+func RingThreads() (int, error) {
+	n, err := possibleCPUs()
+	return min(n, maxThreads), err
 }
 
 // Active reports whether the kernel sends the connection's requests
@@ -118,12 +124,13 @@ func (s *Server) Unmount() error {
 // Served counts the requests answered through the rings.
 func (s *Server) Served() int64 {
 	var n int64
-	for _, r := range s.rings {
-		n += r.served.Load()
+	for i := range s.served {
+		n += s.served[i].n.Load()
 	}
 	return n
 }
 
-// Wait waits for every ring thread to end, which they do once the
-// connection has ended.
-func (s *Server) Wait() { s.wg.Wait() }
+// Wait waits for the connection to end and the rings to let go of the
+// mount: every command they had out for it has come back. The ring
+// threads themselves end with the last mount.
+func (s *Server) Wait() { <-s.ended }

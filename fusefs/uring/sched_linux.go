@@ -38,7 +38,7 @@ import (
 func (r *ring) startBatch() bool {
 	a, err := unix.SchedGetAttr(0, 0)
 	if err != nil {
-		r.srv.log("fuse ring thread: scheduling policy", "err", err)
+		r.log("fuse ring thread: scheduling policy", "err", err)
 		return false
 	}
 	r.nice, r.policy = a.Nice, a.Policy
@@ -61,7 +61,7 @@ func (r *ring) settle() {
 	// given again.
 	a := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: want, Nice: r.nice}
 	if err := unix.SchedSetAttr(0, &a, 0); err != nil {
-		r.srv.log("fuse ring thread: scheduling policy", "policy", want, "err", err)
+		r.log("fuse ring thread: scheduling policy", "policy", want, "err", err)
 		r.batch = false
 		return
 	}

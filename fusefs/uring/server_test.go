@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -148,14 +147,9 @@ func TestServeOffRing(t *testing.T) {
 // TestURingMount serves go-fuse's loopback file system through Mount, with
 // no homefs above it: the kernel's requests come through the rings, what
 // was written reaches the directory underneath, Unmount does nothing the
-// second time, and the ring threads end with the connection.
+// second time, and the rings let go of the mount once it has ended.
 func TestURingMount(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("Mount mounts itself, as root")
-	}
-	if b, err := os.ReadFile("/sys/module/fuse/parameters/enable_uring"); err != nil || strings.TrimSpace(string(b)) != "Y" {
-		t.Skipf("the kernel does not offer FUSE over io_uring here (enable_uring: %q, %v)", b, err)
-	}
+	skipWithoutURing(t)
 	under, dir := t.TempDir(), t.TempDir()
 	root, err := fs.NewLoopbackRoot(under)
 	require.NoError(t, err)
@@ -185,7 +179,7 @@ func TestURingMount(t *testing.T) {
 	require.NoError(t, us.Unmount())
 	require.NoError(t, us.Unmount(), "a second Unmount does nothing")
 	server.Wait()
-	us.Wait() // returns once every ring thread has ended
+	us.Wait() // returns once the rings hold nothing of the mount's
 	got, err = os.ReadFile(filepath.Join(under, "d", "b"))
 	require.NoError(t, err)
 	require.Equal(t, "hello", string(got))
@@ -223,12 +217,7 @@ func (p *policyFS) Fallocate(c <-chan struct{}, in *fuse.FallocateIn) fuse.Statu
 // SCHED_BATCH, but as SCHED_NORMAL after a WRITE and while a request of
 // it is out with a goroutine.
 func TestRingThreadBatch(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("Mount mounts itself, as root")
-	}
-	if b, err := os.ReadFile("/sys/module/fuse/parameters/enable_uring"); err != nil || strings.TrimSpace(string(b)) != "Y" {
-		t.Skipf("the kernel does not offer FUSE over io_uring here (enable_uring: %q, %v)", b, err)
-	}
+	skipWithoutURing(t)
 	if n, err := possibleCPUs(); err != nil || n > maxThreads {
 		t.Skipf("ring threads are not pinned on a host with %d CPUs (%v)", n, err)
 	}
