@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -131,14 +132,24 @@ func (r *ioRing) sqe() []byte {
 // enter submits the queued SQEs and, when wait is set, waits for a
 // completion. SQEs the kernel did not take yet stay queued for the next
 // call.
+// enterRetries bounds enter's waits out of EAGAIN, a millisecond each.
+const enterRetries = 1000
+
 func (r *ioRing) enter(wait bool) error {
 	var minComplete, flags uintptr
 	if wait {
 		minComplete, flags = 1, ioringEnterGetEvents
 	}
-	for {
+	for tries := 0; ; tries++ {
 		n, _, errno := syscall.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(r.pending), minComplete, flags, 0, 0)
 		if errno == syscall.EINTR {
+			continue
+		}
+		if errno == syscall.EAGAIN && tries < enterRetries {
+			// The kernel could not allocate for the submission (memory
+			// pressure): a shared ring serves every mount, so it waits
+			// rather than fail.
+			time.Sleep(time.Millisecond)
 			continue
 		}
 		if errno != 0 {

@@ -1,6 +1,7 @@
 package uring
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -201,6 +202,9 @@ func (r *ring) run() {
 	for !r.stop || r.live > 0 {
 		r.settle()
 		err := r.io.enter(true)
+		if errors.Is(err, syscall.EBUSY) {
+			err = nil // completions wait to be reaped: reaping makes room
+		}
 		if err == nil {
 			r.io.reap(r.complete)
 			err = r.registered()
@@ -237,7 +241,9 @@ func (r *ring) fail(err error) {
 		// Mail still comes (deferred replies, mounts): answer what waits.
 		r.mu.Lock()
 		m := r.mail
-		r.mail = ringMail{}
+		// Awake unset, as takeMail does: the next post writes the
+		// eventfd this loop reads.
+		r.mail, r.awake = ringMail{}, false
 		r.mu.Unlock()
 		for _, s := range m.adds {
 			s.refused(err)

@@ -270,9 +270,14 @@ func TestRingsFsyncShared(t *testing.T) {
 // serves them all.
 func pinToOneCPU(t *testing.T) {
 	runtime.LockOSThread()
-	t.Cleanup(runtime.UnlockOSThread)
 	var set unix.CPUSet
 	require.NoError(t, unix.SchedGetaffinity(0, &set))
+	orig := set
+	// The thread goes back to the runtime with every CPU it had.
+	t.Cleanup(func() {
+		_ = unix.SchedSetaffinity(0, &orig)
+		runtime.UnlockOSThread()
+	})
 	cpu := 0
 	for !set.IsSet(cpu) {
 		cpu++

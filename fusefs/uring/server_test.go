@@ -224,9 +224,14 @@ func TestRingThreadBatch(t *testing.T) {
 	// The requests of this test come from one CPU, so one ring serves
 	// them all.
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	var set unix.CPUSet
 	require.NoError(t, unix.SchedGetaffinity(0, &set))
+	orig := set
+	// The thread goes back to the runtime with every CPU it had.
+	defer func() {
+		_ = unix.SchedSetaffinity(0, &orig)
+		runtime.UnlockOSThread()
+	}()
 	cpu := 0
 	for !set.IsSet(cpu) {
 		cpu++
