@@ -103,16 +103,7 @@ func TestURingMountsShareRings(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, e.Close(context.Background())) })
 	settled := func() {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			inEnter, onDev, err := threadtest.Waiting()
-			require.NoError(t, err)
-			if inEnter == rings && onDev == 0 {
-				return
-			}
-			require.True(t, time.Now().Before(deadline), "%d threads wait in io_uring_enter and %d on /dev/fuse; want %d and 0", inEnter, onDev, rings)
-			time.Sleep(10 * time.Millisecond)
-		}
+		require.NoError(t, threadtest.AwaitRings(rings))
 	}
 	use := func(m *Mount, name string) {
 		t.Helper()

@@ -170,6 +170,16 @@ func (r *ring) post(f func(*ringMail)) {
 	}
 }
 
+// emptyBox takes the ring's mail and unsets awake, so that the next post
+// writes the eventfd again.
+func (r *ring) emptyBox() ringMail {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.mail
+	r.mail, r.awake = ringMail{}, false
+	return m
+}
+
 func (r *ring) free() {
 	if r.io != nil {
 		r.io.close()
@@ -239,12 +249,7 @@ func (r *ring) fail(err error) {
 	defer r.free()
 	for {
 		// Mail still comes (deferred replies, mounts): answer what waits.
-		r.mu.Lock()
-		m := r.mail
-		// Awake unset, as takeMail does: the next post writes the
-		// eventfd this loop reads.
-		r.mail, r.awake = ringMail{}, false
-		r.mu.Unlock()
+		m := r.emptyBox()
 		for _, s := range m.adds {
 			s.refused(err)
 			s.regWG.Done()
@@ -355,10 +360,7 @@ func (r *ring) takeMail(res int32) {
 		r.log("fuse ring: eventfd read failed", "err", syscall.Errno(-res))
 		return
 	}
-	r.mu.Lock()
-	m := r.mail
-	r.mail, r.awake = ringMail{}, false
-	r.mu.Unlock()
+	m := r.emptyBox()
 	for _, e := range m.done {
 		r.commit(e)
 	}

@@ -75,18 +75,7 @@ func skipWithoutURing(t *testing.T) {
 // alone: one in io_uring_enter a ring, none on a /dev/fuse.
 func settle(t *testing.T, rings int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		inEnter, onDev, err := threadtest.Waiting()
-		require.NoError(t, err)
-		if inEnter == rings && onDev == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d threads wait in io_uring_enter and %d on /dev/fuse; want %d and 0", inEnter, onDev, rings)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	require.NoError(t, threadtest.AwaitRings(rings))
 }
 
 // useMount writes, lists and reads back a file through m.

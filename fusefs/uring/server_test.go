@@ -4,7 +4,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -223,38 +222,13 @@ func TestRingThreadBatch(t *testing.T) {
 	}
 	// The requests of this test come from one CPU, so one ring serves
 	// them all.
-	runtime.LockOSThread()
-	var set unix.CPUSet
-	require.NoError(t, unix.SchedGetaffinity(0, &set))
-	orig := set
-	// The thread goes back to the runtime with every CPU it had.
-	defer func() {
-		_ = unix.SchedSetaffinity(0, &orig)
-		runtime.UnlockOSThread()
-	}()
-	cpu := 0
-	for !set.IsSet(cpu) {
-		cpu++
-	}
-	set.Zero()
-	set.Set(cpu)
-	require.NoError(t, unix.SchedSetaffinity(0, &set))
-
-	under, dir := t.TempDir(), t.TempDir()
-	root, err := fs.NewLoopbackRoot(under)
-	require.NoError(t, err)
+	pinToOneCPU(t)
+	var pfs *policyFS
 	// Without passthrough, so that a WRITE reaches the ring.
-	opts := &fs.Options{MountOptions: fuse.MountOptions{FsName: "uringtest", Name: "uringtest", MaxWrite: 1 << 20, DisabledCapabilities: fuse.CAP_PASSTHROUGH}}
-	pfs := &policyFS{RawFileSystem: fs.NewNodeFS(root, opts)}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	server, us, err := Mount(dir, pfs, &opts.MountOptions, log)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = us.Unmount()
-		server.Wait()
-		us.Wait()
-	})
-	require.True(t, us.Active(), "every entry registered")
+	dir := mountWrapped(t, fuse.MountOptions{DisabledCapabilities: fuse.CAP_PASSTHROUGH}, func(raw fuse.RawFileSystem) fuse.RawFileSystem {
+		pfs = &policyFS{RawFileSystem: raw}
+		return pfs
+	}, nil).dir
 
 	f, err := os.Create(filepath.Join(dir, "f"))
 	require.NoError(t, err)

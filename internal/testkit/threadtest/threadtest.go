@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -61,4 +62,25 @@ func Waiting() (inEnter, onDev int, err error) {
 		}
 	}
 	return inEnter, onDev, nil
+}
+
+// AwaitRings polls (30 s at most) until the threads waiting for the
+// kernel's FUSE requests are rings ring threads in io_uring_enter and none
+// on /dev/fuse, and returns an error saying what it last saw if they
+// never are.
+func AwaitRings(rings int) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		inEnter, onDev, err := Waiting()
+		if err != nil {
+			return err
+		}
+		if inEnter == rings && onDev == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d threads wait in io_uring_enter and %d on /dev/fuse; want %d and 0", inEnter, onDev, rings)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
