@@ -271,16 +271,19 @@ func (s *Session) liveFiles() []liveBackingFile {
 }
 
 // liveBlock returns a bind and a live record of each file, with journal
-// ids from 2 on, as the first records of an incarnation.
+// ids from 2 on (blockID), as the first records of an incarnation.
 func liveBlock(files []liveBackingFile) []journalRecord {
 	recs := make([]journalRecord, 0, 2*len(files))
 	for i, f := range files {
-		id := uint64(rootJID + 1 + i)
+		id := blockID(i)
 		recs = append(recs, journalRecord{kind: recBind, id: id, path: f.path},
 			journalRecord{kind: recLive, id: id, data: []byte(f.b.name)})
 	}
 	return recs
 }
+
+// blockID is the journal id liveBlock gives its i-th file.
+func blockID(i int) uint64 { return uint64(rootJID + 1 + i) }
 
 // liveNeeded reports whether n's backing file needs a live record in a
 // new incarnation of the journal: the durable head may lack its content,

@@ -973,7 +973,7 @@ type backedSet struct {
 	// stale names staging files to remove at the next journal reset.
 	stale []string // GUARDED_BY(mu)
 	// dirMade is set once the backing directory exists, dirSynced once its
-	// name is durable; seq numbers staging file names (nameStaging).
+	// name is durable; seq numbers backing file names (makeBackingFile).
 	dirMade   atomic.Bool
 	dirSynced atomic.Bool
 	seq       atomic.Uint64

@@ -327,7 +327,7 @@ func (s *Session) resetJournal(gen uint64) error {
 	}
 	s.treeMu.Lock()
 	for i, f := range files {
-		id := uint64(rootJID + 1 + i)
+		id := blockID(i)
 		f.n.mu.Lock()
 		f.n.jid, f.n.jinc = id, inc
 		if f.n.data.backing == f.b {
