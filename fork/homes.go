@@ -69,14 +69,17 @@ func (d Dir) Names(name string) ([]string, error) {
 // directory it looked at. A tree's ref names its content and Detect reads
 // nothing but that content, so the answer for a directory of that ref and
 // name never changes; and a session's next snapshot, or its fork, shares
-// every directory its changes did not touch. A search then reads only the
-// directories above detectDepth and those that changed since the last
-// one: for a session holding Go's source tree, two trees instead of some
-// sixty. The zero value is ready to use; a nil *HomeFinder remembers
-// nothing. It is safe for concurrent use.
+// every directory its changes did not touch. It also remembers the
+// subtrees that held no home and that no recorded place touches, so it
+// does not list them again. A search then reads only the directories that
+// changed since the last one: for a fork of a session holding Go's source
+// tree after a change at its root, one tree instead of some sixty. The
+// zero value is ready to use; a nil *HomeFinder remembers nothing. It is
+// safe for concurrent use.
 type HomeFinder struct {
 	mu    sync.Mutex
-	found map[dirKey]string // provider found, "" if none; GUARDED_BY(mu)
+	found map[dirKey]string     // provider found, "" if none; GUARDED_BY(mu)
+	calm  map[quietKey]struct{} // subtrees that hold no home; GUARDED_BY(mu)
 }
 
 // dirKey is a directory as detect sees it: its content and its name.
@@ -88,6 +91,35 @@ type dirKey struct {
 // maxRemembered bounds what a HomeFinder holds (some 100 bytes a
 // directory): at that many directories it forgets them all.
 const maxRemembered = 1 << 14
+
+// quietKey is a subtree searched from a depth: its content and how deep
+// below the root it starts.
+type quietKey struct {
+	tree  cas.Ref
+	depth int
+}
+
+func (f *HomeFinder) isQuiet(k quietKey) bool {
+	if f == nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.calm[k]
+	return ok
+}
+
+func (f *HomeFinder) quiet(k quietKey) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.calm == nil || len(f.calm) >= maxRemembered {
+		f.calm = make(map[quietKey]struct{})
+	}
+	f.calm[k] = struct{}{}
+}
 
 func (f *HomeFinder) lookup(k dirKey) (string, bool) {
 	if f == nil {
@@ -136,7 +168,7 @@ func (f *HomeFinder) Homes(ctx context.Context, g cas.Getter, root cas.Ref, layo
 		// repository may hold a config.toml beside a sessions/ directory.
 		s.places = append(s.places, manifest.Place{Subtree: "workspace"})
 	}
-	if err := s.walk(root, "", 0); err != nil {
+	if _, err := s.walk(root, "", 0); err != nil {
 		return nil, err
 	}
 	slices.SortFunc(s.homes, func(a, b manifest.Place) int { return strings.Compare(a.Subtree, b.Subtree) })
@@ -162,49 +194,76 @@ func (s *homeSearch) inside(dir string) bool {
 	return false
 }
 
-// walk searches the directory dir, whose tree is ref, and below it.
-func (s *homeSearch) walk(ref cas.Ref, dir string, depth int) error {
+// touches reports whether a place is at, above or below dir: a search of
+// dir's subtree then depends on the layout, not on its content alone.
+func (s *homeSearch) touches(dir string) bool {
+	for _, p := range s.places {
+		if p.Subtree == "" || dir == "" || dir == p.Subtree ||
+			strings.HasPrefix(dir, p.Subtree+"/") || strings.HasPrefix(p.Subtree, dir+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// walk searches the directory dir, whose tree is ref, and below it. It
+// reports whether any directory it looked at holds a provider's home by
+// content, taken or not.
+func (s *homeSearch) walk(ref cas.Ref, dir string, depth int) (bool, error) {
 	if err := s.ctx.Err(); err != nil {
-		return err
+		return false, err
+	}
+	// A subtree no place touches that held no home at this depth holds
+	// none now: its ref names its content.
+	q := quietKey{tree: ref, depth: depth}
+	free := !s.touches(dir)
+	if free && s.f.isQuiet(q) {
+		return false, nil
 	}
 	var t *manifest.Tree
+	detected := false
 	if !s.inside(dir) {
 		k := dirKey{tree: ref, base: dir[strings.LastIndexByte(dir, '/')+1:]}
 		p, ok := s.f.lookup(k)
 		if !ok {
 			var err error
 			if t, err = s.tree(ref, dir); err != nil {
-				return err
+				return false, err
 			}
 			if p, err = detect(Dir{s.ctx, s.g, t}, k.base); err != nil {
-				return fmt.Errorf("fork: find homes: %s: %w", displayPath(dir), err)
+				return false, fmt.Errorf("fork: find homes: %s: %w", displayPath(dir), err)
 			}
 			s.f.remember(k, p)
 		}
+		detected = p != ""
 		if p != "" && !s.taken[p] {
 			// A provider the layout records has its home there; a
 			// look-alike elsewhere (a backup copy) is not it.
 			s.homes = append(s.homes, manifest.Place{Subtree: dir, Provider: p})
-			return nil
+			return true, nil
 		}
 	}
-	if depth == detectDepth {
-		return nil
-	}
-	if t == nil {
-		var err error
-		if t, err = s.tree(ref, dir); err != nil {
-			return err
+	if depth < detectDepth {
+		if t == nil {
+			var err error
+			if t, err = s.tree(ref, dir); err != nil {
+				return false, err
+			}
 		}
-	}
-	for _, e := range t.Entries {
-		if e.Kind == manifest.KindDir && !skipDirs[e.Name] {
-			if err := s.walk(e.Tree, joinPath(dir, e.Name), depth+1); err != nil {
-				return err
+		for _, e := range t.Entries {
+			if e.Kind == manifest.KindDir && !skipDirs[e.Name] {
+				found, err := s.walk(e.Tree, joinPath(dir, e.Name), depth+1)
+				if err != nil {
+					return false, err
+				}
+				detected = detected || found
 			}
 		}
 	}
-	return nil
+	if free && !detected {
+		s.f.quiet(q)
+	}
+	return detected, nil
 }
 
 func (s *homeSearch) tree(ref cas.Ref, dir string) (*manifest.Tree, error) {

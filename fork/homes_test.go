@@ -157,7 +157,7 @@ func TestHomeFinderRemembers(t *testing.T) {
 	if got != "home=codex" {
 		t.Errorf("after a change of the root: homes %q, want home=codex", got)
 	}
-	for _, dir := range []string{"home", "src/a", "src/b", "src/c"} {
+	for _, dir := range []string{"home", "src", "src/a", "src/b", "src/c"} {
 		if read[entryRef(t, store, second, dir)] {
 			t.Errorf("the second search read %s again", dir)
 		}
