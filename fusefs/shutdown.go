@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/homefs/homefs/internal/fusectl"
 	"github.com/homefs/homefs/internal/mountinfo"
 )
 
@@ -26,46 +26,10 @@ const defaultShutdownGrace = 5 * time.Second
 // connection was aborted.
 const connAbortWait = 10 * time.Second
 
-// fusectlDir is where the kernel's fusectl filesystem shows connections.
-const fusectlDir = "/sys/fs/fuse/connections"
-
 // connOf returns the fusectl name of the connection of the homefs mount
-// at dir: the last (topmost) homefs entry of the mount table there. The
-// daemon never asks its own mount (a stat would be a request to itself).
+// at dir: the last (topmost) homefs entry of the mount table there.
 func connOf(dir string) (string, error) {
-	es, err := mountinfo.Read()
-	if err != nil {
-		return "", err
-	}
-	conn := ""
-	for _, e := range es {
-		if e.Dir == dir && e.IsHomefs() {
-			conn = e.Conn()
-		}
-	}
-	if conn == "" {
-		return "", fmt.Errorf("no homefs mount at %s in the mount table", dir)
-	}
-	return conn, nil
-}
-
-// abortConn ends a FUSE connection through fusectl, mounting fusectl
-// first where nothing has: every request waiting on it and every later
-// one fails (ECONNABORTED, ENOTCONN), and its servers' reads end.
-func abortConn(conn string) error {
-	if conn == "" {
-		return errors.New("connection unknown")
-	}
-	path := filepath.Join(fusectlDir, conn, "abort")
-	if _, err := os.Stat(filepath.Join(fusectlDir, conn)); errors.Is(err, os.ErrNotExist) {
-		if err := syscall.Mount("fusectl", fusectlDir, "fusectl", 0, ""); err != nil && !errors.Is(err, syscall.EBUSY) {
-			return fmt.Errorf("mount fusectl at %s: %w", fusectlDir, err)
-		}
-	}
-	if err := os.WriteFile(path, []byte("1"), 0); err != nil {
-		return fmt.Errorf("abort connection %s: %w", conn, err)
-	}
-	return nil
+	return mountinfo.ConnAt(dir, mountinfo.Entry.IsHomefs)
 }
 
 // detachLazily takes the mount out of the mount table without waiting
@@ -155,7 +119,7 @@ func (e *Engine) endMounts(ctx context.Context, mounts []*Mount) (busy map[*Sess
 		}
 		// Writers still hold files open: after the abort they get errors,
 		// never a success the flush below would not hold.
-		if err := abortConn(m.conn); err != nil {
+		if err := fusectl.Abort(m.conn); err != nil {
 			errs = append(errs, fmt.Errorf("end the connection of %s: %w", m.dir, err))
 			continue
 		}

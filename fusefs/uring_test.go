@@ -16,6 +16,7 @@ import (
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/fusefs/uring"
 	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/internal/fusectl"
 	"github.com/homefs/homefs/internal/testkit/threadtest"
 )
 
@@ -132,7 +133,7 @@ func TestURingMountsShareRings(t *testing.T) {
 
 	gone := mounts[2]
 	require.NotEmpty(t, gone.conn)
-	require.NoError(t, os.WriteFile(filepath.Join(fusectlDir, gone.conn, "abort"), []byte("1"), 0o200))
+	require.NoError(t, os.WriteFile(filepath.Join(fusectl.Dir, gone.conn, "abort"), []byte("1"), 0o200))
 	ended := make(chan struct{})
 	go func() {
 		gone.uring.Wait()

@@ -21,10 +21,13 @@
 //     are one mapping, touched only as far as requests fill it.
 //   - Ring thread (ring): one io_uring, and a goroutine locked to its
 //     thread that serves it. The process has one a CPU (several CPUs a
-//     ring past maxThreads), shared by every mount (the pool): a ring
-//     holds the entries of its CPU's queue of every connection, and the
-//     /dev/fuse reads of some of them. The ring threads start with the
-//     first mount and end once the last has.
+//     ring past maxThreads), shared by every mount (a ring set, the
+//     pool's current one): a ring holds the entries of its CPU's queue of
+//     every connection, and the /dev/fuse reads of some of them. The ring
+//     threads start with the first mount and end once the last has. A
+//     ring that fails aborts the connections it served (their requests
+//     from its CPU would wait for ever), and the next mount starts a new
+//     set.
 //   - Inline, deferred: a request is served on the ring thread, or handed
 //     to a goroutine that gives the entry back through the ring's eventfd
 //     (deferred: large writes and requests that may wait long). A READ,

@@ -8,6 +8,9 @@ import (
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/homefs/homefs/internal/fusectl"
+	"github.com/homefs/homefs/internal/mountinfo"
 )
 
 // Mount mounts dir itself (go-fuse cannot hand over the /dev/fuse
@@ -67,6 +70,12 @@ func Mount(dir string, raw fuse.RawFileSystem, opts *fuse.MountOptions, log *slo
 		syscall.Close(fd)
 		return nil, nil, fmt.Errorf("mount: %w", err)
 	}
+	// A failed ring aborts the connection (ring.fail); the mount table
+	// names it, without a request to the mount.
+	fstype := "fuse." + mo.Name
+	if us.conn, err = mountinfo.ConnAt(dir, func(e mountinfo.Entry) bool { return e.FSType == fstype }); err != nil {
+		log.Warn("fuse connection unknown: a failed ring cannot abort it", "mount", dir, "err", err)
+	}
 	// go-fuse serves a descriptor it is given as /dev/fd/N. NewServer
 	// answers INIT; its Serve, which reads /dev/fuse on a thread of its
 	// own, runs only if the rings do not serve the connection, or once it
@@ -119,6 +128,16 @@ func (s *Server) Unmount() error {
 	}
 	s.unmounted = true
 	return nil
+}
+
+// abort ends the connection after a ring failed (ring.fail): its
+// requests on that ring's CPUs would otherwise wait for ever.
+func (s *Server) abort(cause error) {
+	if err := fusectl.Abort(s.conn); err != nil {
+		s.log("fuse ring failed and the connection could not be aborted: requests from its CPUs wait until the mount is detached", "mount", s.dir, "ring_err", cause, "err", err)
+		return
+	}
+	s.log("fuse connection aborted: a ring serving it failed", "mount", s.dir, "ring_err", cause)
 }
 
 // Served counts the requests answered through the rings.

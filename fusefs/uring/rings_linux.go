@@ -14,73 +14,86 @@ import (
 )
 
 // ringPool is the process's ring threads, shared by every mount served
-// over io_uring: started with the first mount, stopped once the last one
-// has ended.
+// over io_uring: a ringSet started with the first mount and stopped once
+// the last one has ended. A set one of whose rings failed takes no new
+// mount: the next mount starts a set of its own, and the failed set ends
+// with the last of its mounts (which the failure aborted).
 type ringPool struct {
-	mu    sync.Mutex
-	rings []*ring // GUARDED_BY(mu); nil while no mount uses them
-	users int     // GUARDED_BY(mu): servers not finished
-	// mounts is users, for the ring threads to read without mu.
+	mu  sync.Mutex
+	cur *ringSet // GUARDED_BY(mu); nil while no mount uses it
+}
+
+// ringSet is one generation of ring threads, one a CPU.
+type ringSet struct {
+	rings []*ring
+	users int // GUARDED_BY(pool.mu): servers not finished
+	// mounts is users, for the ring threads to read without the lock.
 	mounts atomic.Int32
+	// failed is set by a ring of the set that failed.
+	failed atomic.Bool
 	wg     sync.WaitGroup
 }
 
 var pool ringPool
 
-// acquire returns the rings, starting them for the first user.
-func (p *ringPool) acquire(log func(string, ...any)) ([]*ring, error) {
+// acquire returns the current set, starting one for the first user or
+// after a failure.
+func (p *ringPool) acquire(log func(string, ...any)) (*ringSet, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.rings == nil {
-		rings, err := p.start(log)
+	if p.cur == nil || p.cur.failed.Load() {
+		set, err := startRings(log)
 		if err != nil {
 			return nil, err
 		}
-		p.rings = rings
+		p.cur = set
 	}
-	p.users++
-	p.mounts.Store(int32(p.users))
-	return p.rings, nil
+	set := p.cur
+	set.users++
+	set.mounts.Store(int32(set.users))
+	return set, nil
 }
 
-// release gives the rings back; the last user stops them and waits for
+// release gives set back; its last user stops its rings and waits for
 // their threads to end.
-func (p *ringPool) release() {
+func (p *ringPool) release(set *ringSet) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.users--
-	p.mounts.Store(int32(p.users))
-	if p.users > 0 {
+	set.users--
+	set.mounts.Store(int32(set.users))
+	if set.users > 0 {
 		return
 	}
-	for _, r := range p.rings {
+	for _, r := range set.rings {
 		r.post(func(m *ringMail) { m.stop = true })
 	}
-	p.wg.Wait()
-	p.rings = nil
+	set.wg.Wait()
+	if p.cur == set {
+		p.cur = nil
+	}
 }
 
-// start builds a ring for each CPU (for several CPUs past maxThreads) and
-// starts its thread.
-func (p *ringPool) start(log func(string, ...any)) ([]*ring, error) {
+// startRings builds a ring for each CPU (for several CPUs past
+// maxThreads) and starts its thread.
+func startRings(log func(string, ...any)) (*ringSet, error) {
 	ncpu, err := possibleCPUs()
 	if err != nil {
 		return nil, err
 	}
 	threads := min(ncpu, maxThreads)
-	var rings []*ring
-	fail := func(err error) ([]*ring, error) {
-		for _, r := range rings {
+	set := &ringSet{}
+	fail := func(err error) (*ringSet, error) {
+		for _, r := range set.rings {
 			r.free()
 		}
 		return nil, err
 	}
 	for t := range threads {
-		r := &ring{idx: t, cpu: -1, evfd: -1, log: log}
+		r := &ring{idx: t, cpu: -1, evfd: -1, log: log, set: set}
 		if threads == ncpu {
 			r.cpu = t
 		}
-		rings = append(rings, r)
+		set.rings = append(set.rings, r)
 		for q := t; q < ncpu; q += threads {
 			r.queues = append(r.queues, q)
 		}
@@ -91,22 +104,25 @@ func (p *ringPool) start(log func(string, ...any)) ([]*ring, error) {
 			return fail(fmt.Errorf("eventfd: %w", err))
 		}
 	}
-	for _, r := range rings {
-		p.wg.Add(1)
+	for _, r := range set.rings {
+		set.wg.Add(1)
 		go func() {
-			defer p.wg.Done()
+			defer set.wg.Done()
 			r.run()
 		}()
 	}
-	return rings, nil
+	return set, nil
 }
 
 // The size of a ring's submission and completion queues. A full
 // submission queue is submitted before the next entry is taken. A slot
 // has at most one command out, so the completion queue cannot overflow
-// while a ring has fewer slots than ringCQ (3,000 mounts: four entries
-// and a read each); past that the kernel keeps the rest until the ring
-// reaps (IORING_FEAT_NODROP).
+// while a ring has fewer slots than ringCQ. A mount takes queueDepth
+// slots for each queue the ring serves, and one more on the ring that
+// reads its /dev/fuse: some 3,200 mounts with a queue a ring, some 1,000
+// on a host of 64 CPUs (four queues a ring, maxThreads). Past that the
+// kernel keeps the completions that do not fit until the ring reaps
+// (IORING_FEAT_NODROP).
 const (
 	ringSQ = 256
 	ringCQ = 16384
@@ -115,6 +131,7 @@ const (
 // ring is one ring thread's state: its io_uring, the commands it has out
 // for every mount (slots), and its mail.
 type ring struct {
+	set    *ringSet
 	idx    int
 	cpu    int   // the CPU the thread is pinned to, or -1
 	queues []int // the kernel's queues it serves
@@ -130,9 +147,11 @@ type ring struct {
 	unused []int
 	live   int
 	// adding are the servers whose REGISTERs were queued and not yet
-	// submitted and reaped.
-	adding []*Server
-	stop   bool
+	// submitted and reaped; regRetries counts the REGISTERs sent again
+	// since registered's round began.
+	adding     []*Server
+	regRetries int
+	stop       bool
 	// batch: the thread is pinned and may wait as SCHED_BATCH
 	// (sched_linux.go); policy is the one it has, nice its nice value;
 	// handedOff counts its requests out with goroutines, moved says
@@ -227,13 +246,19 @@ func (r *ring) run() {
 	r.free()
 }
 
-// fail ends a ring whose io_uring failed: every mount it served loses the
-// commands the ring had out, and keeps its buffers, which the kernel may
-// still write into.
+// fail ends a ring whose io_uring failed. The kernel queues each mount's
+// requests from this ring's CPUs on this ring's entries alone, so they
+// would wait for ever: every mount the ring served is aborted (its
+// processes get ENOTCONN, and it can be mounted again), and the set takes
+// no new mount. The mounts keep their buffers, which the kernel may still
+// write into.
 func (r *ring) fail(err error) {
-	r.log("fuse ring stopped", "err", err)
+	r.log("fuse ring stopped; aborting the connections it served", "err", err)
+	r.set.failed.Store(true)
+	hit := make(map[*Server]bool)
 	for _, e := range r.slots {
 		if e != nil {
+			hit[e.srv] = true
 			e.srv.leak.Store(true)
 			e.srv.endOne()
 		}
@@ -241,6 +266,9 @@ func (r *ring) fail(err error) {
 	for _, s := range r.adding {
 		s.refused(err)
 		s.regWG.Done()
+	}
+	for s := range hit {
+		go s.abort(err)
 	}
 	r.slots, r.adding = nil, nil
 	// The kernel cancels what the io_uring had out, the eventfd read too.
@@ -270,24 +298,35 @@ func (r *ring) fail(err error) {
 }
 
 // registered submits the REGISTERs queued for new mounts and reaps what
-// the kernel answered at once (a refusal), then tells the mounts.
+// the kernel answered at once (a refusal), then tells the mounts. A
+// REGISTER answered EAGAIN went back into the submission queue
+// (complete): its mount is told once a round retries none, or after
+// maxRegisterRounds, when the kernel answers the retries later like any
+// command.
 func (r *ring) registered() error {
 	for len(r.adding) > 0 {
 		batch := r.adding
 		r.adding = nil
-		for r.io.pending > 0 {
-			if err := r.io.enter(false); err != nil {
-				r.adding = append(batch, r.adding...)
-				return err
+		for round := 0; round == 0 || r.regRetries > 0 && round < maxRegisterRounds; round++ {
+			r.regRetries = 0
+			for r.io.pending > 0 {
+				if err := r.io.enter(false); err != nil {
+					r.adding = append(batch, r.adding...)
+					return err
+				}
 			}
+			r.io.reap(r.complete)
 		}
-		r.io.reap(r.complete)
 		for _, s := range batch {
 			s.regWG.Done()
 		}
 	}
 	return nil
 }
+
+// maxRegisterRounds bounds the rounds registered waits for REGISTERs the
+// kernel answered EAGAIN (a connection whose INIT it has not finished).
+const maxRegisterRounds = 100
 
 // place gives e a slot.
 func (r *ring) place(e *entry) {
@@ -397,6 +436,9 @@ func (r *ring) complete(ud uint64, res int32) {
 	}
 	if res == -int32(syscall.EINTR) || res == -int32(syscall.EAGAIN) {
 		// Not taken: send the command again.
+		if e.lastCmd == fuseURingCmdRegister {
+			r.regRetries++
+		}
 		r.submitCmd(e, e.lastCmd)
 		return
 	}
@@ -425,7 +467,7 @@ func (r *ring) request(e *entry) {
 	// RENAME2's, for one).
 	clear(e.hdr[hdrOpIn : hdrOpIn+128])
 	r.took(e)
-	if !deferred(e, pool.mounts.Load() > 1) && e.srv.serve(e, n, true) {
+	if !deferred(e, r.set.mounts.Load() > 1) && e.srv.serve(e, n, true) {
 		r.commit(e)
 		return
 	}

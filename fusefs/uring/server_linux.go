@@ -88,7 +88,10 @@ type Server struct {
 	// only once the connection has ended, to close the descriptor.
 	fuse     *fuse.Server
 	fallback bool
-	rings    []*ring
+	set      *ringSet
+	rings    []*ring // set's
+	// conn names the connection in fusectl (mountinfo), "" if unknown.
+	conn string
 	// mem holds every buffer of the mount, one mapping outside the Go
 	// heap: the entries' headers, their payloads, and the /dev/fuse read
 	// buffer. Unmapped once nothing of the kernel's refers to it.
@@ -151,11 +154,12 @@ const hdrStride = 512
 // kernel that has agreed to io_uring holds every request until all queues
 // are registered, so no part may fail after INIT.
 func newServer(fs fuse.RawFileSystem, maxWrite int, log func(string, ...any)) (*Server, error) {
-	rings, err := pool.acquire(log)
+	set, err := pool.acquire(log)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{fs: fs, log: log, devFD: -1, forget: true, rings: rings, ended: make(chan struct{})}
+	rings := set.rings
+	s := &Server{fs: fs, log: log, devFD: -1, forget: true, set: set, rings: rings, ended: make(chan struct{})}
 	if ls, ok := fs.(LocalServer); ok {
 		s.local = ls.Local()
 	}
@@ -171,7 +175,7 @@ func newServer(fs fuse.RawFileSystem, maxWrite int, log func(string, ...any)) (*
 	hdrs := (n*hdrStride + page - 1) / page * page
 	s.mem, err = unix.Mmap(-1, 0, hdrs+n*payload+payload+page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 	if err != nil {
-		pool.release()
+		pool.release(set)
 		return nil, fmt.Errorf("ring buffers: %w", err)
 	}
 	i := 0
@@ -198,7 +202,7 @@ var mountSeq atomic.Uint64
 // close frees a server that never started.
 func (s *Server) close() {
 	_ = unix.Munmap(s.mem)
-	pool.release()
+	pool.release(s.set)
 }
 
 // start hands the entries to the rings, which register them on devFD,
@@ -266,7 +270,7 @@ func (s *Server) finish() {
 	if !s.leak.Load() {
 		_ = unix.Munmap(s.mem)
 	}
-	pool.release()
+	pool.release(s.set)
 	close(s.ended)
 }
 

@@ -74,6 +74,27 @@ func Read() ([]Entry, error) {
 	return es, nil
 }
 
+// ConnAt returns the fusectl name of the connection (Entry.Conn) of the
+// topmost mount at dir that match accepts, read from this process's mount
+// table: a daemon finds its own mount's connection without a request to
+// it.
+func ConnAt(dir string, match func(Entry) bool) (string, error) {
+	es, err := Read()
+	if err != nil {
+		return "", err
+	}
+	conn := ""
+	for _, e := range es {
+		if e.Dir == dir && match(e) {
+			conn = e.Conn()
+		}
+	}
+	if conn == "" {
+		return "", fmt.Errorf("no such FUSE mount at %s in the mount table", dir)
+	}
+	return conn, nil
+}
+
 // unescape undoes the octal escapes (\040 for space, …).
 func unescape(s string) string {
 	if !strings.Contains(s, `\`) {
