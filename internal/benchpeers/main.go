@@ -106,7 +106,7 @@ func mainErr(ctx context.Context, bin string) error {
 	if out == "" {
 		out = ".bench/peers"
 	}
-	r := &rig{bin: bin, sc: sc, res: &Results{Scale: sc.name, Count: sc.count}}
+	r := &rig{bin: bin, sc: sc, res: &Results{Scale: sc.name, Count: sc.count, SnapshotCount: snapshotRounds}}
 	describe(ctx, r.res)
 	if r.work, err = os.MkdirTemp("/var/tmp", "homefs-peers."); err != nil {
 		return fmt.Errorf("scratch directory: %w", err)

@@ -10,18 +10,20 @@ import (
 
 // Results is everything one run measured, as written to its JSON file.
 type Results struct {
-	Date      string     `json:"date"`
-	Commit    string     `json:"commit"`
-	Machine   string     `json:"machine"`
-	LoadStart string     `json:"load_start"` // /proc/loadavg
-	LoadEnd   string     `json:"load_end"`
-	Scale     string     `json:"scale"`
-	Count     int        `json:"count"`
-	Targets   []string   `json:"targets"` // measured, in the table's order
-	Skipped   []Skip     `json:"skipped,omitempty"`
-	Workloads []Workload `json:"workloads"`
-	Samples   []Sample   `json:"samples"`
-	Snapshots []Sample   `json:"snapshots"`
+	Date      string `json:"date"`
+	Commit    string `json:"commit"`
+	Machine   string `json:"machine"`
+	LoadStart string `json:"load_start"` // /proc/loadavg
+	LoadEnd   string `json:"load_end"`
+	Scale     string `json:"scale"`
+	Count     int    `json:"count"`
+	// SnapshotCount is the rounds of capture and fork (snapshotRounds).
+	SnapshotCount int        `json:"snapshot_count"`
+	Targets       []string   `json:"targets"` // measured, in the table's order
+	Skipped       []Skip     `json:"skipped,omitempty"`
+	Workloads     []Workload `json:"workloads"`
+	Samples       []Sample   `json:"samples"`
+	Snapshots     []Sample   `json:"snapshots"`
 }
 
 // Skip is a target left out, and why.
@@ -182,7 +184,7 @@ func snapshotTable(w io.Writer, r *Results) {
 		}
 		return lo + "–" + hi
 	}
-	fmt.Fprintf(w, "| call (ms, min–max of %d) | %s | %s | homefs ÷ btrfs |\n|---|---|---|---|\n", r.Count, nameSnapHomefs, nameSnapBtrfs)
+	fmt.Fprintf(w, "| call (ms, min–max of %d) | %s | %s | homefs ÷ btrfs |\n|---|---|---|---|\n", r.SnapshotCount, nameSnapHomefs, nameSnapBtrfs)
 	for _, key := range []string{"capture", "fork"} {
 		h, b := spanOf(r.Snapshots, nameSnapHomefs, key), spanOf(r.Snapshots, nameSnapBtrfs, key)
 		vs := "—"

@@ -76,7 +76,7 @@ func TestTableWithoutFUSEPeer(t *testing.T) {
 }
 
 func TestSnapshotTable(t *testing.T) {
-	r := &Results{Count: 2}
+	r := &Results{Count: 2, SnapshotCount: 2}
 	for i, s := range []float64{0.012, 0.015} {
 		r.addSnapshot(nameSnapHomefs, "capture", i, time.Duration(s*float64(time.Second)))
 	}
