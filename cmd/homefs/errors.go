@@ -3,7 +3,7 @@ package main
 import (
 	"errors"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
 // Exit codes (documented in the root --help and docs/CLI.md).
@@ -26,7 +26,7 @@ func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
 // errProblems: fsck found damage (already printed).
-var errProblems = &daemon.Error{Code: daemon.CodeCorrupt, Message: "fsck found problems"}
+var errProblems = &api.Error{Code: api.CodeCorrupt, Message: "fsck found problems"}
 
 func exitCode(err error) int {
 	if err == nil {
@@ -39,25 +39,25 @@ func exitCode(err error) int {
 	// An error from the daemon carries its code; one found locally (before
 	// or after talking to the daemon) carries the sentinels the daemon
 	// classifies.
-	code := daemon.Classify(err)
-	var de *daemon.Error
+	code := api.Classify(err)
+	var de *api.Error
 	if errors.As(err, &de) {
 		code = de.Code
 	}
 	switch code {
-	case daemon.CodeUsage:
+	case api.CodeUsage:
 		return exitUsage
-	case daemon.CodeNotFound:
+	case api.CodeNotFound:
 		return exitNotFound
-	case daemon.CodeConflict:
+	case api.CodeConflict:
 		return exitConflict
-	case daemon.CodeCorrupt:
+	case api.CodeCorrupt:
 		return exitCorrupt
-	case daemon.CodeNotRunning:
+	case api.CodeNotRunning:
 		return exitNotRunning
-	case daemon.CodeNoSpace:
+	case api.CodeNoSpace:
 		return exitNoSpace
-	case daemon.CodeDamaged:
+	case api.CodeDamaged:
 		return exitDamaged
 	}
 	return exitOther

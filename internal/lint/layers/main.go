@@ -26,6 +26,7 @@ var layers = [][]string{
 	{"manifest"},
 	{"internal/catalog"},
 	{"fusefs", "fork", "internal/archive", "internal/remote", "internal/fsck"},
+	{"internal/api"},
 	{"internal/daemon"},
 	{"cmd/homefs"},
 }

@@ -22,6 +22,9 @@ func TestCheck(t *testing.T) {
 		{"internal/remote", "fusefs", false},
 		{"internal/daemon", "fusefs", true},
 		{"fusefs", "internal/daemon", false},
+		{"internal/api", "internal/remote", true},
+		{"internal/daemon", "internal/api", true},
+		{"cmd/homefs", "internal/api", true},
 		{"cmd/homefs", "internal/daemon", true},
 		{"internal/daemon", "cmd/homefs", false},
 		{"fusefs", "internal/mountinfo", true}, // a leaf
