@@ -37,14 +37,15 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	// homefs and, beside it, homefsd, which homefs serve runs.
 	homefsBin = filepath.Join(dir, "homefs")
-	out, err := exec.Command("go", "build", "-race", "-o", homefsBin, ".").CombinedOutput()
+	out, err := exec.Command("go", "build", "-race", "-o", dir+"/", ".", "../homefsd").CombinedOutput()
 	if err != nil {
 		// Without the race detector (not every toolchain has it).
-		out, err = exec.Command("go", "build", "-o", homefsBin, ".").CombinedOutput()
+		out, err = exec.Command("go", "build", "-o", dir+"/", ".", "../homefsd").CombinedOutput()
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "build homefs: %v\n%s", err, out)
+		fmt.Fprintf(os.Stderr, "build homefs and homefsd: %v\n%s", err, out)
 		os.Exit(1)
 	}
 	// Readable by the unprivileged user of the non-owner test.

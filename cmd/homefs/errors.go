@@ -6,17 +6,18 @@ import (
 	"github.com/homefs/homefs/internal/api"
 )
 
-// Exit codes (documented in the root --help and docs/CLI.md).
+// Exit codes (documented in the root --help and docs/CLI.md; homefsd
+// exits with the same ones).
 const (
-	exitOK         = 0
-	exitOther      = 1
-	exitUsage      = 2
-	exitNotFound   = 3
-	exitConflict   = 4
-	exitCorrupt    = 5
-	exitNotRunning = 6
-	exitNoSpace    = 7
-	exitDamaged    = 8
+	exitOK         = api.ExitOK
+	exitOther      = api.ExitOther
+	exitUsage      = api.ExitUsage
+	exitNotFound   = api.ExitNotFound
+	exitConflict   = api.ExitConflict
+	exitCorrupt    = api.ExitCorrupt
+	exitNotRunning = api.ExitNotRunning
+	exitNoSpace    = api.ExitNoSpace
+	exitDamaged    = api.ExitDamaged
 )
 
 // usageError marks bad command-line arguments.
@@ -39,26 +40,5 @@ func exitCode(err error) int {
 	// An error from the daemon carries its code; one found locally (before
 	// or after talking to the daemon) carries the sentinels the daemon
 	// classifies.
-	code := api.Classify(err)
-	var de *api.Error
-	if errors.As(err, &de) {
-		code = de.Code
-	}
-	switch code {
-	case api.CodeUsage:
-		return exitUsage
-	case api.CodeNotFound:
-		return exitNotFound
-	case api.CodeConflict:
-		return exitConflict
-	case api.CodeCorrupt:
-		return exitCorrupt
-	case api.CodeNotRunning:
-		return exitNotRunning
-	case api.CodeNoSpace:
-		return exitNoSpace
-	case api.CodeDamaged:
-		return exitDamaged
-	}
-	return exitOther
+	return api.ExitStatus(api.Classify(err))
 }

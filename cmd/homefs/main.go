@@ -67,8 +67,9 @@ func newApp() *cli.App {
 		Usage:   "copy-on-write homes for coding-agent sessions",
 		Version: version.String(),
 		Description: `homefs keeps agent homes (CODEX_HOME, CLAUDE_CONFIG_DIR, …) as sessions in a
-content-addressed store and mounts them with FUSE. One daemon ("homefs serve")
-owns the store; every other command talks to it over its Unix socket.
+content-addressed store and mounts them with FUSE. One daemon (homefsd, which
+"homefs serve" runs) owns the store; every other command talks to it over its
+Unix socket.
 
 EXIT CODES:
    0  success

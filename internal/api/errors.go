@@ -93,3 +93,38 @@ func Classify(err error) Code {
 	}
 	return CodeInternal
 }
+
+// Exit statuses of homefs and homefsd (homefs --help, docs/CLI.md).
+const (
+	ExitOK         = 0
+	ExitOther      = 1
+	ExitUsage      = 2
+	ExitNotFound   = 3
+	ExitConflict   = 4
+	ExitCorrupt    = 5
+	ExitNotRunning = 6
+	ExitNoSpace    = 7
+	ExitDamaged    = 8
+)
+
+// ExitStatus is the exit status of a command that failed with an error of
+// code c.
+func ExitStatus(c Code) int {
+	switch c {
+	case CodeUsage:
+		return ExitUsage
+	case CodeNotFound:
+		return ExitNotFound
+	case CodeConflict:
+		return ExitConflict
+	case CodeCorrupt:
+		return ExitCorrupt
+	case CodeNotRunning:
+		return ExitNotRunning
+	case CodeNoSpace:
+		return ExitNoSpace
+	case CodeDamaged:
+		return ExitDamaged
+	}
+	return ExitOther
+}

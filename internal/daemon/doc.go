@@ -1,4 +1,4 @@
-// Package daemon is homefs's server: what homefs serve runs. Its protocol and
+// Package daemon is homefs's server: what homefsd (homefs serve) runs. Its protocol and
 // the client that speaks it are package api.
 //
 // The server (Serve) owns one root directory: the Badger store in

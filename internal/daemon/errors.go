@@ -61,3 +61,7 @@ func httpStatus(c api.Code) int {
 	}
 	return 500
 }
+
+// Classify returns the code of an error met outside a request (Serve's),
+// which chooses homefsd's exit status.
+func Classify(err error) api.Code { return classify(err) }

@@ -27,8 +27,11 @@ var layers = [][]string{
 	{"internal/catalog"},
 	{"fusefs", "fork", "internal/archive", "internal/remote", "internal/fsck"},
 	{"internal/api"},
-	{"internal/daemon"},
-	{"cmd/homefs"},
+	// The CLI and the server share a layer, so that the CLI cannot link
+	// the server (and with it go-fuse and Prometheus): it reaches it
+	// through internal/api alone, and homefsd runs it.
+	{"internal/daemon", "cmd/homefs"},
+	{"cmd/homefsd"},
 }
 
 // leaves are small packages any layer may import; they import no package
