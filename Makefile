@@ -2,7 +2,6 @@
 # the FUSE mounts, with /dev/fuse).
 
 GO        ?= go
-BIN       := bin/homefs
 PKGS      := ./...
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1x
@@ -19,7 +18,7 @@ TAGS      ?= urfave_cli_no_docs
 all: lint build test
 
 build:
-	$(GO) build -tags "$(TAGS)" -ldflags "-X github.com/homefs/homefs/internal/version.Version=$(VERSION)" -o $(BIN) ./cmd/homefs
+	$(GO) build -tags "$(TAGS)" -ldflags "-X github.com/homefs/homefs/internal/version.Version=$(VERSION)" -o bin/ ./cmd/homefs ./cmd/homefsd
 
 # The test command (README): every package, with the race detector; then
 # the mount's suite again over FUSE over io_uring (fusefs tests use
@@ -61,9 +60,11 @@ fuzz:
 # function a reader must hold in mind at once, tests included: cyclomatic
 # complexity 24 (gocyclo, a tool of go.mod) and 99 lines
 # (internal/lint/funclen); that packages import only downward through the
-# layers (internal/lint/layers, docs/ARCHITECTURE.md); and that the binary
-# links no test harness (internal/testkit, fusefstest) and not package
-# testing.
+# layers (internal/lint/layers, docs/ARCHITECTURE.md); that the binaries
+# link no test harness (internal/testkit, fusefstest) and not package
+# testing; and that the CLI links none of the daemon (go-fuse, Prometheus,
+# fusefs, internal/daemon), whose package initialisation each of its calls
+# would pay at start.
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -72,7 +73,8 @@ lint:
 	$(GO) tool gocyclo -over 24 .
 	$(GO) run ./internal/lint/funclen
 	$(GO) run ./internal/lint/layers
-	@if $(GO) list -deps ./cmd/homefs | grep -E '/internal/testkit/|/fusefs/fusefstest$$|^testing$$'; then echo "the binary links test harnesses (internal/testkit, fusefstest or testing)"; exit 1; fi
+	@if $(GO) list -deps ./cmd/homefs ./cmd/homefsd | grep -E '/internal/testkit/|/fusefs/fusefstest$$|^testing$$'; then echo "a binary links test harnesses (internal/testkit, fusefstest or testing)"; exit 1; fi
+	@if $(GO) list -deps ./cmd/homefs | grep -E 'go-fuse|prometheus|/homefs/fusefs|/homefs/internal/daemon$$'; then echo "the CLI (cmd/homefs) links the daemon's packages: reach the daemon through internal/api"; exit 1; fi
 
 staticcheck:
 	$(STATICCHECK) $(PKGS)

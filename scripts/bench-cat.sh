@@ -2,7 +2,7 @@
 # As root: dd 1 GiB + fsync, then cat at once, cat again, cat after 7 s (past a
 # periodic flush), then cold after a daemon restart; ext4 alongside.
 set -euo pipefail
-cd "$(dirname "$0")/.."; B=$PWD/bin/homefs; [ -x "$B" ] || make build >/dev/null
+cd "$(dirname "$0")/.."; B=$PWD/bin/homefs; [ -x "$B" ] && [ -x "$PWD/bin/homefsd" ] || make build >/dev/null
 R=$(mktemp -d /var/tmp/clib.XXXX); M=$R/mnt; N=$R/native; mkdir -p $M $N
 export HOMEFS_ROOT=$R/root
 t() { local s=$(date +%s.%N); "$@"; local e=$(date +%s.%N); echo "$(echo "scale=2; 1024/($e-$s)" | bc) MB/s"; }

@@ -42,6 +42,7 @@ echo "bench-scale: ulimit -n $(ulimit -n), max_map_count $(cat /proc/sys/vm/max_
 	"threads-max $(cat /proc/sys/kernel/threads-max), $(nproc) CPUs"
 
 "$GO" build -o "$BIN" ./cmd/homefs
+"$GO" build -o "$(dirname "$BIN")/homefsd" ./cmd/homefsd # homefs serve runs it
 BIN=$(realpath "$BIN")
 
 WORK=$(mktemp -d "${HOMEFS_BENCH_DIR:-${TMPDIR:-/tmp}}/homefs-scale.XXXXXX")

@@ -12,6 +12,7 @@ if [ "$(id -u)" -ne 0 ]; then echo "demo: run as root (FUSE mounts)" >&2; exit 1
 if [ ! -e /dev/fuse ]; then echo "demo: /dev/fuse is missing" >&2; exit 1; fi
 
 "$GO" build -o "$BIN" ./cmd/homefs
+"$GO" build -o "$(dirname "$BIN")/homefsd" ./cmd/homefsd # homefs serve runs it
 BIN=$(realpath "$BIN")
 
 WORK=$(mktemp -d /tmp/homefs-demo.XXXXXX)

@@ -17,7 +17,8 @@
 #   OPS             operations per run (default 100000)
 #   CAPTURE=1       capture the session every 3 s and fork it once meanwhile
 #   OUT=DIR         keep fsx's logs there (default a new /tmp dir)
-#   BIN             the homefs binary (default: built to bin/homefs)
+#   BIN             the homefs binary, homefsd beside it (default: both
+#                   built to bin/)
 #
 # Variants (fsx flags):
 #   mmap     reads and writes through syscalls and shared mappings (default)
@@ -39,6 +40,7 @@ FSX=$(realpath "$FSX")
 if [ -z "${BIN:-}" ]; then
 	BIN=bin/homefs
 	"$GO" build -o "$BIN" ./cmd/homefs
+	"$GO" build -o "$(dirname "$BIN")/homefsd" ./cmd/homefsd # homefs serve runs it
 fi
 BIN=$(realpath "$BIN")
 OUT=${OUT:-$(mktemp -d /tmp/homefs-fsx-logs.XXXXXX)}

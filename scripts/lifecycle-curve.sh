@@ -47,7 +47,7 @@ OUT=${LIFECYCLE_OUT:-.bench/lifecycle}
 MiB=$((1 << 20))
 
 if [ "$(id -u)" -ne 0 ]; then echo "lifecycle-curve: run as root (FUSE mounts)" >&2; exit 1; fi
-"$GO" build -o bin/homefs ./cmd/homefs
+"$GO" build -o bin/ ./cmd/homefs ./cmd/homefsd # homefs serve runs homefsd
 B=$(realpath bin/homefs)
 mkdir -p "$OUT"
 OUT=$(realpath "$OUT")

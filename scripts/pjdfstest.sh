@@ -14,7 +14,8 @@
 #                      the suite runs (SUITE_EVERY changes the interval)
 #   TESTS="a b"        directories or files under $PJDFSTEST/tests (default all)
 #   OUT=DIR            keep the prove logs there (default a new /tmp dir)
-#   BIN                the homefs binary (default: built to bin/homefs)
+#   BIN                the homefs binary, homefsd beside it (default: both
+#                      built to bin/)
 # Exit status 0 when every file passed on every transport.
 set -euo pipefail
 
@@ -31,6 +32,7 @@ command -v prove >/dev/null || { echo "pjdfstest: prove (perl) is missing" >&2; 
 if [ -z "${BIN:-}" ]; then
 	BIN=bin/homefs
 	"$GO" build -o "$BIN" ./cmd/homefs
+	"$GO" build -o "$(dirname "$BIN")/homefsd" ./cmd/homefsd # homefs serve runs it
 fi
 BIN=$(realpath "$BIN")
 OUT=${OUT:-$(mktemp -d /tmp/homefs-pjdfstest-logs.XXXXXX)}

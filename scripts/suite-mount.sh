@@ -2,8 +2,9 @@
 # temporary root serving one session mounted at $MNT, over the transport
 # given to mount_start, with an optional loop that captures the session
 # every few seconds and forks it once while a suite runs. Needs bash, root
-# and /dev/fuse; BIN is the homefs binary (built by the caller), OUT the
-# directory kept for logs (the daemon's, daemon-TRANSPORT.log).
+# and /dev/fuse; BIN is the homefs binary (built by the caller, with
+# homefsd beside it), OUT the directory kept for logs (the daemon's,
+# daemon-TRANSPORT.log).
 #
 #   SUITE_DIR      where the temporary roots go (default /var/tmp)
 #   SUITE_EVERY    seconds between captures (default 3)

@@ -18,7 +18,9 @@ import (
 // The app's own flags (--root, --socket) are accepted wherever a
 // command's flags are and moved in front of the command name, the only
 // place urfave/cli reads them; a command's flag of the same name wins.
-// "--" ends the flags; everything after it stays positional.
+// "--" ends the flags; everything after it stays positional. A command
+// that parses no flags of its own (serve, which hands its arguments to
+// homefsd) gets its arguments as they are.
 func permute(app *cli.App, argv []string) []string {
 	if len(argv) < 2 {
 		return argv
@@ -63,6 +65,12 @@ func permute(app *cli.App, argv []string) []string {
 		out = append(out, a)
 		rest = rest[1:]
 		flags = cmd.Flags
+		if cmd.SkipFlagParsing {
+			// serve: every argument is homefsd's, as it is.
+			out = append(out, rest...)
+			rest = nil
+			break
+		}
 		if len(cmd.Subcommands) == 0 {
 			break
 		}

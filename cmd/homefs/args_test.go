@@ -14,12 +14,15 @@ func TestPermute(t *testing.T) {
 		{"session list --json", "session list --json"},
 		// The app's flags, anywhere a command's flags are, go in front of
 		// the command name.
-		{"serve --root R", "--root R serve"},
-		{"serve --root=R --log-level debug", "--root=R serve --log-level debug"},
+		{"session list --root R", "--root R session list"},
 		{"session list --root R --json", "--root R session list --json"},
 		{"session --socket S list", "--socket S session list"},
 		{"mount s /mnt --socket S --read-only", "--socket S mount --read-only -- s /mnt"},
-		{"--root A serve --root B", "--root A --root B serve"},
+		{"--root A stats --root B", "--root A --root B stats"},
+		// serve's arguments are homefsd's, as they are.
+		{"serve --root R", "serve --root R"},
+		{"serve --root=R --log-level debug", "serve --root=R --log-level debug"},
+		{"--root A serve --root B -- x", "--root A serve --root B -- x"},
 		// "--" ends the flags: what follows stays positional.
 		{"import - s -- --root", "import -- - s --root"},
 		{"capture s -- -m", "capture -- s -m"},
@@ -28,7 +31,8 @@ func TestPermute(t *testing.T) {
 		{"session create -- --root", "session create -- --root"},
 		// Unknown commands and flags are left for urfave/cli to refuse.
 		{"bogus --root R", "bogus --root R"},
-		{"serve --root", "--root"},
+		{"serve --root", "serve --root"},
+		{"stats --root", "--root"},
 		{"capture s -m", "capture -m -- s"},
 		{"capture s --root R -m", "--root R capture -m -- s"},
 		{"session create x --bogus", "session create --bogus -- x"},

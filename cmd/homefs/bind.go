@@ -10,7 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/homefs/homefs/fork"
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
 type bindOptions struct {
@@ -54,14 +54,14 @@ Providers: ` + strings.Join(fork.Providers(), ", ") + `.
 	}
 }
 
-func runBind(ctx context.Context, cl *daemon.Client, out io.Writer, o bindOptions) error {
+func runBind(ctx context.Context, cl *api.Client, out io.Writer, o bindOptions) error {
 	if o.provider == "" {
 		return usageError{fmt.Errorf("bind: --provider is required (known: %s)", strings.Join(fork.Providers(), ", "))}
 	}
 	if o.id == "" {
 		return usageError{fmt.Errorf("bind: --id is required: the provider session id to bind")}
 	}
-	res, err := cl.Bind(ctx, daemon.BindRequest{Provider: o.provider, ID: o.id, Source: o.source, Target: o.target})
+	res, err := cl.Bind(ctx, api.BindRequest{Provider: o.provider, ID: o.id, Source: o.source, Target: o.target})
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/manifest"
 )
 
@@ -25,8 +25,8 @@ type captureOptions struct {
 // captureResult is capture --json's output: the snapshot, and with --push
 // what the push did.
 type captureResult struct {
-	*daemon.SnapshotInfo
-	Pushed *daemon.PushResult `json:"pushed,omitempty"`
+	*api.SnapshotInfo
+	Pushed *api.PushResult `json:"pushed,omitempty"`
 }
 
 func captureCommand() *cli.Command {
@@ -87,12 +87,12 @@ func parseHandles(specs []string) (map[string]manifest.Handle, error) {
 	return out, nil
 }
 
-func runCapture(ctx context.Context, cl *daemon.Client, out io.Writer, o captureOptions) error {
+func runCapture(ctx context.Context, cl *api.Client, out io.Writer, o captureOptions) error {
 	handles, err := parseHandles(o.handles)
 	if err != nil {
 		return err
 	}
-	snap, err := cl.Capture(ctx, o.session, daemon.CaptureRequest{Message: o.message, Handles: handles})
+	snap, err := cl.Capture(ctx, o.session, api.CaptureRequest{Message: o.message, Handles: handles})
 	if err != nil {
 		return err
 	}
@@ -101,7 +101,7 @@ func runCapture(ctx context.Context, cl *daemon.Client, out io.Writer, o capture
 		// The id, not the session: a capture meanwhile must not change
 		// what is pushed.
 		p := newProgress("push", "objects", o.json)
-		res.Pushed, err = cl.Push(ctx, daemon.PushRequest{Spec: snap.ID, Remote: o.remote}, p.show)
+		res.Pushed, err = cl.Push(ctx, api.PushRequest{Spec: snap.ID, Remote: o.remote}, p.show)
 		p.done()
 		if err != nil {
 			return pushFailed(snap, o.remote, err)
@@ -121,7 +121,7 @@ func runCapture(ctx context.Context, cl *daemon.Client, out io.Writer, o capture
 // and the push of snap to remoteName did not. An interrupted push
 // completes when rerun; a conflict does not (the remote head moved along
 // another line), so that one says the two ways out instead.
-func pushFailed(snap *daemon.SnapshotInfo, remoteName string, err error) error {
+func pushFailed(snap *api.SnapshotInfo, remoteName string, err error) error {
 	on := ""
 	if remoteName != "" {
 		on = " " + remoteName

@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
 func diffCommand() *cli.Command {
@@ -31,7 +31,7 @@ snapshots (ID, prefix, SESSION@ID). Only what differs is read.
 	}
 }
 
-func runDiff(ctx context.Context, cl *daemon.Client, out io.Writer, a, b string, asJSON bool) error {
+func runDiff(ctx context.Context, cl *api.Client, out io.Writer, a, b string, asJSON bool) error {
 	d, err := cl.Diff(ctx, a, b)
 	if err != nil {
 		return err
@@ -42,12 +42,12 @@ func runDiff(ctx context.Context, cl *daemon.Client, out io.Writer, a, b string,
 	fmt.Fprintf(out, "--- %s\n+++ %s\n", d.A, d.B)
 	rows := make([][]string, 0, len(d.Entries))
 	for _, e := range d.Entries {
-		mark := map[string]string{daemon.Added: "+", daemon.Removed: "-", daemon.Changed: "M"}[e.Change]
+		mark := map[string]string{api.Added: "+", api.Removed: "-", api.Changed: "M"}[e.Change]
 		size := ""
 		switch e.Change {
-		case daemon.Added:
+		case api.Added:
 			size = humanBytes(e.NewSize)
-		case daemon.Removed:
+		case api.Removed:
 			size = humanBytes(e.OldSize)
 		default:
 			size = humanBytes(e.OldSize) + " -> " + humanBytes(e.NewSize)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
 // storeStats is the part of "stats --json" the tests compare.
@@ -53,7 +53,7 @@ func TestBind(t *testing.T) {
 	e.ok("session", "create", "dst")
 	before := e.stats()
 
-	var res daemon.BindResult
+	var res api.BindResult
 	require.NoError(t, json.Unmarshal([]byte(e.ok("bind", "--provider", "codex", "--id", bindID, "src", "dst", "--json")), &res))
 	require.Equal(t, "codex", res.Provider)
 	require.Equal(t, bindID, res.Handle.ID)
@@ -75,7 +75,7 @@ func TestBind(t *testing.T) {
 	e.ok("unmount", mnt)
 
 	// A capture of the target records the handle.
-	var snap daemon.SnapshotInfo
+	var snap api.SnapshotInfo
 	require.NoError(t, json.Unmarshal([]byte(e.ok("capture", "dst", "--json")), &snap))
 	require.Equal(t, bindID, snap.Handles["codex"].ID)
 
@@ -113,7 +113,7 @@ func TestNativeImportExport(t *testing.T) {
 	require.NoError(t, err)
 	manifestPath := filepath.Join(fixture, "snapshot.json")
 
-	var imp daemon.ImportNativeResult
+	var imp api.ImportNativeResult
 	require.NoError(t, json.Unmarshal([]byte(e.ok("import-native", manifestPath, fixture, "nat", "--json")), &imp))
 	require.Equal(t, 8, imp.Files)
 	require.Equal(t, "0199a000-0000-7000-8000-000000000c01", imp.Handles["codex"].ID)
@@ -130,7 +130,7 @@ func TestNativeImportExport(t *testing.T) {
 	// Round trip: the same JSON comes back, nothing left out.
 	snap := strings.TrimSpace(e.ok("capture", "nat"))
 	out := filepath.Join(e.dir, "out")
-	var exp daemon.ExportNativeResult
+	var exp api.ExportNativeResult
 	require.NoError(t, json.Unmarshal([]byte(e.ok("export-native", snap, out, "--json")), &exp))
 	require.Empty(t, exp.LeftOut)
 	require.Equal(t, jsonValue(t, readFile(t, manifestPath)), jsonValue(t, readFile(t, filepath.Join(out, "snapshot.json"))))

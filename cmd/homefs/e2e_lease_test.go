@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/daemon"
 	"github.com/homefs/homefs/internal/remote/s3test"
 )
@@ -31,9 +32,9 @@ func leaseHosts(t *testing.T) (a, b *env) {
 	return a, b
 }
 
-func (e *env) lease(args ...string) daemon.LeaseInfo {
+func (e *env) lease(args ...string) api.LeaseInfo {
 	e.t.Helper()
-	var l daemon.LeaseInfo
+	var l api.LeaseInfo
 	require.NoError(e.t, json.Unmarshal([]byte(e.ok(append(args, "--json")...)), &l))
 	return l
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
 const uringSwitch = "/sys/module/fuse/parameters/enable_uring"
@@ -67,9 +67,9 @@ func TestServeFuseURing(t *testing.T) {
 	newEnv(t).fails(2, "want auto, on or off", "serve", "--fuse-uring=yes")
 }
 
-func (e *env) status(args ...string) daemon.Status {
+func (e *env) status(args ...string) api.Status {
 	e.t.Helper()
-	var st daemon.Status
+	var st api.Status
 	out := e.ok(append([]string{"status", "--json"}, args...)...)
 	require.NoError(e.t, json.Unmarshal([]byte(out), &st), out)
 	return st
@@ -101,27 +101,27 @@ func TestStatus(t *testing.T) {
 	require.Greater(t, st.Store.FreeBytes, int64(0))
 	require.GreaterOrEqual(t, st.Store.TotalBytes, st.Store.FreeBytes)
 	require.Len(t, st.Mounts, 2)
-	mount := func(st daemon.Status, dir string) daemon.MountStatus {
+	mount := func(st api.Status, dir string) api.MountStatus {
 		for _, m := range st.Mounts {
 			if m.Dir == dir {
 				return m
 			}
 		}
 		t.Fatalf("no mount %s in %+v", dir, st.Mounts)
-		return daemon.MountStatus{}
+		return api.MountStatus{}
 	}
 	require.True(t, mount(st, ro).ReadOnly)
 	require.Zero(t, mount(st, ro).DirtyBytes)
 	require.NotEmpty(t, mount(st, mnt).Transport)
 	require.Len(t, st.Remotes, 1)
-	require.Equal(t, daemon.RemoteUnreachable, st.Remotes[0].State)
+	require.Equal(t, api.RemoteUnreachable, st.Remotes[0].State)
 	require.NotEmpty(t, st.Remotes[0].Error)
-	require.Equal(t, daemon.RemoteNotChecked, e.status("--no-remote-check").Remotes[0].State)
+	require.Equal(t, api.RemoteNotChecked, e.status("--no-remote-check").Remotes[0].State)
 
 	// written writes through f and returns the status that shows it
 	// unflushed; the periodic flush (every 5 s) may come between the two,
 	// then it writes again.
-	written := func(f *os.File) daemon.MountStatus {
+	written := func(f *os.File) api.MountStatus {
 		for range 5 {
 			before := mount(e.status("--no-remote-check"), mnt).LastFlush
 			_, err := f.Write(make([]byte, 50_000))
@@ -132,7 +132,7 @@ func TestStatus(t *testing.T) {
 			}
 		}
 		t.Fatal("every write was flushed before status saw it")
-		return daemon.MountStatus{}
+		return api.MountStatus{}
 	}
 	f, err := os.OpenFile(filepath.Join(mnt, "f"), os.O_RDWR|os.O_CREATE, 0o644)
 	require.NoError(t, err)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/remote"
 	"github.com/homefs/homefs/internal/remote/s3test"
 )
@@ -65,7 +65,7 @@ func TestRemoteTwoHosts(t *testing.T) {
 	require.Contains(t, a.ok("push", "s"), "head already there")
 
 	// Host B: pull the session's head (tree only), mount it, read lazily.
-	var pull daemon.PullResult
+	var pull api.PullResult
 	require.NoError(t, json.Unmarshal([]byte(b.ok("pull", "s", "origin", "--json")), &pull))
 	require.Equal(t, cap1.ID, pull.Snapshot)
 	require.Equal(t, "s", pull.Session)
@@ -142,7 +142,7 @@ func checkDivergingPush(t *testing.T, a, b *env, first, head string) {
 	require.Contains(t, r.stderr, fork)
 	require.Contains(t, r.stderr, "homefs pull s origin")
 	b.fails(exitConflict, "head changed concurrently", "push", "s", "origin")
-	var onRemote daemon.PullResult
+	var onRemote api.PullResult
 	require.NoError(t, json.Unmarshal([]byte(a.ok("pull", "s", "--json")), &onRemote))
 	require.Equal(t, head, onRemote.Snapshot, "the remote head is still A's")
 	b.ok("fork", "s@"+capB[:12], "s-b")
@@ -150,7 +150,7 @@ func checkDivergingPush(t *testing.T, a, b *env, first, head string) {
 	require.NoError(t, json.Unmarshal([]byte(b.ok("capture", "--push", "s-b", "origin", "--json")), &capFork))
 	require.Equal(t, "s-b", capFork.Pushed.Session)
 	require.True(t, capFork.Pushed.HeadMoved, "B's turn is on the remote as s-b")
-	var pullA daemon.PullResult
+	var pullA api.PullResult
 	require.NoError(t, json.Unmarshal([]byte(b.ok("pull", "s", "origin", "--json")), &pullA))
 	require.Equal(t, head, pullA.Snapshot, "the other way: pull A's turn")
 }

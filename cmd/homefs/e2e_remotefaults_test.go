@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/remote/s3test"
 )
 
@@ -227,7 +227,7 @@ func TestRemotePullAllAfterLazyPull(t *testing.T) {
 	writeFile(t, filepath.Join(mntA, "workspace/small.txt"), "small\n")
 	id := strings.TrimSpace(a.ok("capture", "s", "--push"))
 
-	var lazy, all daemon.PullResult
+	var lazy, all api.PullResult
 	require.NoError(t, json.Unmarshal([]byte(b.ok("pull", "s", "--json")), &lazy))
 	require.Less(t, lazy.FetchedBytes, int64(len(big)/2), "a lazy pull fetches no file chunk")
 	mntB := b.mkdir("b")

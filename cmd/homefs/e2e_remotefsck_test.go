@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/homefs/homefs/cas"
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/remote"
 	"github.com/homefs/homefs/internal/remote/s3test"
 	"github.com/homefs/homefs/manifest"
@@ -56,7 +56,7 @@ func TestRemoteFsckRepair(t *testing.T) {
 	b.fails(exitUsage, "--session needs --remote", "fsck", "--session", "s")
 
 	require.Contains(t, a.ok("push", "s", "origin"), "0 objects uploaded", "a plain push skips what is there")
-	var res daemon.PushResult
+	var res api.PushResult
 	require.NoError(t, json.Unmarshal([]byte(a.ok("push", "--repair", "s", "origin", "--json")), &res))
 	require.Equal(t, 1, res.Missing)
 	require.Equal(t, 1, res.Damaged)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/remote"
 	"github.com/homefs/homefs/internal/remote/s3test"
 )
@@ -57,7 +57,7 @@ func (e *env) captureFiles(session string, files map[string]string) captureResul
 
 func (e *env) remoteSessions() map[string]remote.SessionInfo {
 	e.t.Helper()
-	var res daemon.RemoteSessions
+	var res api.RemoteSessions
 	require.NoError(e.t, json.Unmarshal([]byte(e.ok("remote", "sessions", "origin", "--json")), &res))
 	out := make(map[string]remote.SessionInfo)
 	for _, s := range res.Sessions {
@@ -70,7 +70,7 @@ func (e *env) remoteSessions() map[string]remote.SessionInfo {
 // exports it and checks fsck and the files.
 func (e *env) pullComplete(session string, want map[string]string) {
 	e.t.Helper()
-	var pull daemon.PullResult
+	var pull api.PullResult
 	require.NoError(e.t, json.Unmarshal([]byte(e.ok("pull", session, "origin", "--all", "--json")), &pull))
 	require.Contains(e.t, e.ok("fsck"), "0 problems")
 	dest := filepath.Join(e.dir, "export-"+pull.Snapshot[:12])
@@ -123,7 +123,7 @@ func TestRemoteForgetPurge(t *testing.T) {
 	b.captureFiles("other", map[string]string{"workspace/o.txt": "other\n"})
 	require.Equal(t, 4, a.remoteSessions()["s"].Snapshots)
 
-	var dry daemon.ForgetResult
+	var dry api.ForgetResult
 	require.NoError(t, json.Unmarshal([]byte(b.ok("forget", "--remote", "origin", "--session", "s", "--keep-last", "2", "--dry-run", "--json")), &dry))
 	require.ElementsMatch(t, ids[:2], dry.Forgotten)
 	require.Len(t, dry.Decisions, 4)
@@ -145,7 +145,7 @@ func TestRemoteForgetPurge(t *testing.T) {
 	require.Equal(t, 1, a.remoteSessions()["s"].Snapshots)
 
 	b.fails(exitUsage, "needs --purge", "session", "rm", "--remote", "origin", "s")
-	var purge daemon.RemoveSessionResult
+	var purge api.RemoveSessionResult
 	require.NoError(t, json.Unmarshal([]byte(b.ok("session", "rm", "--purge", "--remote", "origin", "s", "--json")), &purge))
 	require.Equal(t, []string{ids[3]}, purge.Forgotten)
 	got := a.remoteSessions()
@@ -191,7 +191,7 @@ func TestRemoteGCRacesPush(t *testing.T) {
 		wg.Wait()
 		require.Equal(t, 0, push.code, "push: %s", push.stderr)
 		require.Equal(t, 0, gc.code, "gc: %s", gc.stderr)
-		var pr daemon.PushResult
+		var pr api.PushResult
 		require.NoError(t, json.Unmarshal([]byte(push.stdout), &pr))
 		t.Logf("round %d: push uploaded %d objects; gc: %s", round, pr.Uploaded, gc.stdout)
 

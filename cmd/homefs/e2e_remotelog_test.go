@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
 // TestRemoteLogOfPulled: on a host that pulled a session and has no local
@@ -23,7 +23,7 @@ func TestRemoteLogOfPulled(t *testing.T) {
 
 	logIDs := func(spec string) []string {
 		t.Helper()
-		var entries []daemon.SnapshotInfo
+		var entries []api.SnapshotInfo
 		require.NoError(t, json.Unmarshal([]byte(b.ok("log", spec, "--json")), &entries))
 		var ids []string
 		for _, e := range entries {

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/daemon"
 	"github.com/homefs/homefs/manifest"
 )
@@ -136,9 +137,9 @@ func TestRun(t *testing.T) {
 	require.Equal(t, "cfg\n", readFile(t, filepath.Join(dump, "home/config.toml")))
 
 	// The layout is the snapshot's and the fork's.
-	var snaps []daemon.SnapshotInfo
+	var snaps []api.SnapshotInfo
 	require.NoError(t, json.Unmarshal([]byte(e.ok("log", "s", "--json")), &snaps))
-	var info daemon.SessionInfo
+	var info api.SessionInfo
 	require.NoError(t, json.Unmarshal([]byte(e.ok("fork", "s", "t", "--json")), &info))
 	want := &manifest.Layout{
 		Homes:     []manifest.Place{{Subtree: "home", At: canon + "/home/.codex", Provider: "codex"}},

@@ -22,7 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/homefs/homefs/cas"
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/remote/s3test"
 	"github.com/homefs/homefs/internal/testkit/needfuse"
 )
@@ -37,14 +37,15 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	// homefs and, beside it, homefsd, which homefs serve runs.
 	homefsBin = filepath.Join(dir, "homefs")
-	out, err := exec.Command("go", "build", "-race", "-o", homefsBin, ".").CombinedOutput()
+	out, err := exec.Command("go", "build", "-race", "-o", dir+"/", ".", "../homefsd").CombinedOutput()
 	if err != nil {
 		// Without the race detector (not every toolchain has it).
-		out, err = exec.Command("go", "build", "-o", homefsBin, ".").CombinedOutput()
+		out, err = exec.Command("go", "build", "-o", dir+"/", ".", "../homefsd").CombinedOutput()
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "build homefs: %v\n%s", err, out)
+		fmt.Fprintf(os.Stderr, "build homefs and homefsd: %v\n%s", err, out)
 		os.Exit(1)
 	}
 	// Readable by the unprivileged user of the non-owner test.
@@ -139,7 +140,7 @@ func unsealUnder(dir string) {
 // fsImmutableFL is FS_IMMUTABLE_FL of linux/fs.h (chattr +i).
 const fsImmutableFL = 0x10
 
-func (e *env) socket() string { return filepath.Join(e.root, daemon.SocketName) }
+func (e *env) socket() string { return filepath.Join(e.root, api.SocketName) }
 
 // start runs the daemon, with extra arguments to serve, and waits until
 // it answers. The daemon serves its mounts over FUSE over io_uring,
@@ -163,11 +164,11 @@ func (e *env) start(extra ...string) {
 	e.proc = cmd
 	e.done = make(chan error, 1)
 	go func() { e.done <- cmd.Wait() }()
-	c := daemon.NewClient(e.socket())
+	c := api.NewClient(e.socket())
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		_, err := c.Status(context.Background())
-		if err == nil || errors.Is(err, &daemon.Error{Code: daemon.CodePermission}) {
+		if err == nil || errors.Is(err, &api.Error{Code: api.CodePermission}) {
 			return // a daemon of another user answers too, with a refusal
 		}
 		select {
@@ -423,7 +424,7 @@ func TestSessionsMountsCaptureForkDiff(t *testing.T) {
 	checkForkDiff(e, fork, snap)
 
 	snap2 := strings.TrimSpace(e.ok("capture", "agent-1-retry", "-m", "retry"))
-	var log []daemon.SnapshotInfo
+	var log []api.SnapshotInfo
 	require.NoError(t, json.Unmarshal([]byte(e.ok("log", "agent-1-retry", "--json")), &log))
 	require.Len(t, log, 2)
 	require.Equal(t, snap2, log[0].ID)
@@ -432,7 +433,7 @@ func TestSessionsMountsCaptureForkDiff(t *testing.T) {
 	require.Contains(t, e.ok("log", "agent-1-retry"), "fork point")
 	e.fails(exitNotFound, "no such session", "log", "nobody")
 
-	var sessions []daemon.SessionInfo
+	var sessions []api.SessionInfo
 	require.NoError(t, json.Unmarshal([]byte(e.ok("session", "list", "--json")), &sessions))
 	require.Len(t, sessions, 2)
 	require.Equal(t, []string{src}, sessions[0].Mounts)
@@ -486,16 +487,16 @@ func checkForkDiff(e *env, fork, snap string) {
 	writeFile(t, filepath.Join(fork, "workspace/NOTES.md"), "notes\n")
 	require.NoError(t, os.Remove(filepath.Join(fork, "workspace/README.md")))
 
-	var d daemon.DiffResult
+	var d api.DiffResult
 	require.NoError(t, json.Unmarshal([]byte(e.ok("diff", "agent-1", "agent-1-retry", "--json")), &d))
 	changes := map[string]string{}
 	for _, x := range d.Entries {
 		changes[x.Path] = x.Change
 	}
 	require.Equal(t, map[string]string{
-		rollout:               daemon.Changed,
-		"workspace/NOTES.md":  daemon.Added,
-		"workspace/README.md": daemon.Removed,
+		rollout:               api.Changed,
+		"workspace/NOTES.md":  api.Added,
+		"workspace/README.md": api.Removed,
 	}, changes)
 	require.Contains(t, e.ok("diff", "@"+snap, "agent-1"), "no differences")
 	e.fails(exitNotFound, "no such snapshot", "diff", "agent-1", "@ffffffffffff")
@@ -587,7 +588,7 @@ func TestImportSymlinkArgument(t *testing.T) {
 	link := filepath.Join(e.dir, "dot-codex")
 	require.NoError(t, os.Symlink("codex-home", link))
 
-	var res daemon.ImportResult
+	var res api.ImportResult
 	require.NoError(t, json.Unmarshal([]byte(e.ok("import", link, "s", "--json")), &res))
 	require.EqualValues(t, 1, res.Files)
 	require.EqualValues(t, 1, res.Symlinks)
@@ -886,7 +887,7 @@ func TestForkDropsDerivedState(t *testing.T) {
 	writeFile(t, filepath.Join(src, "codex-home/state_5.sqlite-wal"), "wal\n")
 	writeFile(t, filepath.Join(src, "codex-home/logs_2.sqlite"), "logs\n")
 
-	var info daemon.SessionInfo
+	var info api.SessionInfo
 	require.NoError(t, json.Unmarshal([]byte(e.ok("fork", "a", "b", "--json")), &info))
 	require.Contains(t, info.DroppedDerived, "codex-home/state_5.sqlite")
 	require.Contains(t, info.DroppedDerived, "codex-home/state_5.sqlite-wal")

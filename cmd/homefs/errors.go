@@ -3,20 +3,21 @@ package main
 import (
 	"errors"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
-// Exit codes (documented in the root --help and docs/CLI.md).
+// Exit codes (documented in the root --help and docs/CLI.md; homefsd
+// exits with the same ones).
 const (
-	exitOK         = 0
-	exitOther      = 1
-	exitUsage      = 2
-	exitNotFound   = 3
-	exitConflict   = 4
-	exitCorrupt    = 5
-	exitNotRunning = 6
-	exitNoSpace    = 7
-	exitDamaged    = 8
+	exitOK         = api.ExitOK
+	exitOther      = api.ExitOther
+	exitUsage      = api.ExitUsage
+	exitNotFound   = api.ExitNotFound
+	exitConflict   = api.ExitConflict
+	exitCorrupt    = api.ExitCorrupt
+	exitNotRunning = api.ExitNotRunning
+	exitNoSpace    = api.ExitNoSpace
+	exitDamaged    = api.ExitDamaged
 )
 
 // usageError marks bad command-line arguments.
@@ -26,7 +27,7 @@ func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
 // errProblems: fsck found damage (already printed).
-var errProblems = &daemon.Error{Code: daemon.CodeCorrupt, Message: "fsck found problems"}
+var errProblems = &api.Error{Code: api.CodeCorrupt, Message: "fsck found problems"}
 
 func exitCode(err error) int {
 	if err == nil {
@@ -39,26 +40,5 @@ func exitCode(err error) int {
 	// An error from the daemon carries its code; one found locally (before
 	// or after talking to the daemon) carries the sentinels the daemon
 	// classifies.
-	code := daemon.Classify(err)
-	var de *daemon.Error
-	if errors.As(err, &de) {
-		code = de.Code
-	}
-	switch code {
-	case daemon.CodeUsage:
-		return exitUsage
-	case daemon.CodeNotFound:
-		return exitNotFound
-	case daemon.CodeConflict:
-		return exitConflict
-	case daemon.CodeCorrupt:
-		return exitCorrupt
-	case daemon.CodeNotRunning:
-		return exitNotRunning
-	case daemon.CodeNoSpace:
-		return exitNoSpace
-	case daemon.CodeDamaged:
-		return exitDamaged
-	}
-	return exitOther
+	return api.ExitStatus(api.Classify(err))
 }

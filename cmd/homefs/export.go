@@ -9,8 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/archive"
-	"github.com/homefs/homefs/internal/daemon"
 )
 
 type exportOptions struct {
@@ -38,7 +38,7 @@ with modes, owners, times, xattrs, symlinks, hard links) goes to stdout.
 	}
 }
 
-func runExport(ctx context.Context, cl *daemon.Client, stdout io.Writer, o exportOptions) error {
+func runExport(ctx context.Context, cl *api.Client, stdout io.Writer, o exportOptions) error {
 	p := newProgress("export", "entries", false)
 	defer p.done()
 	if o.dest == "-" {
@@ -54,7 +54,7 @@ func runExport(ctx context.Context, cl *daemon.Client, stdout io.Writer, o expor
 		errc <- err
 	}()
 	xerr := archive.Extract(ctx, pr, o.dest, func(entries, bytes int64) {
-		p.show(daemon.Progress{Done: entries, Bytes: bytes})
+		p.show(api.Progress{Done: entries, Bytes: bytes})
 	})
 	if xerr != nil {
 		cancel()

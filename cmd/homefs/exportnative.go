@@ -9,7 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
 type exportNativeOptions struct {
@@ -42,12 +42,12 @@ DIR must be empty or absent, and not inside a homefs mount.
 	}
 }
 
-func runExportNative(ctx context.Context, cl *daemon.Client, out io.Writer, o exportNativeOptions) error {
+func runExportNative(ctx context.Context, cl *api.Client, out io.Writer, o exportNativeOptions) error {
 	dir, err := filepath.Abs(o.dir)
 	if err != nil {
 		return err
 	}
-	res, err := cl.ExportNative(ctx, daemon.ExportNativeRequest{Snapshot: o.snapshot, Dir: dir})
+	res, err := cl.ExportNative(ctx, api.ExportNativeRequest{Snapshot: o.snapshot, Dir: dir})
 	if err != nil {
 		return err
 	}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/catalog"
-	"github.com/homefs/homefs/internal/daemon"
 )
 
 func forgetCommand() *cli.Command {
@@ -102,8 +102,8 @@ func (o forgetOptions) check() error {
 	return o.policy.Validate()
 }
 
-func runForget(ctx context.Context, cl *daemon.Client, out io.Writer, o forgetOptions) error {
-	res, err := cl.Forget(ctx, daemon.ForgetRequest{Snapshots: o.snapshots, Session: o.session, Policy: o.policy, DryRun: o.dryRun})
+func runForget(ctx context.Context, cl *api.Client, out io.Writer, o forgetOptions) error {
+	res, err := cl.Forget(ctx, api.ForgetRequest{Snapshots: o.snapshots, Session: o.session, Policy: o.policy, DryRun: o.dryRun})
 	if err != nil {
 		return err
 	}
@@ -111,7 +111,7 @@ func runForget(ctx context.Context, cl *daemon.Client, out io.Writer, o forgetOp
 }
 
 // printForget reports a forget; gc is the command that frees the space.
-func printForget(out io.Writer, res *daemon.ForgetResult, o forgetOptions, gc string) error {
+func printForget(out io.Writer, res *api.ForgetResult, o forgetOptions, gc string) error {
 	if o.json {
 		return printJSON(out, res)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
 func forkCommand() *cli.Command {
@@ -32,8 +32,8 @@ from there on. TARGET must not exist.
 	}
 }
 
-func runFork(ctx context.Context, cl *daemon.Client, out io.Writer, source, target string, asJSON bool) error {
-	s, err := cl.Fork(ctx, daemon.ForkRequest{Source: source, Target: target})
+func runFork(ctx context.Context, cl *api.Client, out io.Writer, source, target string, asJSON bool) error {
+	s, err := cl.Fork(ctx, api.ForkRequest{Source: source, Target: target})
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
 func fsckCommand() *cli.Command {
@@ -38,7 +38,7 @@ from a host that has them.
 				return err
 			}
 			if c.IsSet("remote") {
-				req := daemon.RemoteFsckRequest{Remote: c.String("remote"), Session: c.String("session")}
+				req := api.RemoteFsckRequest{Remote: c.String("remote"), Session: c.String("session")}
 				return runRemoteFsck(c.Context, client(c), os.Stdout, req, c.Bool("json"))
 			}
 			if c.IsSet("session") {
@@ -49,7 +49,7 @@ from a host that has them.
 	}
 }
 
-func runFsck(ctx context.Context, cl *daemon.Client, out io.Writer, asJSON bool) error {
+func runFsck(ctx context.Context, cl *api.Client, out io.Writer, asJSON bool) error {
 	p := newProgress("fsck", "objects", asJSON)
 	rep, err := cl.Fsck(ctx, p.show)
 	p.done()
@@ -61,7 +61,7 @@ func runFsck(ctx context.Context, cl *daemon.Client, out io.Writer, asJSON bool)
 }
 
 // runRemoteFsck is fsck --remote.
-func runRemoteFsck(ctx context.Context, cl *daemon.Client, out io.Writer, req daemon.RemoteFsckRequest, asJSON bool) error {
+func runRemoteFsck(ctx context.Context, cl *api.Client, out io.Writer, req api.RemoteFsckRequest, asJSON bool) error {
 	p := newProgress("fsck", "objects", asJSON)
 	rep, err := cl.RemoteFsck(ctx, req, p.show)
 	p.done()

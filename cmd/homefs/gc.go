@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
 func gcCommand() *cli.Command {
@@ -45,7 +45,7 @@ it runs wait for it (docs/ARCHITECTURE-remote.md).
 	}
 }
 
-func runGC(ctx context.Context, cl *daemon.Client, out io.Writer, asJSON bool) error {
+func runGC(ctx context.Context, cl *api.Client, out io.Writer, asJSON bool) error {
 	p := newProgress("gc", "objects", asJSON)
 	res, err := cl.GC(ctx, p.show)
 	p.done()

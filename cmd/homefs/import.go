@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/archive"
-	"github.com/homefs/homefs/internal/daemon"
 )
 
 type importOptions struct {
@@ -52,7 +52,7 @@ only DIR itself may be a symlink to the directory to import.
 	}
 }
 
-func runImport(ctx context.Context, cl *daemon.Client, out io.Writer, o importOptions) error {
+func runImport(ctx context.Context, cl *api.Client, out io.Writer, o importOptions) error {
 	p := newProgress("import", "entries", o.json)
 	defer p.done()
 	var src io.Reader

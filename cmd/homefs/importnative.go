@@ -11,7 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
 type importNativeOptions struct {
@@ -46,7 +46,7 @@ FILE and BLOBDIR must not lie inside a homefs mount.
 	}
 }
 
-func runImportNative(ctx context.Context, cl *daemon.Client, out io.Writer, o importNativeOptions) error {
+func runImportNative(ctx context.Context, cl *api.Client, out io.Writer, o importNativeOptions) error {
 	file, err := filepath.Abs(o.file)
 	if err != nil {
 		return err
@@ -55,7 +55,7 @@ func runImportNative(ctx context.Context, cl *daemon.Client, out io.Writer, o im
 	if err != nil {
 		return err
 	}
-	res, err := cl.ImportNative(ctx, daemon.ImportNativeRequest{File: file, BlobDir: blobDir, Session: o.session})
+	res, err := cl.ImportNative(ctx, api.ImportNativeRequest{File: file, BlobDir: blobDir, Session: o.session})
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/homefs/homefs/fork"
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/manifest"
 )
 
@@ -111,7 +111,7 @@ func hasHomeFlag(c *cli.Context, provider string) bool {
 }
 
 // parseOwner reads UID:GID, USER (its primary group) or USER:GROUP.
-func parseOwner(s string) (*daemon.Owner, error) {
+func parseOwner(s string) (*api.Owner, error) {
 	if s == "" {
 		return nil, nil
 	}
@@ -137,12 +137,12 @@ func parseOwner(s string) (*daemon.Owner, error) {
 			gid, _ = strconv.ParseUint(grp.Gid, 10, 32)
 		}
 	}
-	return &daemon.Owner{UID: uint32(uid), GID: uint32(gid)}, nil
+	return &api.Owner{UID: uint32(uid), GID: uint32(gid)}, nil
 }
 
 // printDerived reports what a fork-like operation did with the providers'
 // path-bearing state: what it dropped on out, warnings on errOut.
-func printDerived(out, errOut io.Writer, s *daemon.SessionInfo) {
+func printDerived(out, errOut io.Writer, s *api.SessionInfo) {
 	for _, p := range s.DroppedDerived {
 		fmt.Fprintf(out, "dropped derived state %s (the harness rebuilds it)\n", p)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/remote"
 )
 
@@ -22,7 +22,7 @@ type leaseOptions struct {
 }
 
 func leaseCommand() *cli.Command {
-	action := func(run func(context.Context, *daemon.Client, io.Writer, leaseOptions) error) cli.ActionFunc {
+	action := func(run func(context.Context, *api.Client, io.Writer, leaseOptions) error) cli.ActionFunc {
 		return func(c *cli.Context) error {
 			if err := args(c, 1, 2); err != nil {
 				return err
@@ -79,26 +79,26 @@ its next renewal). Acquiring a lease this daemon holds renews it.
 	}
 }
 
-func runLeaseAcquire(ctx context.Context, cl *daemon.Client, out io.Writer, o leaseOptions) error {
+func runLeaseAcquire(ctx context.Context, cl *api.Client, out io.Writer, o leaseOptions) error {
 	if o.ttl < remote.MinLeaseTTL {
 		return usageError{fmt.Errorf("lease acquire: --ttl %s is under %s", o.ttl, remote.MinLeaseTTL)}
 	}
-	l, err := cl.AcquireLease(ctx, daemon.LeaseRequest{Session: o.session, Remote: o.remote, TTLMs: o.ttl.Milliseconds(), Steal: o.steal})
+	l, err := cl.AcquireLease(ctx, api.LeaseRequest{Session: o.session, Remote: o.remote, TTLMs: o.ttl.Milliseconds(), Steal: o.steal})
 	if err != nil {
 		return err
 	}
 	return printLease(out, l, "acquired", o.json)
 }
 
-func runLeaseRelease(ctx context.Context, cl *daemon.Client, out io.Writer, o leaseOptions) error {
-	l, err := cl.ReleaseLease(ctx, daemon.LeaseRequest{Session: o.session, Remote: o.remote})
+func runLeaseRelease(ctx context.Context, cl *api.Client, out io.Writer, o leaseOptions) error {
+	l, err := cl.ReleaseLease(ctx, api.LeaseRequest{Session: o.session, Remote: o.remote})
 	if err != nil {
 		return err
 	}
 	return printLease(out, l, "released", o.json)
 }
 
-func runLeaseShow(ctx context.Context, cl *daemon.Client, out io.Writer, o leaseOptions) error {
+func runLeaseShow(ctx context.Context, cl *api.Client, out io.Writer, o leaseOptions) error {
 	l, err := cl.Lease(ctx, o.session, o.remote)
 	if err != nil {
 		return err
@@ -106,7 +106,7 @@ func runLeaseShow(ctx context.Context, cl *daemon.Client, out io.Writer, o lease
 	return printLease(out, l, "", o.json)
 }
 
-func printLease(out io.Writer, l *daemon.LeaseInfo, did string, asJSON bool) error {
+func printLease(out io.Writer, l *api.LeaseInfo, did string, asJSON bool) error {
 	if asJSON {
 		return printJSON(out, l)
 	}

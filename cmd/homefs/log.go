@@ -9,7 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
 func logCommand() *cli.Command {
@@ -39,7 +39,7 @@ newest of them.
 	}
 }
 
-func runLog(ctx context.Context, cl *daemon.Client, out io.Writer, session string, asJSON bool) error {
+func runLog(ctx context.Context, cl *api.Client, out io.Writer, session string, asJSON bool) error {
 	entries, err := cl.Log(ctx, session)
 	if err != nil {
 		return err

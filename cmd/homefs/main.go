@@ -12,7 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/version"
 )
 
@@ -51,11 +51,11 @@ var (
 		Name:    "root",
 		Usage:   "daemon state directory (store, socket, mounts.json)",
 		EnvVars: []string{"HOMEFS_ROOT"},
-		Value:   daemon.DefaultRoot,
+		Value:   api.DefaultRoot,
 	}
 	socketFlag = &cli.StringFlag{
 		Name:    "socket",
-		Usage:   "daemon socket (default: <root>/" + daemon.SocketName + ")",
+		Usage:   "daemon socket (default: <root>/" + api.SocketName + ")",
 		EnvVars: []string{"HOMEFS_SOCKET"},
 	}
 	jsonFlag = &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
@@ -67,8 +67,9 @@ func newApp() *cli.App {
 		Usage:   "copy-on-write homes for coding-agent sessions",
 		Version: version.String(),
 		Description: `homefs keeps agent homes (CODEX_HOME, CLAUDE_CONFIG_DIR, …) as sessions in a
-content-addressed store and mounts them with FUSE. One daemon ("homefs serve")
-owns the store; every other command talks to it over its Unix socket.
+content-addressed store and mounts them with FUSE. One daemon (homefsd, which
+"homefs serve" runs) owns the store; every other command talks to it over its
+Unix socket.
 
 EXIT CODES:
    0  success
@@ -132,10 +133,10 @@ func socketPath(c *cli.Context) string {
 	if s := c.String("socket"); s != "" {
 		return s
 	}
-	return daemon.DefaultSocket(c.String("root"))
+	return api.DefaultSocket(c.String("root"))
 }
 
-func client(c *cli.Context) *daemon.Client { return daemon.NewClient(socketPath(c)) }
+func client(c *cli.Context) *api.Client { return api.NewClient(socketPath(c)) }
 
 // args checks the number of positional arguments.
 func args(c *cli.Context, min, max int) error {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
 type mountOptions struct {
@@ -22,7 +22,7 @@ type mountOptions struct {
 	private  bool
 	dev      bool
 	noAtime  bool
-	owner    *daemon.Owner
+	owner    *api.Owner
 	json     bool
 }
 
@@ -92,12 +92,12 @@ unmount of the session that holds it releases it.
 	}
 }
 
-func runMount(ctx context.Context, cl *daemon.Client, out io.Writer, o mountOptions) error {
+func runMount(ctx context.Context, cl *api.Client, out io.Writer, o mountOptions) error {
 	dir, err := filepath.Abs(o.dir)
 	if err != nil {
 		return err
 	}
-	m, err := cl.Mount(ctx, daemon.MountRequest{Session: o.session, Dir: dir, ReadOnly: o.readOnly, Snapshot: o.snapshot, Remote: o.remote, Lease: o.lease, Private: o.private, Dev: o.dev, NoAtime: o.noAtime, Owner: o.owner})
+	m, err := cl.Mount(ctx, api.MountRequest{Session: o.session, Dir: dir, ReadOnly: o.readOnly, Snapshot: o.snapshot, Remote: o.remote, Lease: o.lease, Private: o.private, Dev: o.dev, NoAtime: o.noAtime, Owner: o.owner})
 	if err != nil {
 		return err
 	}

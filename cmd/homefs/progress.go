@@ -10,7 +10,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
 // progress draws the progress of a long command on stderr when it is a
@@ -57,7 +57,7 @@ func newProgressTo(w io.Writer, on bool, verb, noun string) *progress {
 
 // show draws pr: BytesTotal and Bytes when the bytes' total is known,
 // else Total and Done, else a spinner with Bytes (or Done).
-func (p *progress) show(pr daemon.Progress) {
+func (p *progress) show(pr api.Progress) {
 	if p.w == nil {
 		return
 	}
@@ -164,7 +164,7 @@ type countingWriter struct {
 func (c *countingWriter) Write(b []byte) (int, error) {
 	n, err := c.w.Write(b)
 	c.n += int64(n)
-	c.p.show(daemon.Progress{Bytes: c.n})
+	c.p.show(api.Progress{Bytes: c.n})
 	return n, err
 }
 
@@ -180,6 +180,6 @@ type countingReader struct {
 func (c *countingReader) Read(b []byte) (int, error) {
 	n, err := c.r.Read(b)
 	c.n += int64(n)
-	c.p.show(daemon.Progress{Bytes: c.n, BytesTotal: c.total})
+	c.p.show(api.Progress{Bytes: c.n, BytesTotal: c.total})
 	return n, err
 }

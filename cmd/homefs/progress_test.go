@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
 // TestProgressBarWithTotal: a transfer whose bytes are known draws a bar
@@ -16,9 +16,9 @@ import (
 func TestProgressBarWithTotal(t *testing.T) {
 	var w bytes.Buffer
 	p := newProgressTo(&w, true, "push", "objects")
-	p.show(daemon.Progress{Phase: "chunks"}) // before the totals are known
+	p.show(api.Progress{Phase: "chunks"}) // before the totals are known
 	for i := int64(1); i <= 4; i++ {
-		p.show(daemon.Progress{Phase: "chunks", Done: i, Total: 4, Bytes: i << 20, BytesTotal: 4 << 20})
+		p.show(api.Progress{Phase: "chunks", Done: i, Total: 4, Bytes: i << 20, BytesTotal: 4 << 20})
 	}
 	p.done()
 	out := w.String()
@@ -27,7 +27,7 @@ func TestProgressBarWithTotal(t *testing.T) {
 	require.Regexp(t, `100%.*[0-9.]+ [KMGT]?i?B/s`, out, "no rate")
 	require.True(t, strings.HasSuffix(out, "\r"), "the line is not erased at the end: %q", out)
 	n := w.Len()
-	p.show(daemon.Progress{Phase: "records", Done: 1, Total: 1})
+	p.show(api.Progress{Phase: "records", Done: 1, Total: 1})
 	require.Equal(t, n, w.Len(), "drawn after done")
 }
 
@@ -36,9 +36,9 @@ func TestProgressBarWithTotal(t *testing.T) {
 func TestProgressCountsAndSpinner(t *testing.T) {
 	var w bytes.Buffer
 	p := newProgressTo(&w, true, "gc", "objects")
-	p.show(daemon.Progress{Phase: "mark", Done: 3})
+	p.show(api.Progress{Phase: "mark", Done: 3})
 	time.Sleep(250 * time.Millisecond) // the spinner's ticker draws meanwhile
-	p.show(daemon.Progress{Phase: "sweep", Done: 2, Total: 2})
+	p.show(api.Progress{Phase: "sweep", Done: 2, Total: 2})
 	p.done()
 	out := w.String()
 	require.Contains(t, out, "gc: mark")
@@ -51,8 +51,8 @@ func TestProgressCountsAndSpinner(t *testing.T) {
 func TestProgressOff(t *testing.T) {
 	var w bytes.Buffer
 	p := newProgressTo(&w, false, "push", "objects")
-	p.show(daemon.Progress{Phase: "chunks"})
-	p.show(daemon.Progress{Phase: "chunks", Done: 1, Total: 1, Bytes: 10, BytesTotal: 10})
+	p.show(api.Progress{Phase: "chunks"})
+	p.show(api.Progress{Phase: "chunks", Done: 1, Total: 1, Bytes: 10, BytesTotal: 10})
 	(&countingWriter{w: &bytes.Buffer{}, p: p}).Write([]byte("x"))
 	p.done()
 	require.Zero(t, w.Len(), "wrote %q", w.String())

@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
 type pullOptions struct {
@@ -46,9 +46,9 @@ fork, restore, session create --from and log work on it.
 	}
 }
 
-func runPull(ctx context.Context, cl *daemon.Client, out io.Writer, o pullOptions) error {
+func runPull(ctx context.Context, cl *api.Client, out io.Writer, o pullOptions) error {
 	p := newProgress("pull", "objects", o.json)
-	res, err := cl.Pull(ctx, daemon.PullRequest{Spec: o.spec, Remote: o.remote, All: o.all}, p.show)
+	res, err := cl.Pull(ctx, api.PullRequest{Spec: o.spec, Remote: o.remote, All: o.all}, p.show)
 	p.done()
 	if err != nil {
 		return err

@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
 type pushOptions struct {
@@ -55,9 +55,9 @@ damaged.
 	}
 }
 
-func runPush(ctx context.Context, cl *daemon.Client, out io.Writer, o pushOptions) error {
+func runPush(ctx context.Context, cl *api.Client, out io.Writer, o pushOptions) error {
 	p := newProgress("push", "objects", o.json)
-	res, err := cl.Push(ctx, daemon.PushRequest{Spec: o.spec, Remote: o.remote, Repair: o.repair}, p.show)
+	res, err := cl.Push(ctx, api.PushRequest{Spec: o.spec, Remote: o.remote, Repair: o.repair}, p.show)
 	p.done()
 	if err != nil {
 		return err
@@ -69,7 +69,7 @@ func runPush(ctx context.Context, cl *daemon.Client, out io.Writer, o pushOption
 	return nil
 }
 
-func printPush(out io.Writer, res *daemon.PushResult) {
+func printPush(out io.Writer, res *api.PushResult) {
 	head := "head already there"
 	if res.HeadMoved {
 		head = "head moved"

@@ -10,7 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/remote"
 )
 
@@ -121,7 +121,7 @@ func encryptionFlags(c *cli.Context) (remote.Encryption, error) {
 	return enc, nil
 }
 
-func runRemoteAdd(ctx context.Context, cl *daemon.Client, out io.Writer, cfg remote.Config, asJSON bool) error {
+func runRemoteAdd(ctx context.Context, cl *api.Client, out io.Writer, cfg remote.Config, asJSON bool) error {
 	got, err := cl.AddRemote(ctx, cfg)
 	if err != nil {
 		return err
@@ -137,7 +137,7 @@ func runRemoteAdd(ctx context.Context, cl *daemon.Client, out io.Writer, cfg rem
 	return nil
 }
 
-func runRemoteList(ctx context.Context, cl *daemon.Client, out io.Writer, asJSON bool) error {
+func runRemoteList(ctx context.Context, cl *api.Client, out io.Writer, asJSON bool) error {
 	list, err := cl.Remotes(ctx)
 	if err != nil {
 		return err

@@ -9,7 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
 // remoteSessionsCommand is "homefs remote sessions".
@@ -35,7 +35,7 @@ short or from pushes that never moved it; gc --remote deletes them.
 	}
 }
 
-func runRemoteSessions(ctx context.Context, cl *daemon.Client, out io.Writer, name string, asJSON bool) error {
+func runRemoteSessions(ctx context.Context, cl *api.Client, out io.Writer, name string, asJSON bool) error {
 	res, err := cl.RemoteSessions(ctx, name)
 	if err != nil {
 		return err
@@ -59,9 +59,9 @@ func runRemoteSessions(ctx context.Context, cl *daemon.Client, out io.Writer, na
 }
 
 // runRemoteForget is forget --remote.
-func runRemoteForget(ctx context.Context, cl *daemon.Client, out io.Writer, name string, o forgetOptions) error {
-	res, err := cl.RemoteForget(ctx, daemon.RemoteForgetRequest{
-		ForgetRequest: daemon.ForgetRequest{Snapshots: o.snapshots, Session: o.session, Policy: o.policy, DryRun: o.dryRun},
+func runRemoteForget(ctx context.Context, cl *api.Client, out io.Writer, name string, o forgetOptions) error {
+	res, err := cl.RemoteForget(ctx, api.RemoteForgetRequest{
+		ForgetRequest: api.ForgetRequest{Snapshots: o.snapshots, Session: o.session, Policy: o.policy, DryRun: o.dryRun},
 		Remote:        name,
 	})
 	if err != nil {
@@ -71,8 +71,8 @@ func runRemoteForget(ctx context.Context, cl *daemon.Client, out io.Writer, name
 }
 
 // runRemotePurge is session rm --purge --remote.
-func runRemotePurge(ctx context.Context, cl *daemon.Client, out io.Writer, name, session string, asJSON bool) error {
-	res, err := cl.RemotePurge(ctx, daemon.RemotePurgeRequest{Remote: name, Session: session})
+func runRemotePurge(ctx context.Context, cl *api.Client, out io.Writer, name, session string, asJSON bool) error {
+	res, err := cl.RemotePurge(ctx, api.RemotePurgeRequest{Remote: name, Session: session})
 	if err != nil {
 		return err
 	}
@@ -84,7 +84,7 @@ func runRemotePurge(ctx context.Context, cl *daemon.Client, out io.Writer, name,
 }
 
 // runRemoteGC is gc --remote.
-func runRemoteGC(ctx context.Context, cl *daemon.Client, out io.Writer, name string, asJSON bool) error {
+func runRemoteGC(ctx context.Context, cl *api.Client, out io.Writer, name string, asJSON bool) error {
 	res, err := cl.RemoteGC(ctx, name)
 	if err != nil {
 		return err

@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
 func restoreCommand() *cli.Command {
@@ -30,7 +30,7 @@ are discarded (capture first to keep them).
 	}
 }
 
-func runRestore(ctx context.Context, cl *daemon.Client, out io.Writer, session, snapshot string) error {
+func runRestore(ctx context.Context, cl *api.Client, out io.Writer, session, snapshot string) error {
 	s, err := cl.Restore(ctx, session, snapshot)
 	if err != nil {
 		return err

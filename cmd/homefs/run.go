@@ -20,7 +20,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/manifest"
 )
 
@@ -138,7 +138,7 @@ func (e exitStatus) Error() string { return fmt.Sprintf("command exited with sta
 // namespaces.
 const runInitCommand = "__run-init"
 
-func runRun(ctx context.Context, cl *daemon.Client, out io.Writer, o runOptions) error {
+func runRun(ctx context.Context, cl *api.Client, out io.Writer, o runOptions) error {
 	if err := manifest.ValidateSessionName(o.session); err != nil {
 		return usageError{err}
 	}
@@ -175,7 +175,7 @@ func runRun(ctx context.Context, cl *daemon.Client, out io.Writer, o runOptions)
 // placeRun fills in spec what the run of o in hold's mount shows where:
 // the binds of the layout's canonical paths, CMD's environment, its
 // working directory and the daemon's mount.
-func placeRun(spec *runSpec, hold *daemon.RunHold, o runOptions) error {
+func placeRun(spec *runSpec, hold *api.RunHold, o runOptions) error {
 	env := runEnv(os.Environ(), o.user != "", *spec)
 	env = bindPlaces(spec, env, hold.Layout, o.session)
 	if len(spec.Binds) == 0 {
@@ -231,7 +231,7 @@ func bindPlaces(spec *runSpec, env []string, layout *manifest.Layout, session st
 
 // runEnded is homefs run's outcome once CMD ended with status: the hold
 // lost, the --capture, then CMD's status.
-func runEnded(ctx context.Context, cl *daemon.Client, out io.Writer, o runOptions, status int, lost bool) error {
+func runEnded(ctx context.Context, cl *api.Client, out io.Writer, o runOptions, status int, lost bool) error {
 	if lost {
 		fmt.Fprintf(os.Stderr, "homefs run: the daemon stopped serving %s during the run; the command was ended, and what it wrote last may be lost (see the daemon's log)\n", o.session)
 		return exitStatus(runLostStatus)
@@ -259,7 +259,7 @@ const (
 	runLostStatus  = 125
 )
 
-func captureAfterRun(ctx context.Context, cl *daemon.Client, out io.Writer, o runOptions) error {
+func captureAfterRun(ctx context.Context, cl *api.Client, out io.Writer, o runOptions) error {
 	msg := o.message
 	if msg == "" {
 		msg = "homefs run: " + strings.Join(o.argv, " ")
@@ -267,7 +267,7 @@ func captureAfterRun(ctx context.Context, cl *daemon.Client, out io.Writer, o ru
 			msg = msg[:200]
 		}
 	}
-	snap, err := cl.Capture(context.WithoutCancel(ctx), o.session, daemon.CaptureRequest{Message: msg})
+	snap, err := cl.Capture(context.WithoutCancel(ctx), o.session, api.CaptureRequest{Message: msg})
 	if err != nil {
 		return fmt.Errorf("capture after the command: %w", err)
 	}

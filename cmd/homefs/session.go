@@ -9,7 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/manifest"
 )
 
@@ -148,12 +148,12 @@ session is untouched); gc --remote then deletes the objects.
 type sessionCreateOptions struct {
 	name, from string
 	json       bool
-	owner      *daemon.Owner
+	owner      *api.Owner
 	layout     *manifest.Layout
 }
 
-func runSessionCreate(ctx context.Context, cl *daemon.Client, out io.Writer, o sessionCreateOptions) error {
-	s, err := cl.CreateSession(ctx, daemon.CreateSessionRequest{Name: o.name, From: o.from, Owner: o.owner, Layout: o.layout})
+func runSessionCreate(ctx context.Context, cl *api.Client, out io.Writer, o sessionCreateOptions) error {
+	s, err := cl.CreateSession(ctx, api.CreateSessionRequest{Name: o.name, From: o.from, Owner: o.owner, Layout: o.layout})
 	if err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func runSessionCreate(ctx context.Context, cl *daemon.Client, out io.Writer, o s
 	return nil
 }
 
-func runSessionSet(c *cli.Context, cl *daemon.Client, out io.Writer, name string) error {
+func runSessionSet(c *cli.Context, cl *api.Client, out io.Writer, name string) error {
 	ctx := c.Context
 	var base *manifest.Layout
 	if !c.Bool("clear") {
@@ -180,7 +180,7 @@ func runSessionSet(c *cli.Context, cl *daemon.Client, out io.Writer, name string
 			}
 		}
 		if !found {
-			return &daemon.Error{Code: daemon.CodeNotFound, Message: "no session " + name}
+			return &api.Error{Code: api.CodeNotFound, Message: "no session " + name}
 		}
 	}
 	layout, err := applyLayoutFlags(c, base)
@@ -198,7 +198,7 @@ func runSessionSet(c *cli.Context, cl *daemon.Client, out io.Writer, name string
 	return nil
 }
 
-func runSessionList(ctx context.Context, cl *daemon.Client, out io.Writer, asJSON bool) error {
+func runSessionList(ctx context.Context, cl *api.Client, out io.Writer, asJSON bool) error {
 	list, err := cl.Sessions(ctx)
 	if err != nil {
 		return err
@@ -225,7 +225,7 @@ func runSessionList(ctx context.Context, cl *daemon.Client, out io.Writer, asJSO
 	return table(out, []string{"SESSION", "SNAPSHOT", "ORIGIN", "UPDATED", "MOUNTED AT", "LAYOUT"}, rows)
 }
 
-func runSessionRm(ctx context.Context, cl *daemon.Client, out io.Writer, name string, purge, asJSON bool) error {
+func runSessionRm(ctx context.Context, cl *api.Client, out io.Writer, name string, purge, asJSON bool) error {
 	res, err := cl.RemoveSession(ctx, name, purge)
 	if err != nil {
 		return err

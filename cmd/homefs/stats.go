@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
 func statsCommand() *cli.Command {
@@ -30,7 +30,7 @@ bytes are what they take after compression.
 	}
 }
 
-func runStats(ctx context.Context, cl *daemon.Client, out io.Writer, asJSON bool) error {
+func runStats(ctx context.Context, cl *api.Client, out io.Writer, asJSON bool) error {
 	s, err := cl.Stats(ctx)
 	if err != nil {
 		return err

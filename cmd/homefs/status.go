@@ -9,7 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
 type statusOptions struct {
@@ -47,8 +47,8 @@ every remote, checked with one listing bounded by 3 s (all at once) unless
 	}
 }
 
-func runStatus(ctx context.Context, cl *daemon.Client, out io.Writer, o statusOptions) error {
-	s, err := cl.StatusWith(ctx, daemon.StatusOptions{CheckRemotes: !o.noRemoteCheck})
+func runStatus(ctx context.Context, cl *api.Client, out io.Writer, o statusOptions) error {
+	s, err := cl.StatusWith(ctx, api.StatusOptions{CheckRemotes: !o.noRemoteCheck})
 	if err != nil {
 		return err
 	}
@@ -110,9 +110,9 @@ func runStatus(ctx context.Context, cl *daemon.Client, out io.Writer, o statusOp
 		for _, r := range s.Remotes {
 			state := r.State
 			switch r.State {
-			case daemon.RemoteReachable:
+			case api.RemoteReachable:
 				state += fmt.Sprintf(" (%d ms)", r.LatencyMS)
-			case daemon.RemoteUnreachable:
+			case api.RemoteUnreachable:
 				state += ": " + r.Error
 			}
 			ep := r.Endpoint
@@ -130,7 +130,7 @@ func runStatus(ctx context.Context, cl *daemon.Client, out io.Writer, o statusOp
 
 // transportLine says how mounts reach the kernel and what the daemon did
 // to the host's switch.
-func transportLine(t daemon.TransportStatus) string {
+func transportLine(t api.TransportStatus) string {
 	switch {
 	case t.Mode == "off":
 		return "/dev/fuse (--fuse-uring=off)"

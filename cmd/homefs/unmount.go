@@ -9,7 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/homefs/homefs/internal/daemon"
+	"github.com/homefs/homefs/internal/api"
 )
 
 func unmountCommand() *cli.Command {
@@ -30,7 +30,7 @@ func unmountCommand() *cli.Command {
 	}
 }
 
-func runUnmount(ctx context.Context, cl *daemon.Client, out io.Writer, dir string) error {
+func runUnmount(ctx context.Context, cl *api.Client, out io.Writer, dir string) error {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return err

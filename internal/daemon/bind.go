@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/homefs/homefs/fork"
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/catalog"
 	"github.com/homefs/homefs/manifest"
 )
@@ -18,12 +19,12 @@ import (
 // from) from one session into another by reference. It runs under the
 // engine's Guard: it places entries naming chunks that only the target's
 // tree will name once flushed.
-func (s *Service) Bind(ctx context.Context, req BindRequest) (*BindResult, error) {
+func (s *Service) Bind(ctx context.Context, req api.BindRequest) (*api.BindResult, error) {
 	p, err := fork.Lookup(req.Provider)
 	if err != nil {
 		return nil, err
 	}
-	res := &BindResult{Source: req.Source, Target: req.Target}
+	res := &api.BindResult{Source: req.Source, Target: req.Target}
 	env := fork.WithStore(s.eng, s.rec)
 	err = s.eng.Guard(func() error {
 		src, err := s.homeOf(ctx, req.Source, p.Name)
@@ -57,7 +58,7 @@ func (s *Service) Bind(ctx context.Context, req BindRequest) (*BindResult, error
 // ImportNative creates a session from a native snapshot, atomically: every
 // blob is checked before anything is stored, and the session (with the
 // snapshot's handles) exists only once its whole tree does.
-func (s *Service) ImportNative(ctx context.Context, req ImportNativeRequest) (*ImportNativeResult, error) {
+func (s *Service) ImportNative(ctx context.Context, req api.ImportNativeRequest) (*api.ImportNativeResult, error) {
 	if err := manifest.ValidateSessionName(req.Session); err != nil {
 		return nil, err
 	}
@@ -83,7 +84,7 @@ func (s *Service) ImportNative(ctx context.Context, req ImportNativeRequest) (*I
 	if err != nil {
 		return nil, fmt.Errorf("import-native %s: %w", file, err)
 	}
-	res := &ImportNativeResult{Session: req.Session, Files: len(snap.Files)}
+	res := &api.ImportNativeResult{Session: req.Session, Files: len(snap.Files)}
 	err = s.eng.Guard(func() error {
 		root, handles, err := fork.ImportNative(ctx, s.rec, js, blobDir)
 		if err != nil {
@@ -119,7 +120,7 @@ func readLimited(name string, limit int64) ([]byte, error) {
 
 // ExportNative writes a snapshot in the native format into a missing or
 // empty directory, and reports what the format could not hold.
-func (s *Service) ExportNative(ctx context.Context, req ExportNativeRequest) (*ExportNativeResult, error) {
+func (s *Service) ExportNative(ctx context.Context, req api.ExportNativeRequest) (*api.ExportNativeResult, error) {
 	dir, err := s.outsideMounts(req.Dir, "export directory")
 	if err != nil {
 		return nil, err
@@ -141,7 +142,7 @@ func (s *Service) ExportNative(ctx context.Context, req ExportNativeRequest) (*E
 		leftOut = []string{}
 	}
 	s.log.Info("exported native snapshot", "snapshot", id, "dir", dir, "left_out", len(leftOut))
-	return &ExportNativeResult{Snapshot: id, Dir: dir, Manifest: filepath.Join(dir, fork.NativeManifestName), LeftOut: leftOut}, nil
+	return &api.ExportNativeResult{Snapshot: id, Dir: dir, Manifest: filepath.Join(dir, fork.NativeManifestName), LeftOut: leftOut}, nil
 }
 
 // outsideMounts checks that p, an absolute path the daemon is to read or
@@ -230,7 +231,7 @@ func (s *Service) homeOf(ctx context.Context, session, provider string) (session
 // absolute workspace path (Claude Code, Pi) between sessions whose
 // canonical workspace paths differ: the bound session could not be
 // resumed in the target, or would act on the source's workspace.
-func checkKeyedBind(p fork.Provider, req BindRequest, src, tgt sessionHome) error {
+func checkKeyedBind(p fork.Provider, req api.BindRequest, src, tgt sessionHome) error {
 	if p.KeysOn == "" || src.workspace != "" && src.workspace == tgt.workspace {
 		return nil
 	}
@@ -252,7 +253,7 @@ func checkKeyedBind(p fork.Provider, req BindRequest, src, tgt sessionHome) erro
 // elsewhere, Codex would follow them back into the source's files.
 // Without it Codex rebuilds its state from sessions/. The cost is the
 // paths removed and a few tree nodes, not the session's size.
-func (s *Service) dropDerived(ctx context.Context, session string, info *SessionInfo) error {
+func (s *Service) dropDerived(ctx context.Context, session string, info *api.SessionInfo) error {
 	var res fork.DerivedResult
 	err := s.eng.Guard(func() error {
 		var err error

@@ -1,13 +1,15 @@
-// Package daemon is homefs's server and its client.
+// Package daemon is homefs's server: what homefsd (homefs serve) runs. Its protocol and
+// the client that speaks it are package api.
 //
 // The server (Serve) owns one root directory: the Badger store in
 // <root>/store (one process per root: a second server fails with
 // cas.ErrLocked), the record of its mounts in <root>/mounts.json, and by
 // default its Unix socket <root>/homefs.sock (mode 0600; the peer's uid is
 // also checked with SO_PEERCRED). The protocol is HTTP+JSON over that
-// socket, one endpoint per operation under /v1/. Errors travel as
-// {"code", "message"}, the code chosen by errors.Is on the sentinels of
-// the packages below (never by text). Long work (gc, fsck, push, pull) streams
+// socket, one endpoint per operation under /v1/ (api.PathStatus…). Errors
+// travel as api.Error, the code chosen by errors.Is on the sentinels of
+// the packages below (never by text): fusefs's here, the others in
+// api.Classify. Long work (gc, fsck, push, pull) streams
 // newline-delimited JSON: progress lines, then a result or an error line.
 //
 // Service holds the operations themselves, free of HTTP; the logic lives

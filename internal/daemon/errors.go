@@ -1,133 +1,67 @@
 package daemon
 
 import (
-	"context"
 	"errors"
-	"io/fs"
-	"syscall"
 
-	"github.com/homefs/homefs/cas"
-	"github.com/homefs/homefs/fork"
 	"github.com/homefs/homefs/fusefs"
-	"github.com/homefs/homefs/internal/archive"
-	"github.com/homefs/homefs/internal/catalog"
-	"github.com/homefs/homefs/internal/remote"
-	"github.com/homefs/homefs/manifest"
+	"github.com/homefs/homefs/internal/api"
 )
 
-// Code classifies an error for the client and the CLI's exit status.
-type Code string
-
-const (
-	CodeUsage       Code = "usage"       // bad arguments: names, paths, specs, archives
-	CodeNotFound    Code = "not_found"   // no such session, snapshot, mount or directory
-	CodeConflict    Code = "conflict"    // exists already, busy, in use, changed meanwhile
-	CodeCorrupt     Code = "corrupt"     // damaged or missing stored data
-	CodeUnavailable Code = "unavailable" // the daemon is shutting down or the store is closed
-	CodeInternal    Code = "internal"    // anything else
-	CodePermission  Code = "permission"  // the caller may not use this daemon
-	CodeNotRunning  Code = "not_running" // (client side) no daemon answers on the socket
-	CodeNoSpace     Code = "no_space"    // the store's disk is full: free space, then gc
-	CodeDamaged     Code = "damaged"     // the store's files (or a session's journal) are damaged: left as they are
-)
-
-// Error is an error as it crosses the socket.
-type Error struct {
-	Code    Code   `json:"code"`
-	Message string `json:"message"`
-}
-
-func (e *Error) Error() string { return e.Message }
-
-// Is lets errors.Is(err, &Error{Code: c}) match by code.
-func (e *Error) Is(target error) bool {
-	t, ok := target.(*Error)
-	return ok && t.Message == "" && t.Code == e.Code
-}
-
-// classify maps an error to its code by the package sentinels.
-func classify(err error) Code {
-	var de *Error
+// classify maps an error to its code: by the sentinels of fusefs and the
+// daemon's own, then by those api.Classify knows. fusefs wraps each of its
+// sentinels alone, so checking them first changes no error's code.
+func classify(err error) api.Code {
+	var de *api.Error
 	switch {
 	case errors.As(err, &de):
 		return de.Code
-	case errors.Is(err, catalog.ErrBadPrefix):
-		// Before not found: it also wraps ErrNoSnapshot.
-		return CodeUsage
-	case errors.Is(err, catalog.ErrNoSession), errors.Is(err, catalog.ErrNoSnapshot),
-		errors.Is(err, fork.ErrNotFound), errors.Is(err, remote.ErrNoRemote),
-		errors.Is(err, remote.ErrNoBucket), errors.Is(err, remote.ErrNoLease),
-		errors.Is(err, remote.ErrNoSnapshot),
-		errors.Is(err, fusefs.ErrNotMounted), errors.Is(err, fusefs.ErrNotDirectory),
-		errors.Is(err, fusefs.ErrNoSubtree),
-		errors.Is(err, fs.ErrNotExist):
-		return CodeNotFound
-	case errors.Is(err, catalog.ErrExists), errors.Is(err, catalog.ErrSameSession),
-		errors.Is(err, catalog.ErrConflict), errors.Is(err, cas.ErrConflict),
-		errors.Is(err, fusefs.ErrBusy), errors.Is(err, fusefs.ErrSessionInUse),
-		errors.Is(err, syscall.EBUSY), errors.Is(err, fs.ErrExist),
-		errors.Is(err, fork.ErrDiverged), errors.Is(err, fork.ErrConflict),
-		errors.Is(err, remote.ErrRemoteExists), errors.Is(err, catalog.ErrProtected),
-		errors.Is(err, remote.ErrLeased):
-		return CodeConflict
-	case errors.Is(err, cas.ErrDamaged), errors.Is(err, fusefs.ErrJournalDamaged):
-		return CodeDamaged
-	case errors.Is(err, cas.ErrCorrupt), errors.Is(err, cas.ErrNotFound),
-		errors.Is(err, fork.ErrDamaged):
-		// A ref the catalog names but the store lacks is damage too.
-		return CodeCorrupt
-	case errors.Is(err, catalog.ErrAmbiguous), errors.Is(err, manifest.ErrInvalid),
-		errors.Is(err, fusefs.ErrInsideStore), errors.Is(err, syscall.ENOTDIR),
-		errors.Is(err, fusefs.ErrMountOptions),
-		errors.Is(err, archive.ErrUnsafe), errors.Is(err, archive.ErrMalformed),
-		errors.Is(err, archive.ErrUnsupported), errors.Is(err, errUsage),
-		errors.Is(err, fork.ErrUnknownProvider), errors.Is(err, fork.ErrInvalid),
-		errors.Is(err, fork.ErrAmbiguous), errors.Is(err, fork.ErrNative),
-		errors.Is(err, fork.ErrTooLarge), errors.Is(err, remote.ErrNoCredentials),
-		errors.Is(err, remote.ErrNotS3), errors.Is(err, remote.ErrWrongKey),
-		errors.Is(err, remote.ErrKeySource), errors.Is(err, remote.ErrEncrypted),
-		errors.Is(err, remote.ErrNotEncrypted):
-		return CodeUsage
-	case errors.Is(err, cas.ErrNoSpace), errors.Is(err, syscall.ENOSPC):
-		return CodeNoSpace
-	case errors.Is(err, cas.ErrClosed), errors.Is(err, context.Canceled):
-		return CodeUnavailable
+	case errors.Is(err, fusefs.ErrNotMounted), errors.Is(err, fusefs.ErrNotDirectory),
+		errors.Is(err, fusefs.ErrNoSubtree):
+		return api.CodeNotFound
+	case errors.Is(err, fusefs.ErrBusy), errors.Is(err, fusefs.ErrSessionInUse):
+		return api.CodeConflict
+	case errors.Is(err, fusefs.ErrJournalDamaged):
+		return api.CodeDamaged
+	case errors.Is(err, fusefs.ErrInsideStore), errors.Is(err, fusefs.ErrMountOptions),
+		errors.Is(err, errUsage):
+		return api.CodeUsage
 	}
-	return CodeInternal
+	return api.Classify(err)
 }
 
 // errUsage marks argument errors found by the service itself.
 var errUsage = errors.New("usage")
 
 // toError turns any error into the wire form.
-func toError(err error) *Error {
-	var de *Error
+func toError(err error) *api.Error {
+	var de *api.Error
 	if errors.As(err, &de) {
 		return de
 	}
-	return &Error{Code: classify(err), Message: err.Error()}
+	return &api.Error{Code: classify(err), Message: err.Error()}
 }
 
 // httpStatus is the HTTP status of a code.
-func httpStatus(c Code) int {
+func httpStatus(c api.Code) int {
 	switch c {
-	case CodeUsage:
+	case api.CodeUsage:
 		return 400
-	case CodePermission:
+	case api.CodePermission:
 		return 403
-	case CodeNotFound:
+	case api.CodeNotFound:
 		return 404
-	case CodeConflict:
+	case api.CodeConflict:
 		return 409
-	case CodeCorrupt:
+	case api.CodeCorrupt:
 		return 422
-	case CodeUnavailable:
+	case api.CodeUnavailable:
 		return 503
-	case CodeNoSpace:
+	case api.CodeNoSpace:
 		return 507
 	}
 	return 500
 }
 
-// Classify returns the code of err, for errors met outside the daemon.
-func Classify(err error) Code { return classify(err) }
+// Classify returns the code of an error met outside a request (Serve's),
+// which chooses homefsd's exit status.
+func Classify(err error) api.Code { return classify(err) }

@@ -2,10 +2,12 @@ package daemon
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/fusefs"
+	"github.com/homefs/homefs/internal/api"
 )
 
 // TestClassifyDamaged: damaged store files and a session's damaged
@@ -15,8 +17,22 @@ func TestClassifyDamaged(t *testing.T) {
 		"store":   fmt.Errorf("open store: %w", cas.ErrDamaged),
 		"journal": fmt.Errorf("mount: session s: %w", &fusefs.JournalDamageError{Path: "j", Offset: 40, Records: 2}),
 	} {
-		if got := classify(err); got != CodeDamaged {
-			t.Errorf("%s: %q, want %q", name, got, CodeDamaged)
+		if got := classify(err); got != api.CodeDamaged {
+			t.Errorf("%s: %q, want %q", name, got, api.CodeDamaged)
+		}
+	}
+}
+
+// api.GCResult is fusefs.GCResult on the wire (service.go copies it field
+// by field): a field added to fusefs.GCResult needs one there too.
+func TestGCResultFields(t *testing.T) {
+	wire := reflect.TypeFor[api.GCResult]()
+	engine := reflect.TypeFor[fusefs.GCResult]()
+	for i := range engine.NumField() {
+		f := engine.Field(i)
+		w, ok := wire.FieldByName(f.Name)
+		if !ok || w.Type != f.Type || w.Tag != f.Tag {
+			t.Errorf("fusefs.GCResult.%s %v %s has no twin in api.GCResult", f.Name, f.Type, f.Tag)
 		}
 	}
 }

@@ -8,33 +8,16 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/remote"
 )
 
-// Endpoints, all under /v1/.
-const (
-	pathStatus   = "/v1/status"
-	pathSessions = "/v1/sessions"
-	pathMounts   = "/v1/mounts"
-	pathUnmount  = "/v1/unmount"
-	pathFork     = "/v1/fork"
-	pathDiff     = "/v1/diff"
-	pathExport   = "/v1/export"
-	pathImport   = "/v1/import"
-	pathGC       = "/v1/gc"
-	pathForget   = "/v1/forget"
-	pathFsck     = "/v1/fsck"
-	pathStats    = "/v1/stats"
-	pathBind     = "/v1/bind"
-	pathImportN  = "/v1/import-native"
-	pathExportN  = "/v1/export-native"
-	pathRemotes  = "/v1/remotes"
-	pathPush     = "/v1/push"
-	pathPull     = "/v1/pull"
-
-	// errorTrailer carries an error that happens after a stream began.
-	errorTrailer = "Homefs-Error"
-)
+// streamLine is one line of a streamed response.
+type streamLine struct {
+	Progress *api.Progress `json:"progress,omitempty"`
+	Result   any           `json:"result,omitempty"`
+	Error    *api.Error    `json:"error,omitempty"`
+}
 
 // handler routes requests to the service.
 func (s *Service) handler() http.Handler {
@@ -53,47 +36,47 @@ func (s *Service) handler() http.Handler {
 // sessionRoutes: the daemon's status, and sessions: create, list, remove,
 // capture, log, restore, run, layout.
 func (s *Service) sessionRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET "+pathStatus, func(w http.ResponseWriter, r *http.Request) {
-		opts := StatusOptions{CheckRemotes: r.URL.Query().Get("remotes") == "check"}
+	mux.HandleFunc("GET "+api.PathStatus, func(w http.ResponseWriter, r *http.Request) {
+		opts := api.StatusOptions{CheckRemotes: r.URL.Query().Get("remotes") == "check"}
 		reply(w, s.Status(r.Context(), opts), nil)
 	})
-	mux.HandleFunc("GET "+pathSessions, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+api.PathSessions, func(w http.ResponseWriter, r *http.Request) {
 		v, err := s.Sessions(r.Context())
 		reply(w, v, err)
 	})
-	mux.HandleFunc("POST "+pathSessions, func(w http.ResponseWriter, r *http.Request) {
-		var req CreateSessionRequest
+	mux.HandleFunc("POST "+api.PathSessions, func(w http.ResponseWriter, r *http.Request) {
+		var req api.CreateSessionRequest
 		if !decode(w, r, &req) {
 			return
 		}
 		v, err := s.CreateSession(r.Context(), req)
 		reply(w, v, err)
 	})
-	mux.HandleFunc("DELETE "+pathSessions+"/{name}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("DELETE "+api.PathSessions+"/{name}", func(w http.ResponseWriter, r *http.Request) {
 		v, err := s.RemoveSession(r.Context(), r.PathValue("name"), r.URL.Query().Get("purge") == "1")
 		reply(w, v, err)
 	})
-	mux.HandleFunc("POST "+pathSessions+"/{name}/capture", func(w http.ResponseWriter, r *http.Request) {
-		var req CaptureRequest
+	mux.HandleFunc("POST "+api.PathSessions+"/{name}/capture", func(w http.ResponseWriter, r *http.Request) {
+		var req api.CaptureRequest
 		if !decode(w, r, &req) {
 			return
 		}
 		v, err := s.Capture(r.Context(), r.PathValue("name"), req)
 		reply(w, v, err)
 	})
-	mux.HandleFunc("GET "+pathSessions+"/{name}/log", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+api.PathSessions+"/{name}/log", func(w http.ResponseWriter, r *http.Request) {
 		v, err := s.Log(r.Context(), r.PathValue("name"))
 		reply(w, v, err)
 	})
-	mux.HandleFunc("POST "+pathSessions+"/{name}/restore", func(w http.ResponseWriter, r *http.Request) {
-		var req RestoreRequest
+	mux.HandleFunc("POST "+api.PathSessions+"/{name}/restore", func(w http.ResponseWriter, r *http.Request) {
+		var req api.RestoreRequest
 		if !decode(w, r, &req) {
 			return
 		}
 		v, err := s.Restore(r.Context(), r.PathValue("name"), req)
 		reply(w, v, err)
 	})
-	mux.HandleFunc("POST "+pathSessions+"/{name}/run", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST "+api.PathSessions+"/{name}/run", func(w http.ResponseWriter, r *http.Request) {
 		// The run holds its mount for as long as this request is open:
 		// until its body ends (homefs run gives the hold back, and the
 		// answer ends once the mount and lease are given back) or its
@@ -134,8 +117,8 @@ func (s *Service) sessionRoutes(mux *http.ServeMux) {
 			}()
 		}
 	})
-	mux.HandleFunc("POST "+pathSessions+"/{name}/layout", func(w http.ResponseWriter, r *http.Request) {
-		var req SetLayoutRequest
+	mux.HandleFunc("POST "+api.PathSessions+"/{name}/layout", func(w http.ResponseWriter, r *http.Request) {
+		var req api.SetLayoutRequest
 		if !decode(w, r, &req) {
 			return
 		}
@@ -146,27 +129,27 @@ func (s *Service) sessionRoutes(mux *http.ServeMux) {
 
 // mountRoutes: mount, unmount, forget.
 func (s *Service) mountRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET "+pathMounts, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+api.PathMounts, func(w http.ResponseWriter, r *http.Request) {
 		reply(w, s.Mounts(r.Context()), nil)
 	})
-	mux.HandleFunc("POST "+pathMounts, func(w http.ResponseWriter, r *http.Request) {
-		var req MountRequest
+	mux.HandleFunc("POST "+api.PathMounts, func(w http.ResponseWriter, r *http.Request) {
+		var req api.MountRequest
 		if !decode(w, r, &req) {
 			return
 		}
 		v, err := s.Mount(r.Context(), req)
 		reply(w, v, err)
 	})
-	mux.HandleFunc("POST "+pathUnmount, func(w http.ResponseWriter, r *http.Request) {
-		var req UnmountRequest
+	mux.HandleFunc("POST "+api.PathUnmount, func(w http.ResponseWriter, r *http.Request) {
+		var req api.UnmountRequest
 		if !decode(w, r, &req) {
 			return
 		}
 		v, err := s.Unmount(r.Context(), req.Dir)
 		reply(w, v, err)
 	})
-	mux.HandleFunc("POST "+pathForget, func(w http.ResponseWriter, r *http.Request) {
-		var req ForgetRequest
+	mux.HandleFunc("POST "+api.PathForget, func(w http.ResponseWriter, r *http.Request) {
+		var req api.ForgetRequest
 		if !decode(w, r, &req) {
 			return
 		}
@@ -177,21 +160,21 @@ func (s *Service) mountRoutes(mux *http.ServeMux) {
 
 // snapshotRoutes: fork, diff, export, import.
 func (s *Service) snapshotRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("POST "+pathFork, func(w http.ResponseWriter, r *http.Request) {
-		var req ForkRequest
+	mux.HandleFunc("POST "+api.PathFork, func(w http.ResponseWriter, r *http.Request) {
+		var req api.ForkRequest
 		if !decode(w, r, &req) {
 			return
 		}
 		v, err := s.Fork(r.Context(), req)
 		reply(w, v, err)
 	})
-	mux.HandleFunc("GET "+pathDiff, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+api.PathDiff, func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		v, err := s.Diff(r.Context(), q.Get("a"), q.Get("b"))
 		reply(w, v, err)
 	})
-	mux.HandleFunc("GET "+pathExport, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Trailer", errorTrailer)
+	mux.HandleFunc("GET "+api.PathExport, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", api.ErrorTrailer)
 		w.Header().Set("Content-Type", "application/x-tar")
 		sw := &startWriter{w: w}
 		err := s.Export(r.Context(), r.URL.Query().Get("snapshot"), sw)
@@ -205,9 +188,9 @@ func (s *Service) snapshotRoutes(mux *http.ServeMux) {
 			return
 		}
 		b, _ := json.Marshal(toError(err))
-		w.Header().Set(errorTrailer, string(b))
+		w.Header().Set(api.ErrorTrailer, string(b))
 	})
-	mux.HandleFunc("POST "+pathImport, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST "+api.PathImport, func(w http.ResponseWriter, r *http.Request) {
 		v, err := s.Import(r.Context(), r.URL.Query().Get("session"), r.Body, r.URL.Query().Get("devices") == "1")
 		reply(w, v, err)
 	})
@@ -215,13 +198,13 @@ func (s *Service) snapshotRoutes(mux *http.ServeMux) {
 
 // storeRoutes: gc, fsck, stats.
 func (s *Service) storeRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("POST "+pathGC, func(w http.ResponseWriter, r *http.Request) {
-		stream(w, func(progress func(Progress)) (any, error) { return s.GC(r.Context(), progress) })
+	mux.HandleFunc("POST "+api.PathGC, func(w http.ResponseWriter, r *http.Request) {
+		stream(w, func(progress func(api.Progress)) (any, error) { return s.GC(r.Context(), progress) })
 	})
-	mux.HandleFunc("POST "+pathFsck, func(w http.ResponseWriter, r *http.Request) {
-		stream(w, func(progress func(Progress)) (any, error) { return s.Fsck(r.Context(), progress) })
+	mux.HandleFunc("POST "+api.PathFsck, func(w http.ResponseWriter, r *http.Request) {
+		stream(w, func(progress func(api.Progress)) (any, error) { return s.Fsck(r.Context(), progress) })
 	})
-	mux.HandleFunc("GET "+pathStats, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+api.PathStats, func(w http.ResponseWriter, r *http.Request) {
 		v, err := s.Stats(r.Context())
 		reply(w, v, err)
 	})
@@ -229,24 +212,24 @@ func (s *Service) storeRoutes(mux *http.ServeMux) {
 
 // nativeRoutes: bind, and import and export of a provider's native home.
 func (s *Service) nativeRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("POST "+pathBind, func(w http.ResponseWriter, r *http.Request) {
-		var req BindRequest
+	mux.HandleFunc("POST "+api.PathBind, func(w http.ResponseWriter, r *http.Request) {
+		var req api.BindRequest
 		if !decode(w, r, &req) {
 			return
 		}
 		v, err := s.Bind(r.Context(), req)
 		reply(w, v, err)
 	})
-	mux.HandleFunc("POST "+pathImportN, func(w http.ResponseWriter, r *http.Request) {
-		var req ImportNativeRequest
+	mux.HandleFunc("POST "+api.PathImportNative, func(w http.ResponseWriter, r *http.Request) {
+		var req api.ImportNativeRequest
 		if !decode(w, r, &req) {
 			return
 		}
 		v, err := s.ImportNative(r.Context(), req)
 		reply(w, v, err)
 	})
-	mux.HandleFunc("POST "+pathExportN, func(w http.ResponseWriter, r *http.Request) {
-		var req ExportNativeRequest
+	mux.HandleFunc("POST "+api.PathExportNative, func(w http.ResponseWriter, r *http.Request) {
+		var req api.ExportNativeRequest
 		if !decode(w, r, &req) {
 			return
 		}
@@ -257,10 +240,10 @@ func (s *Service) nativeRoutes(mux *http.ServeMux) {
 
 // syncRoutes: remotes, push, pull.
 func (s *Service) syncRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET "+pathRemotes, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+api.PathRemotes, func(w http.ResponseWriter, r *http.Request) {
 		reply(w, s.Remotes(r.Context()), nil)
 	})
-	mux.HandleFunc("POST "+pathRemotes, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST "+api.PathRemotes, func(w http.ResponseWriter, r *http.Request) {
 		var req remote.Config
 		if !decode(w, r, &req) {
 			return
@@ -268,23 +251,23 @@ func (s *Service) syncRoutes(mux *http.ServeMux) {
 		v, err := s.AddRemote(r.Context(), req)
 		reply(w, v, err)
 	})
-	mux.HandleFunc("DELETE "+pathRemotes+"/{name}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("DELETE "+api.PathRemotes+"/{name}", func(w http.ResponseWriter, r *http.Request) {
 		err := s.RemoveRemote(r.Context(), r.PathValue("name"))
 		reply(w, struct{}{}, err)
 	})
-	mux.HandleFunc("POST "+pathPush, func(w http.ResponseWriter, r *http.Request) {
-		var req PushRequest
+	mux.HandleFunc("POST "+api.PathPush, func(w http.ResponseWriter, r *http.Request) {
+		var req api.PushRequest
 		if !decode(w, r, &req) {
 			return
 		}
-		stream(w, func(progress func(Progress)) (any, error) { return s.Push(r.Context(), req, progress) })
+		stream(w, func(progress func(api.Progress)) (any, error) { return s.Push(r.Context(), req, progress) })
 	})
-	mux.HandleFunc("POST "+pathPull, func(w http.ResponseWriter, r *http.Request) {
-		var req PullRequest
+	mux.HandleFunc("POST "+api.PathPull, func(w http.ResponseWriter, r *http.Request) {
+		var req api.PullRequest
 		if !decode(w, r, &req) {
 			return
 		}
-		stream(w, func(progress func(Progress)) (any, error) { return s.Pull(r.Context(), req, progress) })
+		stream(w, func(progress func(api.Progress)) (any, error) { return s.Pull(r.Context(), req, progress) })
 	})
 }
 
@@ -337,7 +320,7 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		writeError(w, &Error{Code: CodeUsage, Message: fmt.Sprintf("bad request body: %v", err)})
+		writeError(w, &api.Error{Code: api.CodeUsage, Message: fmt.Sprintf("bad request body: %v", err)})
 		return false
 	}
 	return true
@@ -352,7 +335,7 @@ func reply(w http.ResponseWriter, v any, err error) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func writeError(w http.ResponseWriter, e *Error) {
+func writeError(w http.ResponseWriter, e *api.Error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(httpStatus(e.Code))
 	_ = json.NewEncoder(w).Encode(e)
@@ -360,7 +343,7 @@ func writeError(w http.ResponseWriter, e *Error) {
 
 // stream runs fn, sending its progress as NDJSON lines, then its result
 // or error as the last line.
-func stream(w http.ResponseWriter, fn func(progress func(Progress)) (any, error)) {
+func stream(w http.ResponseWriter, fn func(progress func(api.Progress)) (any, error)) {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	var mu sync.Mutex
 	enc := json.NewEncoder(w)
@@ -369,7 +352,7 @@ func stream(w http.ResponseWriter, fn func(progress func(Progress)) (any, error)
 			f.Flush()
 		}
 	}
-	progress := func(p Progress) {
+	progress := func(p api.Progress) {
 		mu.Lock()
 		defer mu.Unlock()
 		_ = enc.Encode(streamLine{Progress: &p})
@@ -387,8 +370,8 @@ func stream(w http.ResponseWriter, fn func(progress func(Progress)) (any, error)
 }
 
 // errPeer is returned to a caller whose uid is not the daemon's.
-func errPeer(uid, owner int) *Error {
-	return &Error{Code: CodePermission, Message: fmt.Sprintf(
+func errPeer(uid, owner int) *api.Error {
+	return &api.Error{Code: api.CodePermission, Message: fmt.Sprintf(
 		"permission denied: uid %d may not use this homefs daemon, which belongs to uid %d", uid, owner)}
 }
 
@@ -401,7 +384,7 @@ func checkPeer(owner int, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		uid, ok := r.Context().Value(peerKey{}).(int)
 		if !ok {
-			writeError(w, &Error{Code: CodePermission, Message: errNoCred.Error()})
+			writeError(w, &api.Error{Code: api.CodePermission, Message: errNoCred.Error()})
 			return
 		}
 		if uid != owner {

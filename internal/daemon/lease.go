@@ -10,53 +10,20 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/atomicfile"
 	"github.com/homefs/homefs/internal/remote"
-)
-
-// Lease endpoints (registered by handler through leaseRoutes).
-const (
-	pathLeases       = "/v1/leases"
-	pathLeaseAcquire = "/v1/leases/acquire"
-	pathLeaseRelease = "/v1/leases/release"
 )
 
 // RootIDFile holds the stable id of a daemon's root, which names it as a
 // lease holder.
 const RootIDFile = "root-id"
-
-// LeaseRequest acquires or releases the lease of a session on a remote
-// ("" for the only one).
-type LeaseRequest struct {
-	Session string `json:"session"`
-	Remote  string `json:"remote,omitempty"`
-	TTLMs   int64  `json:"ttl_ms,omitempty"` // acquire: 0 for remote.DefaultLeaseTTL
-	Steal   bool   `json:"steal,omitempty"`  // acquire: even from a live holder
-}
-
-// LeaseInfo is a session's lease on a remote.
-type LeaseInfo struct {
-	Remote   string        `json:"remote"`
-	Session  string        `json:"session"`
-	Holder   remote.Holder `json:"holder"`
-	Acquired time.Time     `json:"acquired"`
-	Renewed  time.Time     `json:"renewed"`
-	Expires  time.Time     `json:"expires"`
-	TTLMs    int64         `json:"ttl_ms"`
-	Released bool          `json:"released"`
-	// Live: not released nor expired, by this daemon's clock.
-	Live bool `json:"live"`
-	// Ours: this daemon is the holder. Kept: it renews the lease.
-	Ours bool `json:"ours"`
-	Kept bool `json:"kept"`
-}
 
 // leaseKeeper holds the leases this daemon acquired and renews each every
 // ttl/3 until it is released, lost or the daemon closes. Leases are not
@@ -210,8 +177,8 @@ func (k *leaseKeeper) kept(key leaseKey) bool {
 	return k.held[key] != nil
 }
 
-func (s *Service) leaseInfo(r *remote.Remote, l *remote.Lease, holder remote.Holder) *LeaseInfo {
-	return &LeaseInfo{
+func (s *Service) leaseInfo(r *remote.Remote, l *remote.Lease, holder remote.Holder) *api.LeaseInfo {
+	return &api.LeaseInfo{
 		Remote: r.Name(), Session: l.Session, Holder: l.Holder,
 		Acquired: time.Unix(0, l.AcquiredNs).UTC(), Renewed: time.Unix(0, l.RenewedNs).UTC(), Expires: l.Expires().UTC(),
 		TTLMs: time.Duration(l.TTLNs).Milliseconds(), Released: l.Released, Live: l.Live(time.Now()),
@@ -221,7 +188,7 @@ func (s *Service) leaseInfo(r *remote.Remote, l *remote.Lease, holder remote.Hol
 
 // AcquireLease takes the lease of a session on a remote for this daemon,
 // which renews it until it is released or the daemon stops.
-func (s *Service) AcquireLease(ctx context.Context, req LeaseRequest) (*LeaseInfo, error) {
+func (s *Service) AcquireLease(ctx context.Context, req api.LeaseRequest) (*api.LeaseInfo, error) {
 	if req.TTLMs < 0 {
 		return nil, usagef("lease ttl must be positive")
 	}
@@ -245,7 +212,7 @@ func (s *Service) AcquireLease(ctx context.Context, req LeaseRequest) (*LeaseInf
 }
 
 // ReleaseLease gives back this daemon's lease of a session on a remote.
-func (s *Service) ReleaseLease(ctx context.Context, req LeaseRequest) (*LeaseInfo, error) {
+func (s *Service) ReleaseLease(ctx context.Context, req api.LeaseRequest) (*api.LeaseInfo, error) {
 	r, err := s.remotes.Remote(ctx, req.Remote)
 	if err != nil {
 		return nil, err
@@ -272,7 +239,7 @@ func (s *Service) ReleaseLease(ctx context.Context, req LeaseRequest) (*LeaseInf
 }
 
 // Lease reads the lease of a session on a remote.
-func (s *Service) Lease(ctx context.Context, session, remoteName string) (*LeaseInfo, error) {
+func (s *Service) Lease(ctx context.Context, session, remoteName string) (*api.LeaseInfo, error) {
 	r, err := s.remotes.Remote(ctx, remoteName)
 	if err != nil {
 		return nil, err
@@ -289,49 +256,27 @@ func (s *Service) Lease(ctx context.Context, session, remoteName string) (*Lease
 }
 
 func (s *Service) leaseRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET "+pathLeases, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+api.PathLeases, func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		v, err := s.Lease(r.Context(), q.Get("session"), q.Get("remote"))
 		reply(w, v, err)
 	})
-	mux.HandleFunc("POST "+pathLeaseAcquire, func(w http.ResponseWriter, r *http.Request) {
-		var req LeaseRequest
+	mux.HandleFunc("POST "+api.PathLeaseAcquire, func(w http.ResponseWriter, r *http.Request) {
+		var req api.LeaseRequest
 		if !decode(w, r, &req) {
 			return
 		}
 		v, err := s.AcquireLease(r.Context(), req)
 		reply(w, v, err)
 	})
-	mux.HandleFunc("POST "+pathLeaseRelease, func(w http.ResponseWriter, r *http.Request) {
-		var req LeaseRequest
+	mux.HandleFunc("POST "+api.PathLeaseRelease, func(w http.ResponseWriter, r *http.Request) {
+		var req api.LeaseRequest
 		if !decode(w, r, &req) {
 			return
 		}
 		v, err := s.ReleaseLease(r.Context(), req)
 		reply(w, v, err)
 	})
-}
-
-// AcquireLease takes a session's lease on a remote for the daemon.
-func (c *Client) AcquireLease(ctx context.Context, req LeaseRequest) (*LeaseInfo, error) {
-	var v LeaseInfo
-	return &v, c.call(ctx, http.MethodPost, pathLeaseAcquire, nil, req, &v)
-}
-
-// ReleaseLease gives back the daemon's lease of a session on a remote.
-func (c *Client) ReleaseLease(ctx context.Context, req LeaseRequest) (*LeaseInfo, error) {
-	var v LeaseInfo
-	return &v, c.call(ctx, http.MethodPost, pathLeaseRelease, nil, req, &v)
-}
-
-// Lease reads a session's lease on a remote.
-func (c *Client) Lease(ctx context.Context, session, remoteName string) (*LeaseInfo, error) {
-	var v LeaseInfo
-	q := url.Values{"session": {session}}
-	if remoteName != "" {
-		q.Set("remote", remoteName)
-	}
-	return &v, c.call(ctx, http.MethodGet, pathLeases, q, nil, &v)
 }
 
 // leaseForMount takes the lease of session on remoteName for a mount, and
@@ -348,14 +293,14 @@ func (s *Service) leaseFor(ctx context.Context, what, session, remoteName string
 		return "", nil, fmt.Errorf("%s: %w", what, err)
 	}
 	before := s.leases.kept(leaseKey{r.Name(), session})
-	if _, err := s.AcquireLease(ctx, LeaseRequest{Session: session, Remote: r.Name()}); err != nil {
+	if _, err := s.AcquireLease(ctx, api.LeaseRequest{Session: session, Remote: r.Name()}); err != nil {
 		return "", nil, fmt.Errorf("%s: %w", what, err)
 	}
 	undo := func() {
 		if before {
 			return
 		}
-		if _, err := s.ReleaseLease(context.WithoutCancel(ctx), LeaseRequest{Session: session, Remote: r.Name()}); err != nil {
+		if _, err := s.ReleaseLease(context.WithoutCancel(ctx), api.LeaseRequest{Session: session, Remote: r.Name()}); err != nil {
 			s.log.Warn(what+" failed, and its lease could not be released: it expires", "remote", r.Name(), "session", session, "err", err)
 		}
 	}
@@ -384,7 +329,7 @@ func (s *Service) leaseForRun(ctx context.Context, session, remoteName string) (
 		if s.leases.dropRun(key) || s.mountHoldsLease(key) {
 			return
 		}
-		if _, err := s.ReleaseLease(context.Background(), LeaseRequest{Session: session, Remote: name}); err != nil {
+		if _, err := s.ReleaseLease(context.Background(), api.LeaseRequest{Session: session, Remote: name}); err != nil {
 			s.log.Warn("run ended, but its lease could not be released: it expires", "remote", name, "session", session, "err", err)
 		}
 	}
@@ -426,7 +371,7 @@ func (s *Service) mountHoldsLease(key leaseKey) bool {
 
 // releaseMountLease gives back the lease an unmounted mount took, once no
 // other mount or run of this daemon holds it.
-func (s *Service) releaseMountLease(ctx context.Context, info MountInfo) {
+func (s *Service) releaseMountLease(ctx context.Context, info api.MountInfo) {
 	if info.Lease == "" {
 		return
 	}
@@ -434,7 +379,7 @@ func (s *Service) releaseMountLease(ctx context.Context, info MountInfo) {
 	if s.mountHoldsLease(key) || s.leases.runHolds(key) {
 		return
 	}
-	if _, err := s.ReleaseLease(context.WithoutCancel(ctx), LeaseRequest{Session: info.Session, Remote: info.Lease}); err != nil {
+	if _, err := s.ReleaseLease(context.WithoutCancel(ctx), api.LeaseRequest{Session: info.Session, Remote: info.Lease}); err != nil {
 		s.log.Warn("unmounted, but its lease could not be released: it expires", "remote", info.Lease, "session", info.Session, "err", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/atomicfile"
 	"github.com/homefs/homefs/internal/mountinfo"
 )
@@ -21,13 +22,13 @@ import (
 const mountsFile = "mounts.json"
 
 type mountsRecord struct {
-	PID    int         `json:"pid"`
-	Mounts []MountInfo `json:"mounts"`
+	PID    int             `json:"pid"`
+	Mounts []api.MountInfo `json:"mounts"`
 }
 
 // writeMounts replaces <root>/mounts.json durably: temp file, fsync,
 // rename, fsync of the directory.
-func writeMounts(root string, mounts []MountInfo) error {
+func writeMounts(root string, mounts []api.MountInfo) error {
 	sort.Slice(mounts, func(i, j int) bool { return mounts[i].Dir < mounts[j].Dir })
 	data, err := json.MarshalIndent(mountsRecord{PID: os.Getpid(), Mounts: mounts}, "", "  ")
 	if err != nil {
@@ -36,7 +37,7 @@ func writeMounts(root string, mounts []MountInfo) error {
 	return atomicfile.WriteFile(filepath.Join(root, mountsFile), append(data, '\n'), 0o600)
 }
 
-func readMounts(root string) ([]MountInfo, error) {
+func readMounts(root string) ([]api.MountInfo, error) {
 	data, err := os.ReadFile(filepath.Join(root, mountsFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil

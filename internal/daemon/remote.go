@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/remote"
 )
 
@@ -49,7 +50,7 @@ func (s *Service) remoteName(name string) (string, error) {
 // Push makes a snapshot (or a session's latest) durable on a remote and
 // moves its session's remote head. It returns once the snapshot record is
 // written: the durability barrier.
-func (s *Service) Push(ctx context.Context, req PushRequest, progress func(Progress)) (*PushResult, error) {
+func (s *Service) Push(ctx context.Context, req api.PushRequest, progress func(api.Progress)) (*api.PushResult, error) {
 	name, err := s.remoteName(req.Remote)
 	if err != nil {
 		return nil, err
@@ -64,7 +65,7 @@ func (s *Service) Push(ctx context.Context, req PushRequest, progress func(Progr
 	if req.Repair {
 		s.log.Info("repaired", "remote", name, "snapshot", res.ID, "verified", res.Verified, "missing", res.Missing, "damaged", res.Damaged)
 	}
-	return &PushResult{
+	return &api.PushResult{
 		Remote: name, Snapshot: res.ID, Session: res.Session, Records: res.Records,
 		Checked: res.Checked, Uploaded: res.Uploaded, UploadedBytes: res.UploadedBytes, HeadMoved: res.HeadMoved,
 		Repair: req.Repair, Verified: res.Verified, Missing: res.Missing, Damaged: res.Damaged,
@@ -74,7 +75,7 @@ func (s *Service) Push(ctx context.Context, req PushRequest, progress func(Progr
 // Pull brings a snapshot's record and tree (and with All its chunks) from
 // a remote and registers it with its lineage. It runs under the engine's
 // Guard: it stores nodes before the catalog names them.
-func (s *Service) Pull(ctx context.Context, req PullRequest, progress func(Progress)) (*PullResult, error) {
+func (s *Service) Pull(ctx context.Context, req api.PullRequest, progress func(api.Progress)) (*api.PullResult, error) {
 	name, err := s.remoteName(req.Remote)
 	if err != nil {
 		return nil, err
@@ -91,29 +92,29 @@ func (s *Service) Pull(ctx context.Context, req PullRequest, progress func(Progr
 	}
 	s.metrics.pull(name, res.Fetched, res.FetchedBytes, nil)
 	s.log.Info("pulled", "remote", name, "snapshot", res.ID, "records", res.Records, "fetched", res.Fetched, "all", req.All)
-	return &PullResult{
+	return &api.PullResult{
 		Remote: name, Snapshot: res.ID, Session: res.Snapshot.Session, Records: res.Records,
 		Nodes: res.Nodes, Fetched: res.Fetched, FetchedBytes: res.FetchedBytes, All: req.All,
 	}, nil
 }
 
-func remoteProgress(progress func(Progress)) func(remote.Progress) {
+func remoteProgress(progress func(api.Progress)) func(remote.Progress) {
 	if progress == nil {
 		return nil
 	}
 	return func(p remote.Progress) {
-		progress(Progress{Phase: string(p.Phase), Done: p.ObjectsDone, Total: p.Objects, Bytes: p.BytesDone, BytesTotal: p.Bytes})
+		progress(api.Progress{Phase: string(p.Phase), Done: p.ObjectsDone, Total: p.Objects, Bytes: p.BytesDone, BytesTotal: p.Bytes})
 	}
 }
 
 // pullForMount pulls what a mount --remote shows, lazily, and returns the
 // snapshot id.
-func (s *Service) pullForMount(ctx context.Context, req MountRequest) (id, session, name string, err error) {
+func (s *Service) pullForMount(ctx context.Context, req api.MountRequest) (id, session, name string, err error) {
 	spec := req.Session
 	if req.Snapshot != "" {
 		spec = req.Snapshot
 	}
-	res, err := s.Pull(ctx, PullRequest{Spec: spec, Remote: req.Remote}, nil)
+	res, err := s.Pull(ctx, api.PullRequest{Spec: spec, Remote: req.Remote}, nil)
 	if err != nil {
 		return "", "", "", fmt.Errorf("mount --remote: %w", err)
 	}

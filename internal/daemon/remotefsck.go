@@ -5,23 +5,14 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/remote"
 )
-
-// pathRemoteFsck reads back what a remote's heads reach.
-const pathRemoteFsck = "/v1/remote/fsck"
-
-// RemoteFsckRequest checks a remote ("" for the only one): every head, or
-// only Session's.
-type RemoteFsckRequest struct {
-	Remote  string `json:"remote,omitempty"`
-	Session string `json:"session,omitempty"`
-}
 
 // RemoteFsck reads back every record, node and chunk that the remote's
 // heads (or one session's head) reach, checking each as a pull does, and
 // reports what is missing or damaged there (remote.Fsck).
-func (s *Service) RemoteFsck(ctx context.Context, req RemoteFsckRequest, progress func(Progress)) (*remote.FsckReport, error) {
+func (s *Service) RemoteFsck(ctx context.Context, req api.RemoteFsckRequest, progress func(api.Progress)) (*remote.FsckReport, error) {
 	r, err := s.openRemote(ctx, req.Remote)
 	if err != nil {
 		return nil, err
@@ -39,17 +30,11 @@ func (s *Service) RemoteFsck(ctx context.Context, req RemoteFsckRequest, progres
 }
 
 func (s *Service) remoteFsckRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("POST "+pathRemoteFsck, func(w http.ResponseWriter, r *http.Request) {
-		var req RemoteFsckRequest
+	mux.HandleFunc("POST "+api.PathRemoteFsck, func(w http.ResponseWriter, r *http.Request) {
+		var req api.RemoteFsckRequest
 		if !decode(w, r, &req) {
 			return
 		}
-		stream(w, func(progress func(Progress)) (any, error) { return s.RemoteFsck(r.Context(), req, progress) })
+		stream(w, func(progress func(api.Progress)) (any, error) { return s.RemoteFsck(r.Context(), req, progress) })
 	})
-}
-
-// RemoteFsck checks a remote.
-func (c *Client) RemoteFsck(ctx context.Context, req RemoteFsckRequest, progress func(Progress)) (*remote.FsckReport, error) {
-	var v remote.FsckReport
-	return &v, c.streamCall(ctx, pathRemoteFsck, req, progress, &v)
 }

@@ -5,44 +5,12 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/remote"
 )
 
-// Endpoints of the remote's lifecycle: listing its sessions, forgetting
-// and purging there, and its gc.
-const (
-	pathRemoteSessions = "/v1/remote/sessions"
-	pathRemoteForget   = "/v1/remote/forget"
-	pathRemotePurge    = "/v1/remote/purge"
-	pathRemoteGC       = "/v1/remote/gc"
-)
-
-// RemoteRequest names a remote ("" for the only one).
-type RemoteRequest struct {
-	Remote string `json:"remote,omitempty"`
-}
-
-// RemoteSessions is a remote's sessions.
-type RemoteSessions struct {
-	Remote   string               `json:"remote"`
-	Sessions []remote.SessionInfo `json:"sessions"`
-}
-
-// RemoteForgetRequest forgets snapshots on a remote, as ForgetRequest does
-// locally (the same rules); Remote names it.
-type RemoteForgetRequest struct {
-	ForgetRequest
-	Remote string `json:"remote,omitempty"`
-}
-
-// RemotePurgeRequest removes a session's head and records from a remote.
-type RemotePurgeRequest struct {
-	Remote  string `json:"remote,omitempty"`
-	Session string `json:"session"`
-}
-
 // RemoteSessions lists the sessions on a remote.
-func (s *Service) RemoteSessions(ctx context.Context, req RemoteRequest) (*RemoteSessions, error) {
+func (s *Service) RemoteSessions(ctx context.Context, req api.RemoteRequest) (*api.RemoteSessions, error) {
 	r, err := s.openRemote(ctx, req.Remote)
 	if err != nil {
 		return nil, err
@@ -51,18 +19,18 @@ func (s *Service) RemoteSessions(ctx context.Context, req RemoteRequest) (*Remot
 	if err != nil {
 		return nil, err
 	}
-	return &RemoteSessions{Remote: r.Name(), Sessions: list}, nil
+	return &api.RemoteSessions{Remote: r.Name(), Sessions: list}, nil
 }
 
 // RemoteForget forgets snapshot records on a remote: named ones, or those
 // of a session that a policy does not keep. A session's remote head is
 // never forgotten.
-func (s *Service) RemoteForget(ctx context.Context, req RemoteForgetRequest) (*ForgetResult, error) {
+func (s *Service) RemoteForget(ctx context.Context, req api.RemoteForgetRequest) (*api.ForgetResult, error) {
 	r, err := s.openRemote(ctx, req.Remote)
 	if err != nil {
 		return nil, err
 	}
-	res := &ForgetResult{DryRun: req.DryRun, Forgotten: []string{}}
+	res := &api.ForgetResult{DryRun: req.DryRun, Forgotten: []string{}}
 	switch {
 	case len(req.Snapshots) > 0 && req.Session != "":
 		return nil, usagef("name snapshots or give --session with a policy, not both")
@@ -92,7 +60,7 @@ func (s *Service) RemoteForget(ctx context.Context, req RemoteForgetRequest) (*F
 
 // RemotePurge deletes a session's head and every record of it from a
 // remote; remote gc then deletes what only they reached.
-func (s *Service) RemotePurge(ctx context.Context, req RemotePurgeRequest) (*RemoveSessionResult, error) {
+func (s *Service) RemotePurge(ctx context.Context, req api.RemotePurgeRequest) (*api.RemoveSessionResult, error) {
 	r, err := s.openRemote(ctx, req.Remote)
 	if err != nil {
 		return nil, err
@@ -102,12 +70,12 @@ func (s *Service) RemotePurge(ctx context.Context, req RemotePurgeRequest) (*Rem
 		return nil, err
 	}
 	s.log.Info("purged on remote", "remote", r.Name(), "session", req.Session, "snapshots", len(ids))
-	return &RemoveSessionResult{Forgotten: ids}, nil
+	return &api.RemoveSessionResult{Forgotten: ids}, nil
 }
 
 // RemoteGC deletes what no head on a remote reaches (remote.GC: safe while
 // other hosts push).
-func (s *Service) RemoteGC(ctx context.Context, req RemoteRequest) (*remote.GCResult, error) {
+func (s *Service) RemoteGC(ctx context.Context, req api.RemoteRequest) (*remote.GCResult, error) {
 	r, err := s.openRemote(ctx, req.Remote)
 	if err != nil {
 		return nil, err
@@ -131,60 +99,36 @@ func (s *Service) openRemote(ctx context.Context, name string) (*remote.Remote, 
 // remoteRoutes adds the endpoints above, and remote fsck's, to mux.
 func (s *Service) remoteRoutes(mux *http.ServeMux) {
 	s.remoteFsckRoutes(mux)
-	mux.HandleFunc("POST "+pathRemoteSessions, func(w http.ResponseWriter, r *http.Request) {
-		var req RemoteRequest
+	mux.HandleFunc("POST "+api.PathRemoteSessions, func(w http.ResponseWriter, r *http.Request) {
+		var req api.RemoteRequest
 		if !decode(w, r, &req) {
 			return
 		}
 		v, err := s.RemoteSessions(r.Context(), req)
 		reply(w, v, err)
 	})
-	mux.HandleFunc("POST "+pathRemoteForget, func(w http.ResponseWriter, r *http.Request) {
-		var req RemoteForgetRequest
+	mux.HandleFunc("POST "+api.PathRemoteForget, func(w http.ResponseWriter, r *http.Request) {
+		var req api.RemoteForgetRequest
 		if !decode(w, r, &req) {
 			return
 		}
 		v, err := s.RemoteForget(r.Context(), req)
 		reply(w, v, err)
 	})
-	mux.HandleFunc("POST "+pathRemotePurge, func(w http.ResponseWriter, r *http.Request) {
-		var req RemotePurgeRequest
+	mux.HandleFunc("POST "+api.PathRemotePurge, func(w http.ResponseWriter, r *http.Request) {
+		var req api.RemotePurgeRequest
 		if !decode(w, r, &req) {
 			return
 		}
 		v, err := s.RemotePurge(r.Context(), req)
 		reply(w, v, err)
 	})
-	mux.HandleFunc("POST "+pathRemoteGC, func(w http.ResponseWriter, r *http.Request) {
-		var req RemoteRequest
+	mux.HandleFunc("POST "+api.PathRemoteGC, func(w http.ResponseWriter, r *http.Request) {
+		var req api.RemoteRequest
 		if !decode(w, r, &req) {
 			return
 		}
 		v, err := s.RemoteGC(r.Context(), req)
 		reply(w, v, err)
 	})
-}
-
-// RemoteSessions lists a remote's sessions.
-func (c *Client) RemoteSessions(ctx context.Context, name string) (*RemoteSessions, error) {
-	var v RemoteSessions
-	return &v, c.call(ctx, http.MethodPost, pathRemoteSessions, nil, RemoteRequest{Remote: name}, &v)
-}
-
-// RemoteForget forgets snapshots on a remote.
-func (c *Client) RemoteForget(ctx context.Context, req RemoteForgetRequest) (*ForgetResult, error) {
-	var v ForgetResult
-	return &v, c.call(ctx, http.MethodPost, pathRemoteForget, nil, req, &v)
-}
-
-// RemotePurge removes a session from a remote.
-func (c *Client) RemotePurge(ctx context.Context, req RemotePurgeRequest) (*RemoveSessionResult, error) {
-	var v RemoveSessionResult
-	return &v, c.call(ctx, http.MethodPost, pathRemotePurge, nil, req, &v)
-}
-
-// RemoteGC runs gc on a remote.
-func (c *Client) RemoteGC(ctx context.Context, name string) (*remote.GCResult, error) {
-	var v remote.GCResult
-	return &v, c.call(ctx, http.MethodPost, pathRemoteGC, nil, RemoteRequest{Remote: name}, &v)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/homefs/homefs/fusefs"
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/manifest"
 )
 
@@ -43,17 +44,11 @@ func RunDirFor(root string) string {
 	return filepath.Join("/run/homefs", hex.EncodeToString(sum[:6]))
 }
 
-// RunMountInfo is the mount a run binds from.
-type RunMountInfo struct {
-	Dir    string           `json:"dir"`
-	Layout *manifest.Layout `json:"layout,omitempty"`
-}
-
 // RunMount holds a whole-session mount of session for a run and returns
 // its directory; release gives it back. With lease (a remote's name, ""
 // for none), the session's lease on that remote is taken first and given
 // back after the run's hold (leaseForRun).
-func (s *Service) RunMount(ctx context.Context, session, lease string) (*RunMountInfo, func(), error) {
+func (s *Service) RunMount(ctx context.Context, session, lease string) (*api.RunMountInfo, func(), error) {
 	if err := manifest.ValidateSessionName(session); err != nil {
 		return nil, nil, err
 	}
@@ -95,7 +90,7 @@ func (s *Service) RunMount(ctx context.Context, session, lease string) (*RunMoun
 		s.releaseRun(session, hold)
 		endLease()
 	}
-	return &RunMountInfo{Dir: dir, Layout: h.Layout}, release, nil
+	return &api.RunMountInfo{Dir: dir, Layout: h.Layout}, release, nil
 }
 
 // holdRun counts a run in session's hold, made if the session has none
@@ -162,7 +157,7 @@ func (s *Service) runMountFor(ctx context.Context, session string, hold *runHold
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("run directory: %w", err)
 	}
-	m, err := s.Mount(ctx, MountRequest{Session: session, Dir: dir})
+	m, err := s.Mount(ctx, api.MountRequest{Session: session, Dir: dir})
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/fusefs"
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/remote"
 )
 
@@ -67,7 +68,7 @@ func TestReleaseRunBusyMount(t *testing.T) {
 		svc.CloseStore()
 	})
 	for _, name := range []string{"busy", "other"} {
-		if _, err := svc.CreateSession(ctx, CreateSessionRequest{Name: name}); err != nil {
+		if _, err := svc.CreateSession(ctx, api.CreateSessionRequest{Name: name}); err != nil {
 			t.Fatal(err)
 		}
 	}

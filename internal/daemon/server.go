@@ -15,19 +15,10 @@ import (
 
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/fusefs"
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/remote"
 	"github.com/homefs/homefs/internal/sdnotify"
 )
-
-// DefaultRoot is where the daemon keeps its state when neither --root nor
-// HOMEFS_ROOT says otherwise.
-const DefaultRoot = "/var/lib/homefs"
-
-// SocketName is the socket's name inside the root, unless configured.
-const SocketName = "homefs.sock"
-
-// DefaultSocket returns the socket path for a root.
-func DefaultSocket(root string) string { return filepath.Join(root, SocketName) }
 
 // Config configures Serve.
 type Config struct {
@@ -149,7 +140,7 @@ func servePaths(cfg Config) (root, sock string, err error) {
 	}
 	sock = cfg.Socket
 	if sock == "" {
-		sock = DefaultSocket(root)
+		sock = api.DefaultSocket(root)
 	}
 	if sock, err = filepath.Abs(sock); err != nil {
 		return "", "", err

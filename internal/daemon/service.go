@@ -17,6 +17,7 @@ import (
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/fork"
 	"github.com/homefs/homefs/fusefs"
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/archive"
 	"github.com/homefs/homefs/internal/catalog"
 	"github.com/homefs/homefs/internal/fsck"
@@ -42,7 +43,7 @@ type Service struct {
 	homes fork.HomeFinder
 
 	mu     sync.Mutex
-	mounts map[string]MountInfo // by mountpoint; GUARDED_BY(mu)
+	mounts map[string]api.MountInfo // by mountpoint; GUARDED_BY(mu)
 
 	// lifeMu orders forgetting snapshots with mounting them: a snapshot
 	// mount holds it from resolving the snapshot until the mount is
@@ -94,7 +95,7 @@ func newService(ctx context.Context, root string, store cas.Store, log *slog.Log
 	cat := catalog.New(rec)
 	eng := fusefs.New(rec, cat, fusefs.Options{StoreDir: root, Logger: log, URing: uring, ShutdownGrace: grace, Observer: m.observer(), SalvageJournals: salvage})
 	life, endLife := context.WithCancel(context.Background())
-	return &Service{root: root, rt: rt, remotes: remotes, rec: rec, cat: cat, eng: eng, log: log, started: time.Now(), metrics: m, mounts: make(map[string]MountInfo), runDir: RunDirFor(root), runs: make(map[string]*runHold), leases: newLeaseKeeper(root, log), life: life, endLife: endLife}, nil
+	return &Service{root: root, rt: rt, remotes: remotes, rec: rec, cat: cat, eng: eng, log: log, started: time.Now(), metrics: m, mounts: make(map[string]api.MountInfo), runDir: RunDirFor(root), runs: make(map[string]*runHold), leases: newLeaseKeeper(root, log), life: life, endLife: endLife}, nil
 }
 
 // CloseStore stops background fetches and closes the store; call it after
@@ -106,7 +107,7 @@ func usagef(format string, args ...any) error {
 }
 
 // Sessions lists every session with its mounts.
-func (s *Service) Sessions(ctx context.Context) ([]SessionInfo, error) {
+func (s *Service) Sessions(ctx context.Context) ([]api.SessionInfo, error) {
 	heads, err := s.cat.Sessions(ctx)
 	if err != nil {
 		return nil, err
@@ -119,7 +120,7 @@ func (s *Service) Sessions(ctx context.Context) ([]SessionInfo, error) {
 		}
 	}
 	s.mu.Unlock()
-	out := make([]SessionInfo, 0, len(heads))
+	out := make([]api.SessionInfo, 0, len(heads))
 	for _, h := range heads {
 		info := headInfo(&h)
 		info.Mounts = byName[h.Session]
@@ -129,7 +130,7 @@ func (s *Service) Sessions(ctx context.Context) ([]SessionInfo, error) {
 }
 
 // CreateSession creates a session, empty or from a snapshot spec.
-func (s *Service) CreateSession(ctx context.Context, req CreateSessionRequest) (*SessionInfo, error) {
+func (s *Service) CreateSession(ctx context.Context, req api.CreateSessionRequest) (*api.SessionInfo, error) {
 	var h *catalog.Head
 	err := s.eng.Guard(func() error {
 		from := req.From
@@ -168,13 +169,13 @@ func (s *Service) CreateSession(ctx context.Context, req CreateSessionRequest) (
 // RemoveSession deletes a session that is not mounted; with purge, every
 // snapshot it captured is forgotten with it (refused while a mount shows
 // one of them).
-func (s *Service) RemoveSession(ctx context.Context, name string, purge bool) (*RemoveSessionResult, error) {
+func (s *Service) RemoveSession(ctx context.Context, name string, purge bool) (*api.RemoveSessionResult, error) {
 	if !purge {
 		if err := s.eng.RemoveSession(ctx, name); err != nil {
 			return nil, err
 		}
 		s.log.Info("session removed", "session", name)
-		return &RemoveSessionResult{}, nil
+		return &api.RemoveSessionResult{}, nil
 	}
 	s.lifeMu.Lock()
 	defer s.lifeMu.Unlock()
@@ -183,7 +184,7 @@ func (s *Service) RemoveSession(ctx context.Context, name string, purge bool) (*
 		return nil, err
 	}
 	s.log.Info("session purged", "session", name, "snapshots", len(ids))
-	return &RemoveSessionResult{Forgotten: ids}, nil
+	return &api.RemoveSessionResult{Forgotten: ids}, nil
 }
 
 // mountedSnapshots returns the snapshots mounts show, with why they are
@@ -202,11 +203,11 @@ func (s *Service) mountedSnapshots() catalog.Protect {
 }
 
 // Forget forgets snapshots, by name or by a session's keep policy.
-func (s *Service) Forget(ctx context.Context, req ForgetRequest) (*ForgetResult, error) {
+func (s *Service) Forget(ctx context.Context, req api.ForgetRequest) (*api.ForgetResult, error) {
 	s.lifeMu.Lock()
 	defer s.lifeMu.Unlock()
 	protect := s.mountedSnapshots()
-	res := &ForgetResult{DryRun: req.DryRun, Forgotten: []string{}}
+	res := &api.ForgetResult{DryRun: req.DryRun, Forgotten: []string{}}
 	switch {
 	case len(req.Snapshots) > 0 && req.Session != "":
 		return nil, usagef("name snapshots or give --session with a policy, not both")
@@ -258,7 +259,7 @@ func (s *Service) Forget(ctx context.Context, req ForgetRequest) (*ForgetResult,
 }
 
 // Mount mounts a session (or one of its snapshots) at a directory.
-func (s *Service) Mount(ctx context.Context, req MountRequest) (*MountInfo, error) {
+func (s *Service) Mount(ctx context.Context, req api.MountRequest) (*api.MountInfo, error) {
 	if req.Dir == "" || !filepath.IsAbs(req.Dir) {
 		return nil, usagef("mountpoint %q: want an absolute path", req.Dir)
 	}
@@ -285,7 +286,7 @@ func (s *Service) Mount(ctx context.Context, req MountRequest) (*MountInfo, erro
 		return nil, usagef("mount --lease holds a session for writing: not with --snapshot or --remote")
 	}
 	var m *fusefs.Mount
-	info := MountInfo{Session: req.Session, Subtree: req.Subtree, ReadOnly: req.ReadOnly, Private: req.Private, Dev: req.Dev, NoAtime: req.NoAtime, Since: time.Now()}
+	info := api.MountInfo{Session: req.Session, Subtree: req.Subtree, ReadOnly: req.ReadOnly, Private: req.Private, Dev: req.Dev, NoAtime: req.NoAtime, Since: time.Now()}
 	switch {
 	case req.Remote != "":
 		id, session, name, err := s.pullForMount(ctx, req)
@@ -335,7 +336,7 @@ func (s *Service) Mount(ctx context.Context, req MountRequest) (*MountInfo, erro
 }
 
 func (s *Service) saveMountsLocked() error {
-	list := make([]MountInfo, 0, len(s.mounts))
+	list := make([]api.MountInfo, 0, len(s.mounts))
 	for _, m := range s.mounts {
 		list = append(list, m)
 	}
@@ -343,10 +344,10 @@ func (s *Service) saveMountsLocked() error {
 }
 
 // Mounts lists the mounts.
-func (s *Service) Mounts(ctx context.Context) []MountInfo {
+func (s *Service) Mounts(ctx context.Context) []api.MountInfo {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]MountInfo, 0, len(s.mounts))
+	out := make([]api.MountInfo, 0, len(s.mounts))
 	for _, m := range s.mounts {
 		out = append(out, m)
 	}
@@ -354,7 +355,7 @@ func (s *Service) Mounts(ctx context.Context) []MountInfo {
 }
 
 // Unmount detaches a mount and flushes its session durably.
-func (s *Service) Unmount(ctx context.Context, dir string) (*MountInfo, error) {
+func (s *Service) Unmount(ctx context.Context, dir string) (*api.MountInfo, error) {
 	if real, err := filepath.EvalSymlinks(dir); err == nil {
 		dir = real
 	}
@@ -372,7 +373,7 @@ func (s *Service) Unmount(ctx context.Context, dir string) (*MountInfo, error) {
 
 // unmount is Unmount of a mount of this daemon, without the check for
 // runs.
-func (s *Service) unmount(ctx context.Context, dir string, info MountInfo) (*MountInfo, error) {
+func (s *Service) unmount(ctx context.Context, dir string, info api.MountInfo) (*api.MountInfo, error) {
 	if err := s.eng.Unmount(dir); err != nil {
 		if still, _ := isMountpoint(dir); still {
 			// The kernel refused (EBUSY): keep the cause out of the
@@ -399,7 +400,7 @@ func (s *Service) unmount(ctx context.Context, dir string, info MountInfo) (*Mou
 }
 
 // Capture snapshots a session.
-func (s *Service) Capture(ctx context.Context, session string, req CaptureRequest) (*SnapshotInfo, error) {
+func (s *Service) Capture(ctx context.Context, session string, req api.CaptureRequest) (*api.SnapshotInfo, error) {
 	for p, h := range req.Handles {
 		if p == "" || h.ID == "" {
 			return nil, usagef("handle %q=%q: want PROVIDER=ID[@THROUGH]", p, h.ID)
@@ -421,8 +422,8 @@ func (s *Service) Capture(ctx context.Context, session string, req CaptureReques
 	return snapshotInfo(id, snap, false), nil
 }
 
-func snapshotInfo(id string, snap *manifest.Snapshot, forkPoint bool) *SnapshotInfo {
-	return &SnapshotInfo{
+func snapshotInfo(id string, snap *manifest.Snapshot, forkPoint bool) *api.SnapshotInfo {
+	return &api.SnapshotInfo{
 		ID: id, Session: snap.Session, Parent: snap.Parent, Origin: snap.Origin,
 		Created: time.Unix(0, snap.CreatedNs), Message: snap.Message, Handles: snap.Handles,
 		Root: snap.Root, ForkPoint: forkPoint,
@@ -430,15 +431,15 @@ func snapshotInfo(id string, snap *manifest.Snapshot, forkPoint bool) *SnapshotI
 }
 
 // Log returns a session's history, newest first, across forks.
-func (s *Service) Log(ctx context.Context, session string) ([]SnapshotInfo, error) {
+func (s *Service) Log(ctx context.Context, session string) ([]api.SnapshotInfo, error) {
 	entries, err := s.cat.LogOf(ctx, session)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]SnapshotInfo, 0, len(entries))
+	out := make([]api.SnapshotInfo, 0, len(entries))
 	for _, e := range entries {
 		if e.Forgotten {
-			out = append(out, SnapshotInfo{ID: e.ID, Session: e.Session, ForkPoint: e.ForkPoint, Forgotten: true})
+			out = append(out, api.SnapshotInfo{ID: e.ID, Session: e.Session, ForkPoint: e.ForkPoint, Forgotten: true})
 			continue
 		}
 		out = append(out, *snapshotInfo(e.ID, e.Snapshot, e.ForkPoint))
@@ -448,7 +449,7 @@ func (s *Service) Log(ctx context.Context, session string) ([]SnapshotInfo, erro
 
 // Fork creates Target from SOURCE[@SNAPSHOT]; a bare session is captured
 // first.
-func (s *Service) Fork(ctx context.Context, req ForkRequest) (*SessionInfo, error) {
+func (s *Service) Fork(ctx context.Context, req api.ForkRequest) (*api.SessionInfo, error) {
 	if err := manifest.ValidateSessionName(req.Target); err != nil {
 		return nil, err
 	}
@@ -473,7 +474,7 @@ func (s *Service) Fork(ctx context.Context, req ForkRequest) (*SessionInfo, erro
 // session's own history (another session's, or a same-named session's
 // from another host) is restored like a fork in place: its providers'
 // derived state is dropped.
-func (s *Service) Restore(ctx context.Context, session string, req RestoreRequest) (*SessionInfo, error) {
+func (s *Service) Restore(ctx context.Context, session string, req api.RestoreRequest) (*api.SessionInfo, error) {
 	h, err := s.cat.Head(ctx, session)
 	if err != nil {
 		return nil, err
@@ -504,7 +505,7 @@ func (s *Service) Restore(ctx context.Context, session string, req RestoreReques
 }
 
 // SetLayout replaces a session's layout.
-func (s *Service) SetLayout(ctx context.Context, session string, req SetLayoutRequest) (*SessionInfo, error) {
+func (s *Service) SetLayout(ctx context.Context, session string, req api.SetLayoutRequest) (*api.SessionInfo, error) {
 	if req.Layout != nil {
 		req.Layout.Normalize()
 	}
@@ -517,8 +518,8 @@ func (s *Service) SetLayout(ctx context.Context, session string, req SetLayoutRe
 }
 
 // headInfo is a head as listed.
-func headInfo(h *catalog.Head) *SessionInfo {
-	return &SessionInfo{
+func headInfo(h *catalog.Head) *api.SessionInfo {
+	return &api.SessionInfo{
 		Name: h.Session, Root: h.Root, Snapshot: h.Snapshot, Origin: h.Origin,
 		Created: time.Unix(0, h.CreatedNs), Updated: time.Unix(0, h.UpdatedNs),
 		Layout: h.Layout,
@@ -544,7 +545,7 @@ func (s *Service) rootOf(ctx context.Context, spec string) (cas.Ref, string, err
 // Diff lists the paths that differ between a and b (sessions or
 // snapshots). Directories present on both sides are left out: their
 // content is listed instead.
-func (s *Service) Diff(ctx context.Context, a, b string) (*DiffResult, error) {
+func (s *Service) Diff(ctx context.Context, a, b string) (*api.DiffResult, error) {
 	ra, da, err := s.rootOf(ctx, a)
 	if err != nil {
 		return nil, err
@@ -553,14 +554,14 @@ func (s *Service) Diff(ctx context.Context, a, b string) (*DiffResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &DiffResult{A: da, B: db, Entries: []DiffEntry{}}
+	res := &api.DiffResult{A: da, B: db, Entries: []api.DiffEntry{}}
 	err = manifest.Diff(ctx, s.rec, ra, rb, func(p string, old, new *manifest.Entry) error {
-		d := DiffEntry{Path: p}
+		d := api.DiffEntry{Path: p}
 		switch {
 		case old == nil:
-			d.Change, d.Kind, d.NewSize = Added, new.Kind.String(), new.Size
+			d.Change, d.Kind, d.NewSize = api.Added, new.Kind.String(), new.Size
 		case new == nil:
-			d.Change, d.Kind, d.OldSize = Removed, old.Kind.String(), old.Size
+			d.Change, d.Kind, d.OldSize = api.Removed, old.Kind.String(), old.Size
 		default:
 			if old.Kind == manifest.KindDir && new.Kind == manifest.KindDir {
 				return nil
@@ -573,7 +574,7 @@ func (s *Service) Diff(ctx context.Context, a, b string) (*DiffResult, error) {
 			if reflect.DeepEqual(&o, new) {
 				return nil
 			}
-			d.Change, d.Kind, d.OldSize, d.NewSize = Changed, new.Kind.String(), old.Size, new.Size
+			d.Change, d.Kind, d.OldSize, d.NewSize = api.Changed, new.Kind.String(), old.Size, new.Size
 		}
 		res.Entries = append(res.Entries, d)
 		return nil
@@ -598,7 +599,7 @@ func (s *Service) Export(ctx context.Context, spec string, w io.Writer) error {
 
 // Import creates session from a tar stream, atomically: the session exists
 // only once every file is stored. Device nodes are refused unless devices.
-func (s *Service) Import(ctx context.Context, session string, r io.Reader, devices bool) (*ImportResult, error) {
+func (s *Service) Import(ctx context.Context, session string, r io.Reader, devices bool) (*api.ImportResult, error) {
 	if err := manifest.ValidateSessionName(session); err != nil {
 		return nil, err
 	}
@@ -620,39 +621,28 @@ func (s *Service) Import(ctx context.Context, session string, r io.Reader, devic
 		return nil, fmt.Errorf("import into %s: %w", session, err)
 	}
 	s.log.Info("imported", "session", session, "files", res.Files, "bytes", res.Bytes)
-	return &ImportResult{Session: session, Root: res.Root, Files: res.Files, Dirs: res.Dirs, Symlinks: res.Symlinks, Special: res.Special, Bytes: res.Bytes}, nil
-}
-
-// GCResult is what gc freed.
-type GCResult struct {
-	fusefs.GCResult
-	// ValueLogFiles is how many of the store's log files were rewritten to
-	// give the freed space back to the disk.
-	ValueLogFiles int `json:"value_log_files"`
-	// StoreBytesBefore and StoreBytesAfter are the disk space of the
-	// store's files around the compaction (zero when none ran).
-	StoreBytesBefore int64 `json:"store_bytes_before,omitempty"`
-	StoreBytesAfter  int64 `json:"store_bytes_after,omitempty"`
+	return &api.ImportResult{Session: session, Root: res.Root, Files: res.Files, Dirs: res.Dirs, Symlinks: res.Symlinks, Special: res.Special, Bytes: res.Bytes}, nil
 }
 
 // GC collects unreachable chunks while sessions stay mounted.
-func (s *Service) GC(ctx context.Context, progress func(Progress)) (*GCResult, error) {
+func (s *Service) GC(ctx context.Context, progress func(api.Progress)) (*api.GCResult, error) {
 	res, err := s.eng.GC(ctx, func(p fusefs.GCProgress) {
 		if progress != nil {
-			progress(Progress{Phase: string(p.Phase), Done: p.Done, Total: p.Total})
+			progress(api.Progress{Phase: string(p.Phase), Done: p.Done, Total: p.Total})
 		}
 	})
 	s.metrics.gc(res, err)
 	if err != nil {
 		return nil, err
 	}
-	out := &GCResult{GCResult: *res}
+	out := &api.GCResult{Scanned: res.Scanned, Reachable: res.Reachable, Freed: res.Freed,
+		FreedBytes: res.FreedBytes, FreedStored: res.FreedStored, Duration: res.Duration}
 	// Deleted chunks stay in the store's files until they are compacted:
 	// compact whenever gc deleted something, so that forgotten data
 	// leaves the disk.
 	if c, ok := s.rt.Unwrap().(cas.Compactor); ok && res.Freed > 0 {
 		if progress != nil {
-			progress(Progress{Phase: "compact"})
+			progress(api.Progress{Phase: "compact"})
 		}
 		cr, err := c.Compact(ctx)
 		if err != nil {
@@ -666,13 +656,13 @@ func (s *Service) GC(ctx context.Context, progress func(Progress)) (*GCResult, e
 }
 
 // Fsck verifies every reachable object, live sessions flushed first.
-func (s *Service) Fsck(ctx context.Context, progress func(Progress)) (*fsck.Report, error) {
+func (s *Service) Fsck(ctx context.Context, progress func(api.Progress)) (*fsck.Report, error) {
 	if err := s.eng.SyncAll(ctx); err != nil {
 		return nil, err
 	}
 	return fsck.Check(ctx, s.rec, s.cat, func(objects, bytes int64) {
 		if progress != nil {
-			progress(Progress{Phase: "check", Done: objects, Bytes: bytes})
+			progress(api.Progress{Phase: "check", Done: objects, Bytes: bytes})
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/version"
 )
 
@@ -17,37 +18,29 @@ import (
 // about this long even when a remote hangs.
 const remoteCheckTimeout = 3 * time.Second
 
-// StatusOptions say what Status checks beyond the daemon itself.
-type StatusOptions struct {
-	// CheckRemotes pings every configured remote (at most
-	// remoteCheckTimeout each, all at once); otherwise they are "not
-	// checked".
-	CheckRemotes bool
-}
-
 // Status reports on the daemon: version, transport, store, every mount
 // with its session's unflushed changes, and the remotes. Nothing in it
 // walks a session's tree; the store's size is a walk of its directory
 // (Badger keeps few, large files).
-func (s *Service) Status(ctx context.Context, opts StatusOptions) *Status {
-	st := &Status{
+func (s *Service) Status(ctx context.Context, opts api.StatusOptions) *api.Status {
+	st := &api.Status{
 		Version: version.String(), PID: os.Getpid(), UID: os.Getuid(), Root: s.root, Socket: s.socket,
 		Started: s.started, UptimeSeconds: time.Since(s.started).Seconds(),
 	}
 	uh := s.eng.URingHost()
-	st.Transport = TransportStatus{Mode: uh.Mode.String(), Switch: uh.Switch, SwitchChanged: uh.Changed}
+	st.Transport = api.TransportStatus{Mode: uh.Mode.String(), Switch: uh.Switch, SwitchChanged: uh.Changed}
 	st.Store = storeStatus(filepath.Join(s.root, "store"))
 
 	s.mu.Lock()
-	mounts := make([]MountInfo, 0, len(s.mounts))
+	mounts := make([]api.MountInfo, 0, len(s.mounts))
 	for _, m := range s.mounts {
 		mounts = append(mounts, m)
 	}
 	s.mu.Unlock()
 	sort.Slice(mounts, func(i, j int) bool { return mounts[i].Dir < mounts[j].Dir })
-	st.Mounts = make([]MountStatus, 0, len(mounts))
+	st.Mounts = make([]api.MountStatus, 0, len(mounts))
 	for _, m := range mounts {
-		ms := MountStatus{MountInfo: m}
+		ms := api.MountStatus{MountInfo: m}
 		if !m.ReadOnly {
 			if ss, ok := s.eng.SessionState(m.Session); ok {
 				ms.DirtyBytes = ss.DirtyBytes + ss.StagedBytes
@@ -64,8 +57,8 @@ func (s *Service) Status(ctx context.Context, opts StatusOptions) *Status {
 
 // storeStatus measures the store directory; what cannot be measured
 // stays 0 (status reports, it does not fail).
-func storeStatus(dir string) StoreStatus {
-	st := StoreStatus{Dir: dir}
+func storeStatus(dir string) api.StoreStatus {
+	st := api.StoreStatus{Dir: dir}
 	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil // a file removed by a compaction meanwhile
@@ -86,12 +79,12 @@ func storeStatus(dir string) StoreStatus {
 }
 
 // remoteStatus lists the remotes, pinging each at once when check is set.
-func (s *Service) remoteStatus(ctx context.Context, check bool) []RemoteStatus {
+func (s *Service) remoteStatus(ctx context.Context, check bool) []api.RemoteStatus {
 	cfgs := s.remotes.Registry().List()
-	out := make([]RemoteStatus, len(cfgs))
+	out := make([]api.RemoteStatus, len(cfgs))
 	var wg sync.WaitGroup
 	for i, c := range cfgs {
-		out[i] = RemoteStatus{Name: c.Name, URL: c.URL, Endpoint: c.Endpoint, State: RemoteNotChecked}
+		out[i] = api.RemoteStatus{Name: c.Name, URL: c.URL, Endpoint: c.Endpoint, State: api.RemoteNotChecked}
 		if !check {
 			continue
 		}
@@ -104,10 +97,10 @@ func (s *Service) remoteStatus(ctx context.Context, check bool) []RemoteStatus {
 			err := s.remotes.Ping(ctx, c.Name)
 			out[i].LatencyMS = time.Since(start).Milliseconds()
 			if err != nil {
-				out[i].State, out[i].Error = RemoteUnreachable, err.Error()
+				out[i].State, out[i].Error = api.RemoteUnreachable, err.Error()
 				return
 			}
-			out[i].State = RemoteReachable
+			out[i].State = api.RemoteReachable
 		}()
 	}
 	wg.Wait()

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/sdnotify"
 )
 
@@ -63,7 +64,7 @@ func TestServeNotifies(t *testing.T) {
 	ready := m.next(20 * time.Second)
 	require.True(t, strings.HasPrefix(ready, "READY=1\n"), "%q", ready)
 	require.Contains(t, ready, "MAINPID=")
-	_, err := NewClient(DefaultSocket(root)).Status(context.Background())
+	_, err := api.NewClient(api.DefaultSocket(root)).Status(context.Background())
 	require.NoError(t, err, "ready means the socket answers")
 	for range 3 {
 		require.Equal(t, "WATCHDOG=1", m.next(2*time.Second))

@@ -26,8 +26,12 @@ var layers = [][]string{
 	{"manifest"},
 	{"internal/catalog"},
 	{"fusefs", "fork", "internal/archive", "internal/remote", "internal/fsck"},
-	{"internal/daemon"},
-	{"cmd/homefs"},
+	{"internal/api"},
+	// The CLI and the server share a layer, so that the CLI cannot link
+	// the server (and with it go-fuse and Prometheus): it reaches it
+	// through internal/api alone, and homefsd runs it.
+	{"internal/daemon", "cmd/homefs"},
+	{"cmd/homefsd"},
 }
 
 // leaves are small packages any layer may import; they import no package

@@ -22,8 +22,13 @@ func TestCheck(t *testing.T) {
 		{"internal/remote", "fusefs", false},
 		{"internal/daemon", "fusefs", true},
 		{"fusefs", "internal/daemon", false},
-		{"cmd/homefs", "internal/daemon", true},
+		{"internal/api", "internal/remote", true},
+		{"internal/daemon", "internal/api", true},
+		{"cmd/homefs", "internal/api", true},
+		{"cmd/homefs", "internal/daemon", false}, // the CLI links no server
 		{"internal/daemon", "cmd/homefs", false},
+		{"cmd/homefsd", "internal/daemon", true},
+		{"cmd/homefs", "cmd/homefsd", false},
 		{"fusefs", "internal/mountinfo", true}, // a leaf
 		{"internal/atomicfile", "cas", false},  // a leaf imports nothing
 		{"internal/daemon", "internal/testkit/codextest", false},

@@ -1,4 +1,4 @@
-package daemon
+package api
 
 import (
 	"bufio"
@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/homefs/homefs/manifest"
 	"io"
 	"net"
 	"net/http"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/homefs/homefs/internal/fsck"
 	"github.com/homefs/homefs/internal/remote"
+	"github.com/homefs/homefs/manifest"
 )
 
 // Client talks to a daemon over its socket.
@@ -181,19 +181,19 @@ func (c *Client) StatusWith(ctx context.Context, opts StatusOptions) (*Status, e
 		q = url.Values{"remotes": {"check"}}
 	}
 	var v Status
-	return &v, c.call(ctx, http.MethodGet, pathStatus, q, nil, &v)
+	return &v, c.call(ctx, http.MethodGet, PathStatus, q, nil, &v)
 }
 
 // Sessions lists the sessions.
 func (c *Client) Sessions(ctx context.Context) ([]SessionInfo, error) {
 	var v []SessionInfo
-	return v, c.call(ctx, http.MethodGet, pathSessions, nil, nil, &v)
+	return v, c.call(ctx, http.MethodGet, PathSessions, nil, nil, &v)
 }
 
 // CreateSession creates a session.
 func (c *Client) CreateSession(ctx context.Context, req CreateSessionRequest) (*SessionInfo, error) {
 	var v SessionInfo
-	return &v, c.call(ctx, http.MethodPost, pathSessions, nil, req, &v)
+	return &v, c.call(ctx, http.MethodPost, PathSessions, nil, req, &v)
 }
 
 // RemoveSession deletes a session; with purge, its snapshots too.
@@ -203,75 +203,75 @@ func (c *Client) RemoveSession(ctx context.Context, name string, purge bool) (*R
 		q = url.Values{"purge": {"1"}}
 	}
 	var v RemoveSessionResult
-	return &v, c.call(ctx, http.MethodDelete, pathSessions+"/"+url.PathEscape(name), q, nil, &v)
+	return &v, c.call(ctx, http.MethodDelete, PathSessions+"/"+url.PathEscape(name), q, nil, &v)
 }
 
 // Forget forgets snapshots.
 func (c *Client) Forget(ctx context.Context, req ForgetRequest) (*ForgetResult, error) {
 	var v ForgetResult
-	return &v, c.call(ctx, http.MethodPost, pathForget, nil, req, &v)
+	return &v, c.call(ctx, http.MethodPost, PathForget, nil, req, &v)
 }
 
 // Mount mounts a session or snapshot.
 func (c *Client) Mount(ctx context.Context, req MountRequest) (*MountInfo, error) {
 	var v MountInfo
-	return &v, c.call(ctx, http.MethodPost, pathMounts, nil, req, &v)
+	return &v, c.call(ctx, http.MethodPost, PathMounts, nil, req, &v)
 }
 
 // Mounts lists the mounts.
 func (c *Client) Mounts(ctx context.Context) ([]MountInfo, error) {
 	var v []MountInfo
-	return v, c.call(ctx, http.MethodGet, pathMounts, nil, nil, &v)
+	return v, c.call(ctx, http.MethodGet, PathMounts, nil, nil, &v)
 }
 
 // Unmount detaches a mount.
 func (c *Client) Unmount(ctx context.Context, dir string) (*MountInfo, error) {
 	var v MountInfo
-	return &v, c.call(ctx, http.MethodPost, pathUnmount, nil, UnmountRequest{Dir: dir}, &v)
+	return &v, c.call(ctx, http.MethodPost, PathUnmount, nil, UnmountRequest{Dir: dir}, &v)
 }
 
 // Capture snapshots a session.
 func (c *Client) Capture(ctx context.Context, session string, req CaptureRequest) (*SnapshotInfo, error) {
 	var v SnapshotInfo
-	return &v, c.call(ctx, http.MethodPost, pathSessions+"/"+url.PathEscape(session)+"/capture", nil, req, &v)
+	return &v, c.call(ctx, http.MethodPost, PathSessions+"/"+url.PathEscape(session)+"/capture", nil, req, &v)
 }
 
 // Log returns a session's history.
 func (c *Client) Log(ctx context.Context, session string) ([]SnapshotInfo, error) {
 	var v []SnapshotInfo
-	return v, c.call(ctx, http.MethodGet, pathSessions+"/"+url.PathEscape(session)+"/log", nil, nil, &v)
+	return v, c.call(ctx, http.MethodGet, PathSessions+"/"+url.PathEscape(session)+"/log", nil, nil, &v)
 }
 
 // Fork forks a session or snapshot.
 func (c *Client) Fork(ctx context.Context, req ForkRequest) (*SessionInfo, error) {
 	var v SessionInfo
-	return &v, c.call(ctx, http.MethodPost, pathFork, nil, req, &v)
+	return &v, c.call(ctx, http.MethodPost, PathFork, nil, req, &v)
 }
 
 // Restore points a session at a snapshot.
 func (c *Client) Restore(ctx context.Context, session, snapshot string) (*SessionInfo, error) {
 	var out SessionInfo
-	err := c.call(ctx, http.MethodPost, pathSessions+"/"+url.PathEscape(session)+"/restore", nil, RestoreRequest{Snapshot: snapshot}, &out)
+	err := c.call(ctx, http.MethodPost, PathSessions+"/"+url.PathEscape(session)+"/restore", nil, RestoreRequest{Snapshot: snapshot}, &out)
 	return &out, err
 }
 
 // SetLayout replaces a session's layout.
 func (c *Client) SetLayout(ctx context.Context, session string, layout *manifest.Layout) (*SessionInfo, error) {
 	var out SessionInfo
-	err := c.call(ctx, http.MethodPost, pathSessions+"/"+url.PathEscape(session)+"/layout", nil, SetLayoutRequest{Layout: layout}, &out)
+	err := c.call(ctx, http.MethodPost, PathSessions+"/"+url.PathEscape(session)+"/layout", nil, SetLayoutRequest{Layout: layout}, &out)
 	return &out, err
 }
 
 // Diff compares two sessions or snapshots.
 func (c *Client) Diff(ctx context.Context, a, b string) (*DiffResult, error) {
 	var v DiffResult
-	return &v, c.call(ctx, http.MethodGet, pathDiff, url.Values{"a": {a}, "b": {b}}, nil, &v)
+	return &v, c.call(ctx, http.MethodGet, PathDiff, url.Values{"a": {a}, "b": {b}}, nil, &v)
 }
 
 // Export streams a snapshot as tar into w. An error after the stream began
 // arrives in the trailer; w then holds a truncated archive.
 func (c *Client) Export(ctx context.Context, snapshot string, w io.Writer) error {
-	resp, err := c.do(ctx, http.MethodGet, pathExport, url.Values{"snapshot": {snapshot}}, nil, "")
+	resp, err := c.do(ctx, http.MethodGet, PathExport, url.Values{"snapshot": {snapshot}}, nil, "")
 	if err != nil {
 		return err
 	}
@@ -279,7 +279,7 @@ func (c *Client) Export(ctx context.Context, snapshot string, w io.Writer) error
 	if _, err := io.Copy(w, resp.Body); err != nil {
 		return fmt.Errorf("export %s: %w", snapshot, err)
 	}
-	if t := resp.Trailer.Get(errorTrailer); t != "" {
+	if t := resp.Trailer.Get(ErrorTrailer); t != "" {
 		var e Error
 		if json.Unmarshal([]byte(t), &e) == nil && e.Code != "" {
 			return &e
@@ -296,7 +296,7 @@ func (c *Client) Import(ctx context.Context, session string, r io.Reader, device
 	if devices {
 		q.Set("devices", "1")
 	}
-	resp, err := c.do(ctx, http.MethodPost, pathImport, q, r, "application/x-tar")
+	resp, err := c.do(ctx, http.MethodPost, PathImport, q, r, "application/x-tar")
 	if err != nil {
 		return nil, err
 	}
@@ -311,66 +311,66 @@ func (c *Client) Import(ctx context.Context, session string, r io.Reader, device
 // GC collects garbage.
 func (c *Client) GC(ctx context.Context, progress func(Progress)) (*GCResult, error) {
 	var v GCResult
-	return &v, c.streamCall(ctx, pathGC, nil, progress, &v)
+	return &v, c.streamCall(ctx, PathGC, nil, progress, &v)
 }
 
 // Fsck verifies the store.
 func (c *Client) Fsck(ctx context.Context, progress func(Progress)) (*fsck.Report, error) {
 	var v fsck.Report
-	return &v, c.streamCall(ctx, pathFsck, nil, progress, &v)
+	return &v, c.streamCall(ctx, PathFsck, nil, progress, &v)
 }
 
 // Stats measures the store.
 func (c *Client) Stats(ctx context.Context) (*fsck.Stats, error) {
 	var v fsck.Stats
-	return &v, c.call(ctx, http.MethodGet, pathStats, nil, nil, &v)
+	return &v, c.call(ctx, http.MethodGet, PathStats, nil, nil, &v)
 }
 
 // Bind binds a provider session from one session into another.
 func (c *Client) Bind(ctx context.Context, req BindRequest) (*BindResult, error) {
 	var v BindResult
-	return &v, c.call(ctx, http.MethodPost, pathBind, nil, req, &v)
+	return &v, c.call(ctx, http.MethodPost, PathBind, nil, req, &v)
 }
 
 // ImportNative creates a session from a native snapshot.
 func (c *Client) ImportNative(ctx context.Context, req ImportNativeRequest) (*ImportNativeResult, error) {
 	var v ImportNativeResult
-	return &v, c.call(ctx, http.MethodPost, pathImportN, nil, req, &v)
+	return &v, c.call(ctx, http.MethodPost, PathImportNative, nil, req, &v)
 }
 
 // ExportNative writes a snapshot in the native format.
 func (c *Client) ExportNative(ctx context.Context, req ExportNativeRequest) (*ExportNativeResult, error) {
 	var v ExportNativeResult
-	return &v, c.call(ctx, http.MethodPost, pathExportN, nil, req, &v)
+	return &v, c.call(ctx, http.MethodPost, PathExportNative, nil, req, &v)
 }
 
 // AddRemote configures a remote.
 func (c *Client) AddRemote(ctx context.Context, cfg remote.Config) (*remote.Config, error) {
 	var v remote.Config
-	return &v, c.call(ctx, http.MethodPost, pathRemotes, nil, cfg, &v)
+	return &v, c.call(ctx, http.MethodPost, PathRemotes, nil, cfg, &v)
 }
 
 // Remotes lists the configured remotes.
 func (c *Client) Remotes(ctx context.Context) ([]remote.Config, error) {
 	var v []remote.Config
-	return v, c.call(ctx, http.MethodGet, pathRemotes, nil, nil, &v)
+	return v, c.call(ctx, http.MethodGet, PathRemotes, nil, nil, &v)
 }
 
 // RemoveRemote forgets a remote.
 func (c *Client) RemoveRemote(ctx context.Context, name string) error {
-	return c.call(ctx, http.MethodDelete, pathRemotes+"/"+url.PathEscape(name), nil, nil, nil)
+	return c.call(ctx, http.MethodDelete, PathRemotes+"/"+url.PathEscape(name), nil, nil, nil)
 }
 
 // Push pushes a session or snapshot to a remote.
 func (c *Client) Push(ctx context.Context, req PushRequest, progress func(Progress)) (*PushResult, error) {
 	var v PushResult
-	return &v, c.streamCall(ctx, pathPush, req, progress, &v)
+	return &v, c.streamCall(ctx, PathPush, req, progress, &v)
 }
 
 // Pull brings a snapshot from a remote.
 func (c *Client) Pull(ctx context.Context, req PullRequest, progress func(Progress)) (*PullResult, error) {
 	var v PullResult
-	return &v, c.streamCall(ctx, pathPull, req, progress, &v)
+	return &v, c.streamCall(ctx, PathPull, req, progress, &v)
 }
 
 // RunHold is a run's hold on a whole-session mount (Client.RunMount).
@@ -405,7 +405,7 @@ func (c *Client) RunMount(ctx context.Context, session, lease string) (*RunHold,
 	// tell whether a body of unknown length is empty before it sends the
 	// request.
 	body := io.MultiReader(strings.NewReader("\n"), hold)
-	resp, err := c.do(ctx, http.MethodPost, pathSessions+"/"+url.PathEscape(session)+"/run", q, body, "application/octet-stream")
+	resp, err := c.do(ctx, http.MethodPost, PathSessions+"/"+url.PathEscape(session)+"/run", q, body, "application/octet-stream")
 	if err != nil {
 		end.Close()
 		return nil, err
@@ -457,4 +457,56 @@ func runAnswer(resp *http.Response) (*RunMountInfo, error) {
 		return nil, fmt.Errorf("homefs daemon: empty answer to run")
 	}
 	return line.Result, nil
+}
+
+// AcquireLease takes a session's lease on a remote for the daemon.
+func (c *Client) AcquireLease(ctx context.Context, req LeaseRequest) (*LeaseInfo, error) {
+	var v LeaseInfo
+	return &v, c.call(ctx, http.MethodPost, PathLeaseAcquire, nil, req, &v)
+}
+
+// ReleaseLease gives back the daemon's lease of a session on a remote.
+func (c *Client) ReleaseLease(ctx context.Context, req LeaseRequest) (*LeaseInfo, error) {
+	var v LeaseInfo
+	return &v, c.call(ctx, http.MethodPost, PathLeaseRelease, nil, req, &v)
+}
+
+// Lease reads a session's lease on a remote.
+func (c *Client) Lease(ctx context.Context, session, remoteName string) (*LeaseInfo, error) {
+	var v LeaseInfo
+	q := url.Values{"session": {session}}
+	if remoteName != "" {
+		q.Set("remote", remoteName)
+	}
+	return &v, c.call(ctx, http.MethodGet, PathLeases, q, nil, &v)
+}
+
+// RemoteFsck checks a remote.
+func (c *Client) RemoteFsck(ctx context.Context, req RemoteFsckRequest, progress func(Progress)) (*remote.FsckReport, error) {
+	var v remote.FsckReport
+	return &v, c.streamCall(ctx, PathRemoteFsck, req, progress, &v)
+}
+
+// RemoteSessions lists a remote's sessions.
+func (c *Client) RemoteSessions(ctx context.Context, name string) (*RemoteSessions, error) {
+	var v RemoteSessions
+	return &v, c.call(ctx, http.MethodPost, PathRemoteSessions, nil, RemoteRequest{Remote: name}, &v)
+}
+
+// RemoteForget forgets snapshots on a remote.
+func (c *Client) RemoteForget(ctx context.Context, req RemoteForgetRequest) (*ForgetResult, error) {
+	var v ForgetResult
+	return &v, c.call(ctx, http.MethodPost, PathRemoteForget, nil, req, &v)
+}
+
+// RemotePurge removes a session from a remote.
+func (c *Client) RemotePurge(ctx context.Context, req RemotePurgeRequest) (*RemoveSessionResult, error) {
+	var v RemoveSessionResult
+	return &v, c.call(ctx, http.MethodPost, PathRemotePurge, nil, req, &v)
+}
+
+// RemoteGC runs gc on a remote.
+func (c *Client) RemoteGC(ctx context.Context, name string) (*remote.GCResult, error) {
+	var v remote.GCResult
+	return &v, c.call(ctx, http.MethodPost, PathRemoteGC, nil, RemoteRequest{Remote: name}, &v)
 }

@@ -1,4 +1,4 @@
-package daemon
+package api
 
 import (
 	"time"
@@ -6,6 +6,7 @@ import (
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/fork"
 	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/internal/remote"
 	"github.com/homefs/homefs/manifest"
 )
 
@@ -284,13 +285,6 @@ type Progress struct {
 	BytesTotal int64 `json:"bytes_total,omitempty"`
 }
 
-// streamLine is one line of a streamed response.
-type streamLine struct {
-	Progress *Progress `json:"progress,omitempty"`
-	Result   any       `json:"result,omitempty"`
-	Error    *Error    `json:"error,omitempty"`
-}
-
 // BindRequest binds provider session ID of Provider from session Source
 // into session Target (see fork.Bind).
 type BindRequest struct {
@@ -386,4 +380,92 @@ type PullResult struct {
 	Fetched      int    `json:"fetched"`
 	FetchedBytes int64  `json:"fetched_bytes"`
 	All          bool   `json:"all"`
+}
+
+// RunMountInfo is the mount a run binds from.
+type RunMountInfo struct {
+	Dir    string           `json:"dir"`
+	Layout *manifest.Layout `json:"layout,omitempty"`
+}
+
+// GCResult is what gc freed: the engine's sweep (fusefs.GCResult) and
+// the compaction that followed it.
+type GCResult struct {
+	Scanned     int64         `json:"scanned"`      // chunks in the store before the sweep
+	Reachable   int64         `json:"reachable"`    // chunks marked
+	Freed       int64         `json:"freed"`        // chunks deleted
+	FreedBytes  int64         `json:"freed_bytes"`  // their plain bytes
+	FreedStored int64         `json:"freed_stored"` // their stored bytes
+	Duration    time.Duration `json:"duration_ns"`
+	// ValueLogFiles is how many of the store's log files were rewritten to
+	// give the freed space back to the disk.
+	ValueLogFiles int `json:"value_log_files"`
+	// StoreBytesBefore and StoreBytesAfter are the disk space of the
+	// store's files around the compaction (zero when none ran).
+	StoreBytesBefore int64 `json:"store_bytes_before,omitempty"`
+	StoreBytesAfter  int64 `json:"store_bytes_after,omitempty"`
+}
+
+// StatusOptions say what Status checks beyond the daemon itself.
+type StatusOptions struct {
+	// CheckRemotes pings every configured remote (at most 3 s each, all
+	// at once); otherwise they are "not checked".
+	CheckRemotes bool
+}
+
+// LeaseRequest acquires or releases the lease of a session on a remote
+// ("" for the only one).
+type LeaseRequest struct {
+	Session string `json:"session"`
+	Remote  string `json:"remote,omitempty"`
+	TTLMs   int64  `json:"ttl_ms,omitempty"` // acquire: 0 for remote.DefaultLeaseTTL
+	Steal   bool   `json:"steal,omitempty"`  // acquire: even from a live holder
+}
+
+// LeaseInfo is a session's lease on a remote.
+type LeaseInfo struct {
+	Remote   string        `json:"remote"`
+	Session  string        `json:"session"`
+	Holder   remote.Holder `json:"holder"`
+	Acquired time.Time     `json:"acquired"`
+	Renewed  time.Time     `json:"renewed"`
+	Expires  time.Time     `json:"expires"`
+	TTLMs    int64         `json:"ttl_ms"`
+	Released bool          `json:"released"`
+	// Live: not released nor expired, by this daemon's clock.
+	Live bool `json:"live"`
+	// Ours: this daemon is the holder. Kept: it renews the lease.
+	Ours bool `json:"ours"`
+	Kept bool `json:"kept"`
+}
+
+// RemoteFsckRequest checks a remote ("" for the only one): every head, or
+// only Session's.
+type RemoteFsckRequest struct {
+	Remote  string `json:"remote,omitempty"`
+	Session string `json:"session,omitempty"`
+}
+
+// RemoteRequest names a remote ("" for the only one).
+type RemoteRequest struct {
+	Remote string `json:"remote,omitempty"`
+}
+
+// RemoteSessions is a remote's sessions.
+type RemoteSessions struct {
+	Remote   string               `json:"remote"`
+	Sessions []remote.SessionInfo `json:"sessions"`
+}
+
+// RemoteForgetRequest forgets snapshots on a remote, as ForgetRequest does
+// locally (the same rules); Remote names it.
+type RemoteForgetRequest struct {
+	ForgetRequest
+	Remote string `json:"remote,omitempty"`
+}
+
+// RemotePurgeRequest removes a session's head and records from a remote.
+type RemotePurgeRequest struct {
+	Remote  string `json:"remote,omitempty"`
+	Session string `json:"session"`
 }
