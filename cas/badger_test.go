@@ -32,6 +32,33 @@ func TestBadgerConformance(t *testing.T) {
 	castest.Run(t, func(t *testing.T) cas.Store { return openBadger(t, t.TempDir()) })
 }
 
+// TestBadgerCompresses: compressible content is stored smaller, and
+// Enumerate reports both sizes.
+func TestBadgerCompresses(t *testing.T) {
+	ctx := context.Background()
+	s := openBadger(t, t.TempDir())
+	j := castest.JSONL(1<<20, 2)
+	ref, err := s.Put(ctx, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ci cas.ChunkInfo
+	if err := s.Enumerate(ctx, func(c cas.ChunkInfo) error {
+		if c.Ref == ref {
+			ci = c
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if ci.Size != int64(len(j)) {
+		t.Fatalf("Size %d, want %d", ci.Size, len(j))
+	}
+	if ci.StoredSize == 0 || ci.StoredSize > int64(len(j))/2 {
+		t.Errorf("1 MiB of JSONL stored in %d bytes; want compression", ci.StoredSize)
+	}
+}
+
 func TestBadgerReopen(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()

@@ -16,6 +16,7 @@
 //     survive a crash of the process or the machine; writes after it may not.
 //
 // Two stores implement Store: BadgerStore on disk (one process per
-// directory) and MemoryStore for tests. Both pass the conformance suite in
-// package castest.
+// directory) and MemoryStore for tests, which keeps chunks plain
+// (uncompressed) but re-hashes them on Get all the same. Both pass the
+// conformance suite in package castest.
 package cas

@@ -17,7 +17,10 @@ import (
 
 func TestCheckFindsCorruptChunk(t *testing.T) {
 	ctx := context.Background()
-	st := cas.NewMemory()
+	// On disk: Measure's compression ratio needs a store that compresses.
+	st, err := cas.OpenBadger(t.TempDir(), cas.BadgerOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
 	cat := catalog.New(st)
 	dir := t.TempDir()
 	writeFile(t, dir+"/a/b.txt", "hello world")
