@@ -797,7 +797,7 @@ func (s *BadgerStore) GetName(ctx context.Context, name string) ([]byte, error) 
 	if err := ctxErr(ctx); err != nil {
 		return nil, err
 	}
-	if err := validateName(name); err != nil {
+	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
 	if err := s.begin(); err != nil {
@@ -891,7 +891,7 @@ func (s *BadgerStore) Commit(ctx context.Context, ops []NameOp, durable bool) er
 	if err := ctxErr(ctx); err != nil {
 		return err
 	}
-	if err := validateOps(ops); err != nil {
+	if err := ValidateOps(ops); err != nil {
 		return err
 	}
 	if err := s.begin(); err != nil {
@@ -926,7 +926,7 @@ func (s *BadgerStore) Commit(ctx context.Context, ops []NameOp, durable bool) er
 						return err
 					}
 				}
-				if err := checkExpect(op, present, cur); err != nil {
+				if err := op.CheckExpect(present, cur); err != nil {
 					return err
 				}
 			}

@@ -245,7 +245,7 @@ func (m *MemoryStore) GetName(ctx context.Context, name string) ([]byte, error) 
 	if err := ctxErr(ctx); err != nil {
 		return nil, err
 	}
-	if err := validateName(name); err != nil {
+	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
 	if err := m.lockRead(); err != nil {
@@ -295,7 +295,7 @@ func (m *MemoryStore) Commit(ctx context.Context, ops []NameOp, durable bool) er
 	if err := ctxErr(ctx); err != nil {
 		return err
 	}
-	if err := validateOps(ops); err != nil {
+	if err := ValidateOps(ops); err != nil {
 		return err
 	}
 	if err := m.lockWrite(); err != nil {
@@ -313,7 +313,7 @@ func (m *MemoryStore) Commit(ctx context.Context, ops []NameOp, durable bool) er
 		if !ok {
 			st.v, st.present = m.names[op.Name]
 		}
-		if err := checkExpect(op, st.present, st.v); err != nil {
+		if err := op.CheckExpect(st.present, st.v); err != nil {
 			return err
 		}
 		if op.Value == nil {
