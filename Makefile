@@ -61,9 +61,11 @@ fuzz:
 # function a reader must hold in mind at once, tests included: cyclomatic
 # complexity 24 (gocyclo, a tool of go.mod) and 99 lines
 # (internal/lint/funclen); that packages import only downward through the
-# layers (internal/lint/layers, docs/ARCHITECTURE.md); and that the binary
+# layers (internal/lint/layers, docs/ARCHITECTURE.md); that the binary
 # links no test harness (internal/testkit, fusefstest) and not package
-# testing.
+# testing; and that cas, and manifest, fork, the catalog, fsck and archive
+# above it, link no Badger, zstd, protobuf or OpenTelemetry (what a process
+# pays for at start: GODEBUG=inittrace=1).
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -73,6 +75,7 @@ lint:
 	$(GO) run ./internal/lint/funclen
 	$(GO) run ./internal/lint/layers
 	@if $(GO) list -deps ./cmd/homefs | grep -E '/internal/testkit/|/fusefs/fusefstest$$|^testing$$'; then echo "the binary links test harnesses (internal/testkit, fusefstest or testing)"; exit 1; fi
+	@if $(GO) list -deps ./cas ./manifest ./fork ./internal/catalog ./internal/fsck ./internal/archive | grep -E 'dgraph-io|klauspost|opentelemetry|protobuf'; then echo "cas or a package above it links the above (Badger belongs in cas/badgerstore, zstd in cas/stored)"; exit 1; fi
 
 staticcheck:
 	$(STATICCHECK) $(PKGS)

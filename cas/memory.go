@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/homefs/homefs/cas/internal/suspect"
 )
 
 // MemoryStore is an in-memory Store for tests. It keeps a copy of each
@@ -18,7 +20,7 @@ type MemoryStore struct {
 	chunks  map[Ref][]byte    // GUARDED_BY(mu); plain bytes, never handed out
 	names   map[string][]byte // GUARDED_BY(mu)
 	closed  bool              // GUARDED_BY(mu)
-	suspect suspects
+	suspect suspect.Set[Ref]
 }
 
 var (
@@ -70,7 +72,7 @@ func (m *MemoryStore) Get(ctx context.Context, ref Ref) ([]byte, error) {
 		return nil, fmt.Errorf("chunk %s: %w", ref.Short(), ErrNotFound)
 	}
 	if err := verifyChunk(ref, plain); err != nil {
-		m.suspect.add(ref)
+		m.suspect.Add(ref)
 		return nil, err
 	}
 	return plain, nil
@@ -90,7 +92,7 @@ func (m *MemoryStore) Put(ctx context.Context, data []byte) (Ref, error) {
 	}
 	_, ok := m.chunks[ref]
 	m.mu.RUnlock()
-	if ok && !m.suspect.has(ref) {
+	if ok && !m.suspect.Has(ref) {
 		return ref, nil
 	}
 	v := bytes.Clone(data) // outside the lock
@@ -99,7 +101,7 @@ func (m *MemoryStore) Put(ctx context.Context, data []byte) (Ref, error) {
 	}
 	m.chunks[ref] = v
 	m.mu.Unlock()
-	m.suspect.remove(ref)
+	m.suspect.Remove(ref)
 	return ref, nil
 }
 
@@ -158,7 +160,7 @@ func (m *MemoryStore) Delete(ctx context.Context, refs ...Ref) error {
 	defer m.mu.Unlock()
 	for _, r := range refs {
 		delete(m.chunks, r)
-		m.suspect.remove(r)
+		m.suspect.Remove(r)
 	}
 	return nil
 }
@@ -223,9 +225,9 @@ func (b *memBatch) Commit(ctx context.Context, durable bool) error {
 		return err
 	}
 	for r, v := range b.pending {
-		if _, ok := b.m.chunks[r]; !ok || b.m.suspect.has(r) {
+		if _, ok := b.m.chunks[r]; !ok || b.m.suspect.Has(r) {
 			b.m.chunks[r] = v
-			b.m.suspect.remove(r)
+			b.m.suspect.Remove(r)
 		}
 	}
 	b.m.mu.Unlock()
@@ -359,5 +361,14 @@ func (m *MemoryStore) CorruptForTest(ref Ref) error {
 		v[len(v)-1] ^= 0xff
 	}
 	m.chunks[ref] = v
+	return nil
+}
+
+// verifyChunk checks that plain hashes to ref, returning an error wrapping
+// ErrCorrupt if not.
+func verifyChunk(ref Ref, plain []byte) error {
+	if sum := Sum(plain); sum != ref {
+		return fmt.Errorf("chunk %s: content hashes to %s: %w", ref.Short(), sum.Short(), ErrCorrupt)
+	}
 	return nil
 }

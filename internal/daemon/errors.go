@@ -7,6 +7,7 @@ import (
 	"syscall"
 
 	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/badgerstore"
 	"github.com/homefs/homefs/fork"
 	"github.com/homefs/homefs/fusefs"
 	"github.com/homefs/homefs/internal/archive"
@@ -70,7 +71,7 @@ func classify(err error) Code {
 		errors.Is(err, remote.ErrRemoteExists), errors.Is(err, catalog.ErrProtected),
 		errors.Is(err, remote.ErrLeased):
 		return CodeConflict
-	case errors.Is(err, cas.ErrDamaged), errors.Is(err, fusefs.ErrJournalDamaged):
+	case errors.Is(err, badgerstore.ErrDamaged), errors.Is(err, fusefs.ErrJournalDamaged):
 		return CodeDamaged
 	case errors.Is(err, cas.ErrCorrupt), errors.Is(err, cas.ErrNotFound),
 		errors.Is(err, fork.ErrDamaged):
