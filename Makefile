@@ -62,9 +62,11 @@ fuzz:
 # (internal/lint/funclen); that packages import only downward through the
 # layers (internal/lint/layers, docs/ARCHITECTURE.md); that the binaries
 # link no test harness (internal/testkit, fusefstest) and not package
-# testing; and that the CLI links none of the daemon (go-fuse, Prometheus,
+# testing; that the CLI links none of the daemon (go-fuse, Prometheus,
 # fusefs, internal/daemon), whose package initialisation each of its calls
-# would pay at start.
+# would pay at start (GODEBUG=inittrace=1); and that cas, and manifest,
+# fork, the catalog, fsck and archive above it, link no Badger, zstd,
+# protobuf or OpenTelemetry, for the same reason.
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -75,6 +77,7 @@ lint:
 	$(GO) run ./internal/lint/layers
 	@if $(GO) list -deps ./cmd/homefs ./cmd/homefsd | grep -E '/internal/testkit/|/fusefs/fusefstest$$|^testing$$'; then echo "a binary links test harnesses (internal/testkit, fusefstest or testing)"; exit 1; fi
 	@if $(GO) list -deps ./cmd/homefs | grep -E 'go-fuse|prometheus|/homefs/fusefs|/homefs/internal/daemon$$'; then echo "the CLI (cmd/homefs) links the daemon's packages: reach the daemon through internal/api"; exit 1; fi
+	@if $(GO) list -deps ./cas ./manifest ./fork ./internal/catalog ./internal/fsck ./internal/archive | grep -E 'dgraph-io|klauspost|opentelemetry|protobuf'; then echo "cas or a package above it links the above (Badger belongs in cas/badgerstore, zstd in cas/stored)"; exit 1; fi
 
 staticcheck:
 	$(STATICCHECK) $(PKGS)

@@ -7,18 +7,20 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/homefs/homefs/cas/internal/suspect"
 )
 
-// MemoryStore is an in-memory Store for tests. It keeps chunks in their
-// stored (possibly compressed) form and verifies them on Get, exactly like
-// the disk store, so corruption tests mean the same on both. The zero value
-// is an empty, open store.
+// MemoryStore is an in-memory Store for tests. It keeps a copy of each
+// chunk's plain bytes, uncompressed, and re-hashes it on Get like the disk
+// store, so corruption tests mean the same on both. The zero value is an
+// empty, open store.
 type MemoryStore struct {
 	mu      sync.RWMutex
-	chunks  map[Ref][]byte    // GUARDED_BY(mu); stored form
+	chunks  map[Ref][]byte    // GUARDED_BY(mu); plain bytes, never handed out
 	names   map[string][]byte // GUARDED_BY(mu)
 	closed  bool              // GUARDED_BY(mu)
-	suspect suspects
+	suspect suspect.Set[Ref]
 }
 
 var (
@@ -62,21 +64,15 @@ func (m *MemoryStore) Get(ctx context.Context, ref Ref) ([]byte, error) {
 	}
 	v, ok := m.chunks[ref]
 	var plain []byte
-	var err error
 	if ok {
-		plain, err = decodeChunk(v) // copies, so safe after unlock
+		plain = append([]byte{}, v...) // never nil; safe after unlock
 	}
 	m.mu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("chunk %s: %w", ref.Short(), ErrNotFound)
 	}
-	if err == nil {
-		err = verifyChunk(ref, plain)
-	} else {
-		err = corruptErr(ref, err)
-	}
-	if err != nil {
-		m.suspect.add(ref)
+	if err := verifyChunk(ref, plain); err != nil {
+		m.suspect.Add(ref)
 		return nil, err
 	}
 	return plain, nil
@@ -96,16 +92,16 @@ func (m *MemoryStore) Put(ctx context.Context, data []byte) (Ref, error) {
 	}
 	_, ok := m.chunks[ref]
 	m.mu.RUnlock()
-	if ok && !m.suspect.has(ref) {
+	if ok && !m.suspect.Has(ref) {
 		return ref, nil
 	}
-	v := encodeChunk(data) // outside the lock: it is the expensive part
+	v := bytes.Clone(data) // outside the lock
 	if err := m.lockWrite(); err != nil {
 		return Ref{}, err
 	}
 	m.chunks[ref] = v
 	m.mu.Unlock()
-	m.suspect.remove(ref)
+	m.suspect.Remove(ref)
 	return ref, nil
 }
 
@@ -136,11 +132,7 @@ func (m *MemoryStore) Enumerate(ctx context.Context, fn func(ChunkInfo) error) e
 	}
 	infos := make([]ChunkInfo, 0, len(m.chunks))
 	for r, v := range m.chunks {
-		ci := ChunkInfo{Ref: r, StoredSize: int64(len(v))}
-		if _, size, _, err := chunkHeader(v); err == nil {
-			ci.Size = size
-		}
-		infos = append(infos, ci)
+		infos = append(infos, ChunkInfo{Ref: r, Size: int64(len(v)), StoredSize: int64(len(v))})
 	}
 	m.mu.RUnlock()
 	slices.SortFunc(infos, func(a, b ChunkInfo) int { return bytes.Compare(a.Ref[:], b.Ref[:]) })
@@ -168,7 +160,7 @@ func (m *MemoryStore) Delete(ctx context.Context, refs ...Ref) error {
 	defer m.mu.Unlock()
 	for _, r := range refs {
 		delete(m.chunks, r)
-		m.suspect.remove(r)
+		m.suspect.Remove(r)
 	}
 	return nil
 }
@@ -206,7 +198,7 @@ func (b *memBatch) Put(data []byte) (Ref, error) {
 	}
 	b.m.mu.RUnlock()
 	ref := Sum(data)
-	v := encodeChunk(data)
+	v := bytes.Clone(data)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.done {
@@ -233,9 +225,9 @@ func (b *memBatch) Commit(ctx context.Context, durable bool) error {
 		return err
 	}
 	for r, v := range b.pending {
-		if _, ok := b.m.chunks[r]; !ok || b.m.suspect.has(r) {
+		if _, ok := b.m.chunks[r]; !ok || b.m.suspect.Has(r) {
 			b.m.chunks[r] = v
-			b.m.suspect.remove(r)
+			b.m.suspect.Remove(r)
 		}
 	}
 	b.m.mu.Unlock()
@@ -255,7 +247,7 @@ func (m *MemoryStore) GetName(ctx context.Context, name string) ([]byte, error) 
 	if err := ctxErr(ctx); err != nil {
 		return nil, err
 	}
-	if err := validateName(name); err != nil {
+	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
 	if err := m.lockRead(); err != nil {
@@ -305,7 +297,7 @@ func (m *MemoryStore) Commit(ctx context.Context, ops []NameOp, durable bool) er
 	if err := ctxErr(ctx); err != nil {
 		return err
 	}
-	if err := validateOps(ops); err != nil {
+	if err := ValidateOps(ops); err != nil {
 		return err
 	}
 	if err := m.lockWrite(); err != nil {
@@ -323,7 +315,7 @@ func (m *MemoryStore) Commit(ctx context.Context, ops []NameOp, durable bool) er
 		if !ok {
 			st.v, st.present = m.names[op.Name]
 		}
-		if err := checkExpect(op, st.present, st.v); err != nil {
+		if err := op.CheckExpect(st.present, st.v); err != nil {
 			return err
 		}
 		if op.Value == nil {
@@ -362,8 +354,21 @@ func (m *MemoryStore) CorruptForTest(ref Ref) error {
 	if !ok {
 		return fmt.Errorf("chunk %s: %w", ref.Short(), ErrNotFound)
 	}
-	v = append([]byte{}, v...)
-	flipForTest(v)
+	v = bytes.Clone(v)
+	if len(v) == 0 {
+		v = []byte{0} // the empty chunk: any byte damages it
+	} else {
+		v[len(v)-1] ^= 0xff
+	}
 	m.chunks[ref] = v
+	return nil
+}
+
+// verifyChunk checks that plain hashes to ref, returning an error wrapping
+// ErrCorrupt if not.
+func verifyChunk(ref Ref, plain []byte) error {
+	if sum := Sum(plain); sum != ref {
+		return fmt.Errorf("chunk %s: content hashes to %s: %w", ref.Short(), sum.Short(), ErrCorrupt)
+	}
 	return nil
 }

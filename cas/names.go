@@ -7,9 +7,10 @@ import (
 	"unicode/utf8"
 )
 
-// validateName enforces the Names rules: non-empty, at most MaxNameLen
-// bytes, valid UTF-8, no control characters (so no NUL).
-func validateName(name string) error {
+// ValidateName enforces the Names rules on a name: non-empty, at most
+// MaxNameLen bytes, valid UTF-8, no control characters (so no NUL). The
+// error wraps ErrInvalidName.
+func ValidateName(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("empty name: %w", ErrInvalidName)
@@ -26,10 +27,12 @@ func validateName(name string) error {
 	return nil
 }
 
-// validateOps checks every op of a commit before anything is applied.
-func validateOps(ops []NameOp) error {
+// ValidateOps checks every op of a Names.Commit (its name, and its value
+// against MaxNameValueSize), so that a store can refuse the commit before
+// it applies anything.
+func ValidateOps(ops []NameOp) error {
 	for _, op := range ops {
-		if err := validateName(op.Name); err != nil {
+		if err := ValidateName(op.Name); err != nil {
 			return err
 		}
 		if len(op.Value) > MaxNameValueSize {
@@ -40,8 +43,10 @@ func validateOps(ops []NameOp) error {
 	return nil
 }
 
-// checkExpect applies op.Expect to the current state of op.Name.
-func checkExpect(op NameOp, present bool, cur []byte) error {
+// CheckExpect applies op.Expect to the current state of op.Name (present,
+// holding cur): nil if the op may apply, else an error wrapping
+// ErrConflict.
+func (op NameOp) CheckExpect(present bool, cur []byte) error {
 	if op.Expect == nil {
 		return nil
 	}

@@ -98,7 +98,7 @@ func FuzzParseRef(f *testing.F) {
 	})
 }
 
-func TestCodecErrorsAreCorrupt(t *testing.T) {
+func TestCorruptIsNotAbsent(t *testing.T) {
 	// Corrupt-on-Get is also covered by the suite; here the error must
 	// never be mistaken for absence.
 	m := cas.NewMemory()

@@ -18,9 +18,6 @@ var (
 	// ErrTooLarge: a chunk over MaxChunkSize, or a name's value over
 	// MaxNameValueSize.
 	ErrTooLarge = errors.New("cas: too large")
-	// ErrLocked: another process (or another open store in this process)
-	// holds the store directory.
-	ErrLocked = errors.New("cas: store directory is in use by another process")
 	// ErrNoSpace: the store's filesystem is (nearly) full; new data is
 	// refused before the store could crash on it. Deletes still work, and
 	// writes resume once space is freed.
@@ -49,8 +46,8 @@ type Getter interface {
 // ManyGetter is a Getter that also returns several chunks in one call:
 // data[i] and errs[i] are what Get(ctx, refs[i]) returns, each chunk
 // checked against its ref. A store implements it when reading chunks
-// together costs less than one by one (BadgerStore verifies them in
-// pairs, sum2).
+// together costs less than one by one (the Badger store verifies them
+// in pairs).
 type ManyGetter interface {
 	Getter
 	GetMany(ctx context.Context, refs []Ref) (data [][]byte, errs []error)
@@ -102,7 +99,7 @@ type Syncer interface {
 	Sync(ctx context.Context) error
 }
 
-// Batch collects puts that are committed together (one Badger batch). It
+// Batch collects puts that are committed together (a Badger write batch). It
 // is not atomic: a large batch is written in several transactions to bound
 // memory, and a Discard after that keeps what was already written (harmless
 // in a content-addressed store: such chunks are merely unreferenced). A

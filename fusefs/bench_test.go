@@ -44,7 +44,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/badgerstore"
 	"github.com/homefs/homefs/internal/catalog"
 )
 
@@ -117,7 +117,7 @@ func newBenchRig(b *testing.B) *benchRig {
 		}
 	}
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	store, err := cas.OpenBadger(storeDir, cas.BadgerOptions{Logger: quiet})
+	store, err := badgerstore.Open(storeDir, badgerstore.Options{Logger: quiet})
 	if err != nil {
 		b.Fatal(err)
 	}

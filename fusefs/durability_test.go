@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/badgerstore"
 	"github.com/homefs/homefs/internal/catalog"
 	"github.com/homefs/homefs/manifest"
 )
@@ -48,7 +49,7 @@ func helperDurable(args []string) error {
 		}
 	}
 	ctx := context.Background()
-	store, err := cas.OpenBadger(args[0], cas.BadgerOptions{})
+	store, err := badgerstore.Open(args[0], badgerstore.Options{})
 	if err != nil {
 		return err
 	}
@@ -131,7 +132,7 @@ func (d *durableDaemon) kill(t *testing.T) {
 // daemon would (replaying the journal), and mounts its session.
 func (d *durableDaemon) remount(t *testing.T) *Mount {
 	t.Helper()
-	store, err := cas.OpenBadger(d.storeDir, cas.BadgerOptions{})
+	store, err := badgerstore.Open(d.storeDir, badgerstore.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, store.Close()) })
 	e := New(store, catalog.New(store), Options{StoreDir: d.storeDir, FlushInterval: -1})
@@ -248,7 +249,7 @@ func TestDurability(t *testing.T) {
 	<-churned
 	require.NoError(t, unix.Unmount(mnt, unix.MNT_DETACH))
 
-	store, err := cas.OpenBadger(storeDir, cas.BadgerOptions{})
+	store, err := badgerstore.Open(storeDir, badgerstore.Options{})
 	require.NoError(t, err, "the store opens cleanly after a kill -9")
 	t.Cleanup(func() { require.NoError(t, store.Close()) })
 	// The store directory holds the journal, which fsyncs went to.
@@ -293,7 +294,7 @@ func TestCorruptChunk(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			var store cas.Store = cas.NewMemory()
 			if kind == "badger" {
-				b, err := cas.OpenBadger(t.TempDir(), cas.BadgerOptions{})
+				b, err := badgerstore.Open(t.TempDir(), badgerstore.Options{})
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = b.Close() })
 				store = b

@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/badgerstore"
 	"github.com/homefs/homefs/internal/catalog"
 	"github.com/homefs/homefs/manifest"
 )
@@ -331,7 +331,7 @@ func TestJournalDurability(t *testing.T) {
 
 	d.kill(t)
 
-	store, err := cas.OpenBadger(storeDir, cas.BadgerOptions{})
+	store, err := badgerstore.Open(storeDir, badgerstore.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, store.Close()) })
 	cat := catalog.New(store)

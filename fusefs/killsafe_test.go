@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/badgerstore"
 	"github.com/homefs/homefs/internal/catalog"
 )
 
@@ -224,7 +224,7 @@ func TestRebootTornJournal(t *testing.T) {
 	require.NoError(t, os.WriteFile(jpath, damaged, 0o600))
 	require.True(t, rebooted([bootIDLen]byte(damaged[boot:boot+bootIDLen])))
 
-	store, err := cas.OpenBadger(d.storeDir, cas.BadgerOptions{})
+	store, err := badgerstore.Open(d.storeDir, badgerstore.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, store.Close()) })
 	e := New(store, catalog.New(store), Options{StoreDir: d.storeDir, FlushInterval: -1})
@@ -242,7 +242,7 @@ func TestKillDamagedJournal(t *testing.T) {
 	t.Parallel()
 	d, jpath, orig, damaged, offs, lines := killWithDamagedJournal(t)
 
-	store, err := cas.OpenBadger(d.storeDir, cas.BadgerOptions{})
+	store, err := badgerstore.Open(d.storeDir, badgerstore.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, store.Close()) })
 	e := New(store, catalog.New(store), Options{StoreDir: d.storeDir, FlushInterval: -1})

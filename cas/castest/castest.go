@@ -238,7 +238,7 @@ func testEnumerate(t *testing.T, s cas.Store) {
 		if ci.Size != size {
 			return fmt.Errorf("chunk %s: Size %d, want %d", ci.Ref.Short(), ci.Size, size)
 		}
-		if ci.StoredSize <= 0 || ci.StoredSize > size+16 {
+		if ci.StoredSize < 0 || ci.StoredSize > size+16 || size > 0 && ci.StoredSize == 0 {
 			return fmt.Errorf("chunk %s: StoredSize %d for %d plain bytes", ci.Ref.Short(), ci.StoredSize, size)
 		}
 		return nil
@@ -251,18 +251,6 @@ func testEnumerate(t *testing.T, s cas.Store) {
 	}
 	if !slices.IsSortedFunc(seen, func(a, b cas.Ref) int { return bytes.Compare(a[:], b[:]) }) {
 		t.Fatal("Enumerate not in ref order")
-	}
-	// Compressible content is stored smaller.
-	j := JSONL(1<<20, 2)
-	var stored int64
-	s.Enumerate(ctx, func(ci cas.ChunkInfo) error {
-		if ci.Ref == cas.Sum(j) {
-			stored = ci.StoredSize
-		}
-		return nil
-	})
-	if stored == 0 || stored > int64(len(j))/2 {
-		t.Errorf("1 MiB of JSONL stored in %d bytes; want compression", stored)
 	}
 	// An error from fn stops the walk and comes back.
 	stop := errors.New("stop")

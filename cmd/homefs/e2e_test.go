@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/badgerstore"
 	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/remote/s3test"
 	"github.com/homefs/homefs/internal/testkit/needfuse"
@@ -853,7 +854,7 @@ func TestFsckFindsCorruptChunk(t *testing.T) {
 	e.stop()
 
 	// Damage the chunk on disk while the daemon is stopped.
-	st, err := cas.OpenBadger(filepath.Join(e.root, "store"), cas.BadgerOptions{})
+	st, err := badgerstore.Open(filepath.Join(e.root, "store"), badgerstore.Options{})
 	require.NoError(t, err)
 	require.NoError(t, st.CorruptForTest(cas.Sum([]byte(content))))
 	require.NoError(t, st.Close())

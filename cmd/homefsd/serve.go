@@ -14,7 +14,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/badgerstore"
 	"github.com/homefs/homefs/fusefs"
 	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/daemon"
@@ -175,7 +175,7 @@ func runServe(ctx context.Context, o serveOptions) error {
 		log.Info("shutting down: a second SIGINT or SIGTERM exits at once, as a crash would")
 	})()
 	err = daemon.Serve(ctx, daemon.Config{Root: o.root, Socket: o.socket, Logger: log, URing: uring, Notify: notify, ShutdownGrace: o.grace, Metrics: o.metrics,
-		RemoteTimeouts: o.remote, Badger: cas.BadgerOptions{Salvage: o.salvage}})
+		RemoteTimeouts: o.remote, Badger: badgerstore.Options{Salvage: o.salvage}})
 	if err != nil && ctx.Err() == nil {
 		return err
 	}

@@ -69,8 +69,6 @@ func Classify(err error) Code {
 		errors.Is(err, remote.ErrRemoteExists), errors.Is(err, catalog.ErrProtected),
 		errors.Is(err, remote.ErrLeased):
 		return CodeConflict
-	case errors.Is(err, cas.ErrDamaged):
-		return CodeDamaged
 	case errors.Is(err, cas.ErrCorrupt), errors.Is(err, cas.ErrNotFound),
 		errors.Is(err, fork.ErrDamaged):
 		// A ref the catalog names but the store lacks is damage too.

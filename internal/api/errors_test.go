@@ -17,7 +17,6 @@ func TestClassify(t *testing.T) {
 		err  error
 		want Code
 	}{
-		{fmt.Errorf("open store: %w", cas.ErrDamaged), CodeDamaged},
 		{fmt.Errorf("get: %w", cas.ErrNotFound), CodeCorrupt},
 		// A bad prefix wraps no-snapshot too: it is a usage error.
 		{fmt.Errorf("log: %w", catalog.ErrBadPrefix), CodeUsage},

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/badgerstore"
 )
 
 // scenario runs the catalog's main paths against st and returns the
@@ -77,8 +78,8 @@ func TestScenarioMemory(t *testing.T) {
 func TestScenarioBadger(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	opts := cas.BadgerOptions{Logger: slog.New(slog.DiscardHandler)}
-	st, err := cas.OpenBadger(dir, opts)
+	opts := badgerstore.Options{Logger: slog.New(slog.DiscardHandler)}
+	st, err := badgerstore.Open(dir, opts)
 	require.NoError(t, err)
 	logs := scenario(t, st)
 	heads, err := New(st).Sessions(ctx)
@@ -86,7 +87,7 @@ func TestScenarioBadger(t *testing.T) {
 	require.NoError(t, st.Close())
 
 	// Everything the catalog committed is there after a reopen.
-	st, err = cas.OpenBadger(dir, opts)
+	st, err = badgerstore.Open(dir, opts)
 	require.NoError(t, err)
 	defer st.Close()
 	c := New(st)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/badgerstore"
 	"github.com/homefs/homefs/cas/castest"
 	"github.com/homefs/homefs/manifest"
 )
@@ -45,11 +46,11 @@ func envInt(name string, def int) int {
 func forgetCurve(b *testing.B, turns, every int) {
 	ctx := context.Background()
 	dir := b.TempDir()
-	st, err := cas.OpenBadger(dir, cas.BadgerOptions{Logger: slog.New(slog.DiscardHandler)})
+	st, err := badgerstore.Open(dir, badgerstore.Options{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(b, err)
 	defer st.Close()
 	require.NoError(b, st.Sync(ctx))
-	empty := cas.DiskUsage(dir)
+	empty := badgerstore.DiskUsage(dir)
 	c := New(st, WithClock(new(stepClock).now))
 	_, err = c.CreateSession(ctx, "s", "")
 	require.NoError(b, err)
@@ -84,11 +85,11 @@ func forgetCurve(b *testing.B, turns, every int) {
 		if turn%every != 0 {
 			continue
 		}
-		peak := cas.DiskUsage(dir)
+		peak := badgerstore.DiskUsage(dir)
 		_, err = c.ForgetPolicy(ctx, "s", Policy{Last: 10}, nil, time.UTC, false)
 		require.NoError(b, err)
 		live, freed := curveGC(b, st)
-		du := cas.DiskUsage(dir)
+		du := badgerstore.DiskUsage(dir)
 		ratio := float64(du) / float64(live+empty)
 		worst = max(worst, ratio)
 		b.Logf("turn %4d: du %7.1f MiB before forget+gc, %7.1f MiB after; kept snapshots reach %7.1f MiB stored (+ %.1f MiB empty store): %.2f×; gc freed %d chunks",
@@ -100,7 +101,7 @@ func forgetCurve(b *testing.B, turns, every int) {
 
 // curveGC is gc without the engine: mark with Reachable, delete the rest,
 // compact. It returns the stored bytes marked and the chunks freed.
-func curveGC(b *testing.B, st *cas.BadgerStore) (live int64, freed int) {
+func curveGC(b *testing.B, st *badgerstore.Store) (live int64, freed int) {
 	ctx := context.Background()
 	marked := map[cas.Ref]bool{}
 	require.NoError(b, Reachable(ctx, st, func(r cas.Ref) error { marked[r] = true; return nil }))

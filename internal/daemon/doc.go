@@ -3,7 +3,7 @@
 //
 // The server (Serve) owns one root directory: the Badger store in
 // <root>/store (one process per root: a second server fails with
-// cas.ErrLocked), the record of its mounts in <root>/mounts.json, and by
+// badgerstore.ErrLocked), the record of its mounts in <root>/mounts.json, and by
 // default its Unix socket <root>/homefs.sock (mode 0600; the peer's uid is
 // also checked with SO_PEERCRED). The protocol is HTTP+JSON over that
 // socket, one endpoint per operation under /v1/ (api.PathStatus…). Errors

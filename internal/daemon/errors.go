@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 
+	"github.com/homefs/homefs/cas/badgerstore"
 	"github.com/homefs/homefs/fusefs"
 	"github.com/homefs/homefs/internal/api"
 )
@@ -20,7 +21,7 @@ func classify(err error) api.Code {
 		return api.CodeNotFound
 	case errors.Is(err, fusefs.ErrBusy), errors.Is(err, fusefs.ErrSessionInUse):
 		return api.CodeConflict
-	case errors.Is(err, fusefs.ErrJournalDamaged):
+	case errors.Is(err, badgerstore.ErrDamaged), errors.Is(err, fusefs.ErrJournalDamaged):
 		return api.CodeDamaged
 	case errors.Is(err, fusefs.ErrInsideStore), errors.Is(err, fusefs.ErrMountOptions),
 		errors.Is(err, errUsage):

@@ -5,7 +5,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/badgerstore"
 	"github.com/homefs/homefs/fusefs"
 	"github.com/homefs/homefs/internal/api"
 )
@@ -14,7 +14,7 @@ import (
 // journal are both "damaged" (exit 8), however deeply wrapped.
 func TestClassifyDamaged(t *testing.T) {
 	for name, err := range map[string]error{
-		"store":   fmt.Errorf("open store: %w", cas.ErrDamaged),
+		"store":   fmt.Errorf("open store: %w", badgerstore.ErrDamaged),
 		"journal": fmt.Errorf("mount: session s: %w", &fusefs.JournalDamageError{Path: "j", Offset: 40, Records: 2}),
 	} {
 		if got := classify(err); got != api.CodeDamaged {

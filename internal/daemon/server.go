@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/badgerstore"
 	"github.com/homefs/homefs/fusefs"
 	"github.com/homefs/homefs/internal/api"
 	"github.com/homefs/homefs/internal/remote"
@@ -26,7 +27,7 @@ type Config struct {
 	Socket string // "" means DefaultSocket(Root)
 	Logger *slog.Logger
 	// Badger tunes the store.
-	Badger cas.BadgerOptions
+	Badger badgerstore.Options
 	// URing says whether mounts are served through FUSE over io_uring,
 	// and whether the daemon may turn the host's switch on for it
 	// (fusefs.URingMode; the zero value is /dev/fuse only).
@@ -150,13 +151,13 @@ func servePaths(cfg Config) (root, sock string, err error) {
 
 // openStore opens the root's Badger store; a store another process holds
 // is ErrAlreadyRunning.
-func openStore(root string, bopts cas.BadgerOptions, log *slog.Logger) (*cas.BadgerStore, error) {
+func openStore(root string, bopts badgerstore.Options, log *slog.Logger) (*badgerstore.Store, error) {
 	storeDir := filepath.Join(root, "store")
 	if bopts.Logger == nil {
 		bopts.Logger = log.With("component", "badger")
 	}
-	store, err := cas.OpenBadger(storeDir, bopts)
-	if errors.Is(err, cas.ErrLocked) {
+	store, err := badgerstore.Open(storeDir, bopts)
+	if errors.Is(err, badgerstore.ErrLocked) {
 		return nil, fmt.Errorf("%w on %s: its store is locked (stop it first, or choose another --root): %w", ErrAlreadyRunning, root, err)
 	}
 	if err != nil {
@@ -215,7 +216,7 @@ func notifyReady(ctx context.Context, n *sdnotify.Notifier, store cas.HasManyer,
 // shutdown stops the server, removes the socket, unmounts and flushes
 // every mount and syncs the store; it returns the server's failure, if
 // any, else the shutdown's.
-func shutdown(cfg Config, srv *http.Server, sock string, svc *Service, store *cas.BadgerStore, serveErr error, log *slog.Logger) error {
+func shutdown(cfg Config, srv *http.Server, sock string, svc *Service, store *badgerstore.Store, serveErr error, log *slog.Logger) error {
 	if err := cfg.Notify.Notify("STOPPING=1\nSTATUS=unmounting and flushing"); err != nil {
 		log.Warn("could not tell systemd the daemon is stopping", "err", err)
 	}

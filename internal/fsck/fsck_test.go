@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/badgerstore"
 	"github.com/homefs/homefs/internal/archive"
 	"github.com/homefs/homefs/internal/catalog"
 	"github.com/homefs/homefs/manifest"
@@ -17,7 +18,10 @@ import (
 
 func TestCheckFindsCorruptChunk(t *testing.T) {
 	ctx := context.Background()
-	st := cas.NewMemory()
+	// On disk: Measure's compression ratio needs a store that compresses.
+	st, err := badgerstore.Open(t.TempDir(), badgerstore.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
 	cat := catalog.New(st)
 	dir := t.TempDir()
 	writeFile(t, dir+"/a/b.txt", "hello world")

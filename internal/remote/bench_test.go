@@ -38,6 +38,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/badgerstore"
 	"github.com/homefs/homefs/internal/catalog"
 	"github.com/homefs/homefs/internal/remote"
 	"github.com/homefs/homefs/internal/remote/s3test"
@@ -121,13 +122,13 @@ func putFileFrom(tb testing.TB, p cas.Putter, path string) manifest.Entry {
 }
 
 type benchHost struct {
-	store *cas.BadgerStore
+	store *badgerstore.Store
 	cat   *catalog.Catalog
 }
 
 func newBenchHost(tb testing.TB) *benchHost {
 	tb.Helper()
-	s, err := cas.OpenBadger(filepath.Join(tb.TempDir(), "store"), cas.BadgerOptions{})
+	s, err := badgerstore.Open(filepath.Join(tb.TempDir(), "store"), badgerstore.Options{})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/badgerstore"
 	"github.com/homefs/homefs/internal/catalog"
 	"github.com/homefs/homefs/internal/remote/s3test"
 	"github.com/homefs/homefs/manifest"
@@ -19,14 +20,14 @@ import (
 // host is one machine's local side: a Badger store and its catalog.
 type host struct {
 	dir   string
-	store *cas.BadgerStore
+	store *badgerstore.Store
 	cat   *catalog.Catalog
 }
 
 func newHost(t testing.TB) *host {
 	t.Helper()
 	dir := t.TempDir()
-	s, err := cas.OpenBadger(filepath.Join(dir, "store"), cas.BadgerOptions{})
+	s, err := badgerstore.Open(filepath.Join(dir, "store"), badgerstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/badgerstore"
 	"github.com/homefs/homefs/fusefs"
 	"github.com/homefs/homefs/internal/catalog"
 	"github.com/homefs/homefs/internal/remote"
@@ -36,7 +37,7 @@ func mountOpts() fusefs.MountOptions { return fusefs.MountOptions{} }
 func newTestHostB(t testing.TB, r *remote.Remote) *testHost {
 	t.Helper()
 	dir := t.TempDir()
-	store, err := cas.OpenBadger(filepath.Join(dir, "store"), cas.BadgerOptions{})
+	store, err := badgerstore.Open(filepath.Join(dir, "store"), badgerstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/stored"
 	"github.com/homefs/homefs/internal/catalog"
 	"github.com/homefs/homefs/manifest"
 )
@@ -584,14 +585,14 @@ func (p *pusher) send(ctx context.Context, ref cas.Ref) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read %s: %w", ref.Short(), err)
 	}
-	stored, err := cas.EncodeStored(data)
+	form, err := stored.Encode(data)
 	if err != nil {
 		return 0, err
 	}
-	if err := p.r.PutChunk(ctx, ref, stored); err != nil {
+	if err := p.r.PutChunk(ctx, ref, form); err != nil {
 		return 0, err
 	}
-	return int64(len(stored)), nil
+	return int64(len(form)), nil
 }
 
 // advanceHead moves session's remote head to id if it is absent or holds an

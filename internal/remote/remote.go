@@ -21,6 +21,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/stored"
 	"github.com/homefs/homefs/manifest"
 )
 
@@ -439,11 +440,11 @@ func (r *Remote) listErr(p string, err error) error {
 // checking them against ref. A missing object wraps cas.ErrNotFound,
 // damaged bytes cas.ErrCorrupt.
 func (r *Remote) GetChunk(ctx context.Context, ref cas.Ref) ([]byte, error) {
-	stored, _, err := r.getObject(ctx, r.chunkKey(ref), maxStored)
+	form, _, err := r.getObject(ctx, r.chunkKey(ref), maxStored)
 	if err != nil {
 		return nil, err
 	}
-	plain, err := cas.DecodeStored(ref, stored)
+	plain, err := stored.Decode(ref, form)
 	if err != nil {
 		return nil, fmt.Errorf("remote %s: %w", r.cfg.Name, err)
 	}

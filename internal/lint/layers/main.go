@@ -19,10 +19,13 @@ import (
 
 // layers lists the module's layers from the bottom up, each by the
 // directories of its packages (a package's subdirectories belong to it
-// unless classified otherwise). A package imports only packages of the
-// layers below its own, and its own subpackages.
+// unless classified otherwise: the longest listed directory above a
+// package places it). A package imports only packages of the layers below
+// its own, and its own subpackages.
 var layers = [][]string{
 	{"cas"},
+	{"cas/stored"},
+	{"cas/badgerstore"},
 	{"manifest"},
 	{"internal/catalog"},
 	{"fusefs", "fork", "internal/archive", "internal/remote", "internal/fsck"},
@@ -80,14 +83,15 @@ func classify(dir string) place {
 			}
 		}
 	}
+	var p place
 	for i, dirs := range layers {
 		for _, root := range dirs {
-			if under(dir, root) {
-				return place{kind: layer, level: i, root: root}
+			if under(dir, root) && len(root) > len(p.root) {
+				p = place{kind: layer, level: i, root: root}
 			}
 		}
 	}
-	return place{}
+	return p
 }
 
 // check returns why the package in dir may not import the one in imp

@@ -35,6 +35,10 @@ func TestCheck(t *testing.T) {
 		{"fusefs", "fusefs/fusefstest", false},
 		{"fusefs/fusefstest", "fusefs", true},
 		{"cas/castest", "cas/internal/gen", true},
+		{"cas/badgerstore", "cas", true}, // a layer above cas's, not a subpackage
+		{"cas/badgerstore", "cas/internal/suspect", true},
+		{"cas/badgerstore", "cas/stored", true},
+		{"cas/stored", "cas/badgerstore", false},
 		{"internal/testkit/pitest", "internal/testkit/testuser", true},
 		{"cmd/homefs", "internal/benchreport", false},
 		{"internal/newpkg", "cas", false}, // unclassified

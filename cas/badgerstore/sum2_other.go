@@ -1,6 +1,6 @@
 //go:build !amd64
 
-package cas
+package badgerstore
 
 // haveSum2 is false: sum2 computes one hash after the other.
 const haveSum2 = false

@@ -1,4 +1,4 @@
-package cas_test
+package badgerstore_test
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/badgerstore"
 )
 
 func randomBytes(rng *rand.Rand, n int) []byte {
@@ -51,7 +52,7 @@ func filesHolding(t *testing.T, dir string, needle []byte) []string {
 func TestCompactErasesDeleted(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s, err := cas.OpenBadger(dir, cas.BadgerOptions{ValueLogFileSize: 17 << 20})
+	s, err := badgerstore.Open(dir, badgerstore.Options{ValueLogFileSize: 17 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func TestCompactErasesDeleted(t *testing.T) {
 // while Compact reopens the database all succeed.
 func TestCompactConcurrent(t *testing.T) {
 	ctx := context.Background()
-	s, err := cas.OpenBadger(t.TempDir(), cas.BadgerOptions{})
+	s, err := badgerstore.Open(t.TempDir(), badgerstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

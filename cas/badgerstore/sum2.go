@@ -1,15 +1,19 @@
-package cas
+package badgerstore
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/homefs/homefs/cas"
+)
 
 // sum2 returns the Refs of a and b. Where the CPU has the SHA extensions
 // and a and b are of one length (two full chunks), it computes both hashes
 // at once on one core, in nearly the time of one: a single SHA-256 waits
 // on each round's result before the next, and two interleaved hide each
 // other's waits (BenchmarkSum2).
-func sum2(a, b []byte) (Ref, Ref) {
+func sum2(a, b []byte) (cas.Ref, cas.Ref) {
 	if !haveSum2 || len(a) != len(b) {
-		return Sum(a), Sum(b)
+		return cas.Sum(a), cas.Sum(b)
 	}
 	ha, hb := sha256IV, sha256IV
 	full := len(a) &^ 63
@@ -39,8 +43,8 @@ func padTail(dst *[128]byte, tail []byte, total int) int {
 }
 
 // digestRef returns the big-endian bytes of a final hash value.
-func digestRef(h *[8]uint32) Ref {
-	var r Ref
+func digestRef(h *[8]uint32) cas.Ref {
+	var r cas.Ref
 	for i, v := range h {
 		binary.BigEndian.PutUint32(r[4*i:], v)
 	}

@@ -1,9 +1,11 @@
-package cas
+package badgerstore
 
 import (
 	"crypto/sha256"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/homefs/homefs/cas"
 )
 
 // sum2 agrees with crypto/sha256 on every length around the block and
@@ -13,7 +15,7 @@ func TestSum2(t *testing.T) {
 		t.Log("no SHA extensions: sum2 hashes one message after the other")
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	lengths := []int{MaxChunkSize / 16, 64 << 10, 64<<10 - 1, 4096 + 55, 4096 + 56}
+	lengths := []int{cas.MaxChunkSize / 16, 64 << 10, 64<<10 - 1, 4096 + 55, 4096 + 56}
 	for n := range 200 {
 		lengths = append(lengths, n)
 	}
@@ -33,10 +35,10 @@ func TestSum2(t *testing.T) {
 func checkSum2(t *testing.T, a, b []byte) {
 	t.Helper()
 	ra, rb := sum2(a, b)
-	if want := Ref(sha256.Sum256(a)); ra != want {
+	if want := cas.Ref(sha256.Sum256(a)); ra != want {
 		t.Fatalf("len %d and %d: first hash %s, want %s", len(a), len(b), ra.Short(), want.Short())
 	}
-	if want := Ref(sha256.Sum256(b)); rb != want {
+	if want := cas.Ref(sha256.Sum256(b)); rb != want {
 		t.Fatalf("len %d and %d: second hash %s, want %s", len(a), len(b), rb.Short(), want.Short())
 	}
 }
@@ -66,8 +68,8 @@ func BenchmarkSum2(b *testing.B) {
 	b.Run("apart", func(b *testing.B) {
 		b.SetBytes(2 * int64(len(x)))
 		for b.Loop() {
-			Sum(x)
-			Sum(y)
+			cas.Sum(x)
+			cas.Sum(y)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package cas
+package stored
 
 import (
 	"encoding/binary"
@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/homefs/homefs/cas"
 )
 
 // Codec bytes, the first byte of a chunk's stored form.
@@ -15,11 +17,46 @@ const (
 	codecZstd byte = 1
 )
 
+// Encode returns the stored form of data, the bytes a store keeps: the
+// Badger store and the remote tier alike, so a chunk is compressed once
+// and verified the same way everywhere. Data over cas.MaxChunkSize is an
+// error wrapping cas.ErrTooLarge.
+func Encode(data []byte) ([]byte, error) {
+	if len(data) > cas.MaxChunkSize {
+		return nil, fmt.Errorf("chunk of %d bytes exceeds %d: %w", len(data), cas.MaxChunkSize, cas.ErrTooLarge)
+	}
+	return encodeChunk(data), nil
+}
+
+// Decode returns the plain bytes of a stored form after checking that they
+// hash to ref. A form that does not decode, or decodes to other content, is
+// an error wrapping cas.ErrCorrupt; its bytes are never returned.
+func Decode(ref cas.Ref, v []byte) ([]byte, error) {
+	plain, err := DecodeUnverified(v)
+	if err != nil {
+		return nil, fmt.Errorf("chunk %s: %w: %v", ref.Short(), cas.ErrCorrupt, err)
+	}
+	if sum := cas.Sum(plain); sum != ref {
+		return nil, fmt.Errorf("chunk %s: content hashes to %s: %w", ref.Short(), sum.Short(), cas.ErrCorrupt)
+	}
+	return plain, nil
+}
+
+// Size returns the plain size a stored form declares, without decoding
+// it; a header that does not parse is an error wrapping cas.ErrCorrupt.
+func Size(v []byte) (int64, error) {
+	_, size, _, err := chunkHeader(v)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", cas.ErrCorrupt, err)
+	}
+	return size, nil
+}
+
 // minCompress is the smallest chunk worth trying to compress; below it the
 // zstd frame overhead eats the gain.
 const minCompress = 64
 
-// The encoder and decoder are shared by every store: EncodeAll and
+// The encoder and decoder are shared by every store in the process: EncodeAll and
 // DecodeAll are safe for concurrent use and keep per-goroutine state in
 // internal pools, so one of each bounds their memory. SpeedDefault: on
 // 64 KiB JSONL chunks it encodes as fast as SpeedFastest (~500 MB/s per
@@ -32,17 +69,17 @@ var (
 			zstd.WithLowerEncoderMem(true),
 			zstd.WithEncoderCRC(true))
 		if err != nil {
-			panic(fmt.Sprintf("cas: zstd encoder: %v", err)) // static options
+			panic(fmt.Sprintf("stored: zstd encoder: %v", err)) // static options
 		}
 		return e
 	})
 	decoder = sync.OnceValue(func() *zstd.Decoder {
 		d, err := zstd.NewReader(nil,
 			zstd.WithDecoderConcurrency(0),
-			zstd.WithDecoderMaxMemory(MaxChunkSize),
+			zstd.WithDecoderMaxMemory(cas.MaxChunkSize),
 			zstd.WithDecodeAllCapLimit(true))
 		if err != nil {
-			panic(fmt.Sprintf("cas: zstd decoder: %v", err)) // static options
+			panic(fmt.Sprintf("stored: zstd decoder: %v", err)) // static options
 		}
 		return d
 	})
@@ -95,7 +132,7 @@ func chunkHeader(v []byte) (codec byte, size int64, payload []byte, err error) {
 		return 0, 0, nil, fmt.Errorf("stored form of %d bytes is too short", len(v))
 	}
 	size64, n := binary.Uvarint(v[1:])
-	if n <= 0 || size64 > MaxChunkSize {
+	if n <= 0 || size64 > cas.MaxChunkSize {
 		return 0, 0, nil, fmt.Errorf("bad size header")
 	}
 	codec = v[0]
@@ -105,9 +142,11 @@ func chunkHeader(v []byte) (codec byte, size int64, payload []byte, err error) {
 	return codec, int64(size64), v[1+n:], nil
 }
 
-// decodeChunk returns the plain bytes of a stored chunk in a new slice. It
-// does not check the hash; verifyChunk does.
-func decodeChunk(v []byte) ([]byte, error) {
+// DecodeUnverified returns the plain bytes of a stored form in a new slice
+// without checking them against a ref, for a store that hashes them itself
+// (the Badger store hashes two chunks at once). Its error says why v is not
+// a stored form; it does not wrap cas.ErrCorrupt.
+func DecodeUnverified(v []byte) ([]byte, error) {
 	codec, size, payload, err := chunkHeader(v)
 	if err != nil {
 		return nil, err
@@ -132,57 +171,4 @@ func decodeChunk(v []byte) ([]byte, error) {
 		}
 		return out, nil
 	}
-}
-
-// verifyChunk checks that plain hashes to ref, returning an error wrapping
-// ErrCorrupt if not.
-func verifyChunk(ref Ref, plain []byte) error { return verifySum(ref, Sum(plain)) }
-
-// verifySum is verifyChunk for a chunk whose hash is already computed.
-func verifySum(ref, sum Ref) error {
-	if sum != ref {
-		return fmt.Errorf("chunk %s: content hashes to %s: %w", ref.Short(), sum.Short(), ErrCorrupt)
-	}
-	return nil
-}
-
-// corruptErr wraps a decoding failure of ref's stored form.
-func corruptErr(ref Ref, err error) error {
-	return fmt.Errorf("chunk %s: %w: %v", ref.Short(), ErrCorrupt, err)
-}
-
-// flipForTest damages a stored form in place (the last byte: payload or
-// zstd checksum, so both codecs fail verification).
-func flipForTest(v []byte) {
-	v[len(v)-1] ^= 0xff
-}
-
-// suspects remembers refs whose stored form failed verification, so that
-// a later Put of the same content rewrites it instead of deduplicating
-// against the damaged copy. The zero value is ready to use.
-type suspects struct {
-	mu  sync.Mutex
-	set map[Ref]struct{} // GUARDED_BY(mu)
-}
-
-func (s *suspects) add(r Ref) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.set == nil {
-		s.set = make(map[Ref]struct{})
-	}
-	s.set[r] = struct{}{}
-}
-
-func (s *suspects) has(r Ref) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.set[r]
-	return ok
-}
-
-func (s *suspects) remove(r Ref) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.set, r)
 }

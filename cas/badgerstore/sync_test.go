@@ -1,15 +1,17 @@
-package cas
+package badgerstore
 
 import (
 	"context"
 	"testing"
+
+	"github.com/homefs/homefs/cas"
 )
 
 // A Sync reaches the files when a write ended since the last one began,
 // and only then.
 func TestSyncOnlyAfterWrites(t *testing.T) {
 	ctx := context.Background()
-	s, err := OpenBadger(t.TempDir(), BadgerOptions{})
+	s, err := Open(t.TempDir(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,7 +21,7 @@ func TestSyncOnlyAfterWrites(t *testing.T) {
 		defer s.syncMu.Unlock()
 		return s.syncs
 	}
-	var ref Ref
+	var ref cas.Ref
 	for _, step := range []struct {
 		name  string
 		do    func() error
@@ -30,9 +32,9 @@ func TestSyncOnlyAfterWrites(t *testing.T) {
 		{"a put", func() error { ref, err = s.Put(ctx, []byte("a")); return err }, 2},
 		{"a put of a chunk present", func() error { _, err := s.Put(ctx, []byte("a")); return err }, 2},
 		{"a durable commit, which syncs", func() error {
-			return s.Commit(ctx, []NameOp{{Name: "heads/a", Value: []byte("1")}}, true)
+			return s.Commit(ctx, []cas.NameOp{{Name: "heads/a", Value: []byte("1")}}, true)
 		}, 3},
-		{"a commit", func() error { return s.Commit(ctx, []NameOp{{Name: "heads/a", Value: []byte("2")}}, false) }, 4},
+		{"a commit", func() error { return s.Commit(ctx, []cas.NameOp{{Name: "heads/a", Value: []byte("2")}}, false) }, 4},
 		{"a batch", func() error {
 			b := s.NewBatch()
 			if _, err := b.Put([]byte("b")); err != nil {

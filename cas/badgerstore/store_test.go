@@ -1,4 +1,4 @@
-package cas_test
+package badgerstore_test
 
 import (
 	"bufio"
@@ -15,14 +15,15 @@ import (
 	"time"
 
 	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/badgerstore"
 	"github.com/homefs/homefs/cas/castest"
 )
 
-func openBadger(t *testing.T, dir string) *cas.BadgerStore {
+func openBadger(t *testing.T, dir string) *badgerstore.Store {
 	t.Helper()
-	s, err := cas.OpenBadger(dir, cas.BadgerOptions{})
+	s, err := badgerstore.Open(dir, badgerstore.Options{})
 	if err != nil {
-		t.Fatalf("OpenBadger: %v", err)
+		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -30,6 +31,33 @@ func openBadger(t *testing.T, dir string) *cas.BadgerStore {
 
 func TestBadgerConformance(t *testing.T) {
 	castest.Run(t, func(t *testing.T) cas.Store { return openBadger(t, t.TempDir()) })
+}
+
+// TestBadgerCompresses: compressible content is stored smaller, and
+// Enumerate reports both sizes.
+func TestBadgerCompresses(t *testing.T) {
+	ctx := context.Background()
+	s := openBadger(t, t.TempDir())
+	j := castest.JSONL(1<<20, 2)
+	ref, err := s.Put(ctx, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ci cas.ChunkInfo
+	if err := s.Enumerate(ctx, func(c cas.ChunkInfo) error {
+		if c.Ref == ref {
+			ci = c
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if ci.Size != int64(len(j)) {
+		t.Fatalf("Size %d, want %d", ci.Size, len(j))
+	}
+	if ci.StoredSize == 0 || ci.StoredSize > int64(len(j))/2 {
+		t.Errorf("1 MiB of JSONL stored in %d bytes; want compression", ci.StoredSize)
+	}
 }
 
 func TestBadgerReopen(t *testing.T) {
@@ -91,7 +119,7 @@ func TestChild(t *testing.T) {
 		t.Skip("only runs as a child process")
 	}
 	ctx := context.Background()
-	s, err := cas.OpenBadger(os.Getenv(envDir), cas.BadgerOptions{})
+	s, err := badgerstore.Open(os.Getenv(envDir), badgerstore.Options{})
 	if err != nil {
 		fmt.Println("open failed:", err)
 		os.Exit(1)
@@ -170,7 +198,7 @@ func TestBadgerSurvivesKill(t *testing.T) {
 	cmd.Wait()
 
 	// A kill leaves torn tails, never damage.
-	if found, err := cas.CheckFiles(dir); err != nil || len(found) != 0 {
+	if found, err := badgerstore.CheckFiles(dir); err != nil || len(found) != 0 {
 		t.Fatalf("kill -9 left damage: %v %v", found, err)
 	}
 	s := openBadger(t, dir)
@@ -200,7 +228,7 @@ func TestBadgerSurvivesKill(t *testing.T) {
 func TestBadgerLocked(t *testing.T) {
 	dir := t.TempDir()
 	s := openBadger(t, dir)
-	if _, err := cas.OpenBadger(dir, cas.BadgerOptions{}); !errors.Is(err, cas.ErrLocked) {
+	if _, err := badgerstore.Open(dir, badgerstore.Options{}); !errors.Is(err, badgerstore.ErrLocked) {
 		t.Fatalf("second open in the same process: %v, want ErrLocked", err)
 	}
 	if err := s.Close(); err != nil {
@@ -210,8 +238,8 @@ func TestBadgerLocked(t *testing.T) {
 		return
 	}
 	cmd := startChild(t, "hold", dir, "opened")
-	_, err := cas.OpenBadger(dir, cas.BadgerOptions{})
-	if !errors.Is(err, cas.ErrLocked) {
+	_, err := badgerstore.Open(dir, badgerstore.Options{})
+	if !errors.Is(err, badgerstore.ErrLocked) {
 		t.Fatalf("open while another process holds the store: %v, want ErrLocked", err)
 	}
 	if !strings.Contains(err.Error(), "in use by another process") {
@@ -227,18 +255,18 @@ func TestBadgerOpenErrors(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cas.OpenBadger(file, cas.BadgerOptions{}); err == nil {
-		t.Fatal("OpenBadger on a regular file succeeded")
+	if _, err := badgerstore.Open(file, badgerstore.Options{}); err == nil {
+		t.Fatal("Open on a regular file succeeded")
 	}
-	if _, err := cas.OpenBadger(t.TempDir(), cas.BadgerOptions{ValueLogFileSize: 1 << 20}); err == nil {
-		t.Fatal("OpenBadger with a value log smaller than a chunk succeeded")
+	if _, err := badgerstore.Open(t.TempDir(), badgerstore.Options{ValueLogFileSize: 1 << 20}); err == nil {
+		t.Fatal("Open with a value log smaller than a chunk succeeded")
 	}
 }
 
 func TestBadgerLargeBatch(t *testing.T) {
 	// A batch over BatchBytes is written in several transactions.
 	ctx := context.Background()
-	s, err := cas.OpenBadger(t.TempDir(), cas.BadgerOptions{BatchBytes: 256 << 10})
+	s, err := badgerstore.Open(t.TempDir(), badgerstore.Options{BatchBytes: 256 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package cas
+package badgerstore
 
 import (
 	"bytes"
@@ -19,6 +19,7 @@ import (
 	"github.com/dgraph-io/ristretto/v2/z"
 	"golang.org/x/sys/unix"
 
+	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/internal/atomicfile"
 )
 
@@ -41,8 +42,8 @@ import (
 // log: nothing after it says it was complete.
 
 // ErrDamaged marks a store whose files are damaged in a way Badger would
-// not report (it would drop data silently or crash): OpenBadger refuses it
-// and leaves every file as it is, unless BadgerOptions.Salvage is set.
+// not report (it would drop data silently or crash): Open refuses it
+// and leaves every file as it is, unless Options.Salvage is set.
 var ErrDamaged = errors.New("cas: store files damaged")
 
 // Damage is one finding of CheckFiles.
@@ -75,7 +76,7 @@ const (
 	// at most an encoded chunk. The search past a cut uses them to skip
 	// bytes that cannot start an entry before computing a checksum.
 	logMaxKey   = 1 << 10
-	logMaxValue = MaxChunkSize + 1<<10
+	logMaxValue = cas.MaxChunkSize + 1<<10
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -1,6 +1,6 @@
 //go:build unix
 
-package cas
+package badgerstore
 
 import (
 	"errors"
@@ -10,11 +10,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/homefs/homefs/cas"
 )
 
 func testGuard(t *testing.T, free *atomic.Int64) *spaceGuard {
 	t.Helper()
-	g := newSpaceGuard(t.TempDir(), BadgerOptions{SpaceReserve: 1000, MemTableSize: 100, Logger: slog.New(slog.DiscardHandler)})
+	g := newSpaceGuard(t.TempDir(), Options{SpaceReserve: 1000, MemTableSize: 100, Logger: slog.New(slog.DiscardHandler)})
 	g.avail = func(string) (int64, error) { return free.Load(), nil }
 	return g
 }
@@ -25,7 +27,7 @@ func TestSpaceGuardAdmits(t *testing.T) {
 	require := func(ok bool, n int64, use spaceUse) {
 		t.Helper()
 		err := g.admit(n, use)
-		if ok && err != nil || !ok && !errors.Is(err, ErrNoSpace) {
+		if ok && err != nil || !ok && !errors.Is(err, cas.ErrNoSpace) {
 			t.Fatalf("admit(%d, %d) with %d free: %v", n, use, free.Load(), err)
 		}
 	}
@@ -75,13 +77,13 @@ func TestSpaceGuardHeld(t *testing.T) {
 	// took 50; storing the buffered bytes still fits in the slack.
 	free.Store(1050)
 	g.checked = time.Time{}
-	if err := g.admit(100, useData); !errors.Is(err, ErrNoSpace) {
+	if err := g.admit(100, useData); !errors.Is(err, cas.ErrNoSpace) {
 		t.Fatalf("new data past the reserve admitted: %v", err)
 	}
 	if err := g.admitBatch(100, useHeld); err != nil {
 		t.Fatalf("held data within the slack refused: %v", err)
 	}
-	if err := g.admitBatch(100, useHeld); !errors.Is(err, ErrNoSpace) {
+	if err := g.admitBatch(100, useHeld); !errors.Is(err, cas.ErrNoSpace) {
 		t.Fatalf("held data past the slack (875 must stay) admitted: %v", err)
 	}
 	g.settle(100, true)
@@ -89,7 +91,7 @@ func TestSpaceGuardHeld(t *testing.T) {
 	if head, _ := g.headroom(); head != 0 {
 		t.Fatalf("headroom after the held bytes: %d", head)
 	}
-	off := newSpaceGuard(t.TempDir(), BadgerOptions{SpaceReserve: -1, Logger: slog.New(slog.DiscardHandler)})
+	off := newSpaceGuard(t.TempDir(), Options{SpaceReserve: -1, Logger: slog.New(slog.DiscardHandler)})
 	if _, ok := off.headroom(); ok {
 		t.Fatal("a guard that is off reports a headroom")
 	}
@@ -99,7 +101,7 @@ func TestSpaceGuardOpening(t *testing.T) {
 	var free atomic.Int64
 	g := testGuard(t, &free)
 	free.Store(minOpenSpace - 1)
-	if err := g.opening(); !errors.Is(err, ErrNoSpace) {
+	if err := g.opening(); !errors.Is(err, cas.ErrNoSpace) {
 		t.Fatalf("opening with %d free: %v", free.Load(), err)
 	}
 	free.Store(minOpenSpace)
@@ -111,7 +113,7 @@ func TestSpaceGuardOpening(t *testing.T) {
 // BenchmarkSpaceAdmit is the cost a put pays: a cached check, with a
 // statfs every spaceRefreshBytes or spaceRefresh.
 func BenchmarkSpaceAdmit(b *testing.B) {
-	g := newSpaceGuard(b.TempDir(), BadgerOptions{SpaceReserve: 1 << 20, MemTableSize: 1 << 20, Logger: slog.New(slog.DiscardHandler)})
+	g := newSpaceGuard(b.TempDir(), Options{SpaceReserve: 1 << 20, MemTableSize: 1 << 20, Logger: slog.New(slog.DiscardHandler)})
 	b.SetBytes(64 << 10)
 	for b.Loop() {
 		if err := g.admit(64<<10, useData); err != nil {
@@ -140,7 +142,7 @@ func TestSpaceGuardBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.checked = time.Time{} // a statfs that does not see the batch
-	if err := g.admitBatch(200, useData); !errors.Is(err, ErrNoSpace) {
+	if err := g.admitBatch(200, useData); !errors.Is(err, cas.ErrNoSpace) {
 		t.Fatalf("second put: %v", err)
 	}
 	g.settle(400, false) // dropped

@@ -1,4 +1,4 @@
-package cas
+package badgerstore
 
 import (
 	"context"
@@ -13,6 +13,10 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/internal/suspect"
+	"github.com/homefs/homefs/cas/stored"
 )
 
 // Key prefixes. Chunks: 'c' + 32 ref bytes; names: 'n' + name.
@@ -21,7 +25,7 @@ const (
 	prefixName  = 'n'
 )
 
-func chunkKey(r Ref) []byte {
+func chunkKey(r cas.Ref) []byte {
 	k := make([]byte, 1+len(r))
 	k[0] = prefixChunk
 	copy(k[1:], r[:])
@@ -43,21 +47,21 @@ const (
 	pageBytes = 4 << 20
 )
 
-// BadgerStore is a Store in a Badger database directory. Only one process
-// (and one BadgerStore) may open a directory at a time.
-type BadgerStore struct {
+// Store is a cas.Store in a Badger database directory. Only one process
+// (and one Store) may open a directory at a time.
+type Store struct {
 	dir  string
-	opts BadgerOptions
+	opts Options
 	db   *badger.DB
 	lock *os.File
 
 	mu      sync.Mutex
-	closed  bool                      // GUARDED_BY(mu)
-	dead    bool                      // GUARDED_BY(mu); db closed by a failed reopen
-	paused  bool                      // GUARDED_BY(mu); Compact is reopening db
-	resume  *sync.Cond                // on mu; broadcast when paused ends or closed is set
-	batches map[*badgerBatch]struct{} // GUARDED_BY(mu); open batches
-	ops     sync.WaitGroup            // calls in flight; Close and reopen wait for them
+	closed  bool                // GUARDED_BY(mu)
+	dead    bool                // GUARDED_BY(mu); db closed by a failed reopen
+	paused  bool                // GUARDED_BY(mu); Compact is reopening db
+	resume  *sync.Cond          // on mu; broadcast when paused ends or closed is set
+	batches map[*batch]struct{} // GUARDED_BY(mu); open batches
+	ops     sync.WaitGroup      // calls in flight; Close and reopen wait for them
 
 	// compactMu: one Compact at a time, and Close waits for it. Lock
 	// order: compactMu < mu.
@@ -65,7 +69,7 @@ type BadgerStore struct {
 	// writeMu is held shared by every write into Badger's write tables and
 	// exclusively by Compact while Badger rewrites a value log file:
 	// Badger reads its write table's version without a lock there (a data
-	// race with a concurrent write). Lock order: badgerBatch.mu < writeMu.
+	// race with a concurrent write). Lock order: batch.mu < writeMu.
 	writeMu sync.RWMutex
 	// vlogGen counts the starts and ends of value-log rewrites: odd
 	// while one runs. A read that failed while it moved may be retried
@@ -87,21 +91,21 @@ type BadgerStore struct {
 	// synced. GUARDED_BY(syncMu)
 	syncedDirTime time.Time
 
-	suspect suspects
+	suspect suspect.Set[cas.Ref]
 	space   *spaceGuard
 }
 
 var (
-	_ Store     = (*BadgerStore)(nil)
-	_ Corrupter = (*BadgerStore)(nil)
+	_ cas.Store     = (*Store)(nil)
+	_ cas.Corrupter = (*Store)(nil)
 )
 
-// OpenBadger opens (creating if needed) the store in dir. It returns an
+// Open opens (creating if needed) the store in dir. It returns an
 // error wrapping ErrLocked if another process holds dir.
-func OpenBadger(dir string, opts BadgerOptions) (*BadgerStore, error) {
+func Open(dir string, opts Options) (*Store, error) {
 	opts = opts.withDefaults()
-	if opts.ValueLogFileSize <= MaxChunkSize {
-		return nil, fmt.Errorf("cas: ValueLogFileSize %d must exceed MaxChunkSize %d", opts.ValueLogFileSize, MaxChunkSize)
+	if opts.ValueLogFileSize <= cas.MaxChunkSize {
+		return nil, fmt.Errorf("cas: ValueLogFileSize %d must exceed MaxChunkSize %d", opts.ValueLogFileSize, cas.MaxChunkSize)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("cas: open store: %w", err)
@@ -124,12 +128,12 @@ func OpenBadger(dir string, opts BadgerOptions) (*BadgerStore, error) {
 		unlockDir(lock)
 		return nil, fmt.Errorf("cas: open store %s: %w", dir, err)
 	}
-	s := &BadgerStore{
+	s := &Store{
 		dir:     dir,
 		opts:    opts,
 		db:      db,
 		lock:    lock,
-		batches: make(map[*badgerBatch]struct{}),
+		batches: make(map[*batch]struct{}),
 		sealed:  make(map[string]bool),
 		space:   space,
 	}
@@ -141,7 +145,7 @@ func OpenBadger(dir string, opts BadgerOptions) (*BadgerStore, error) {
 // checkBeforeOpen refuses a store whose files Badger would cut or crash
 // on (CheckFiles), or with opts.Salvage keeps a copy of each damaged log
 // and lets Badger cut it.
-func checkBeforeOpen(dir string, opts BadgerOptions) error {
+func checkBeforeOpen(dir string, opts Options) error {
 	found, err := CheckFiles(dir)
 	if err != nil {
 		return err
@@ -173,45 +177,45 @@ func checkBeforeOpen(dir string, opts BadgerOptions) error {
 }
 
 // Dir returns the store's directory.
-func (s *BadgerStore) Dir() string { return s.dir }
+func (s *Store) Dir() string { return s.dir }
 
 // begin registers a call in flight, or fails if the store is closed. It
 // waits while Compact reopens the database.
-func (s *BadgerStore) begin() error {
+func (s *Store) begin() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for s.paused && !s.closed {
 		s.resume.Wait()
 	}
 	if s.closed {
-		return ErrClosed
+		return cas.ErrClosed
 	}
 	s.ops.Add(1)
 	return nil
 }
 
-func (s *BadgerStore) end() { s.ops.Done() }
+func (s *Store) end() { s.ops.Done() }
 
 // dbErr wraps an unexpected Badger error with what we were doing. Badger's
 // sentinel errors that callers care about are translated before this.
 func dbErr(op string, err error) error {
 	if errors.Is(err, badger.ErrDBClosed) {
-		return fmt.Errorf("cas: %s: %w", op, ErrClosed)
+		return fmt.Errorf("cas: %s: %w", op, cas.ErrClosed)
 	}
 	return fmt.Errorf("cas: %s: %w", op, err)
 }
 
 // use is the admission level of a stored chunk: one that stays in the
 // tree (below ValueThreshold) never reaches the value log.
-func (s *BadgerStore) use(v []byte) spaceUse {
+func (s *Store) use(v []byte) spaceUse {
 	if int64(len(v)) < s.opts.ValueThreshold {
 		return useMeta
 	}
 	return useData
 }
 
-// Get implements Getter.
-func (s *BadgerStore) Get(ctx context.Context, ref Ref) ([]byte, error) {
+// Get implements cas.Getter.
+func (s *Store) Get(ctx context.Context, ref cas.Ref) ([]byte, error) {
 	if err := ctxErr(ctx); err != nil {
 		return nil, err
 	}
@@ -223,12 +227,12 @@ func (s *BadgerStore) Get(ctx context.Context, ref Ref) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.verified(ref, plain, Sum(plain))
+	return s.verified(ref, plain, cas.Sum(plain))
 }
 
-// GetMany implements ManyGetter: the chunks are read one by one and
+// GetMany implements cas.ManyGetter: the chunks are read one by one and
 // verified two at a time (sum2).
-func (s *BadgerStore) GetMany(ctx context.Context, refs []Ref) ([][]byte, []error) {
+func (s *Store) GetMany(ctx context.Context, refs []cas.Ref) ([][]byte, []error) {
 	data, errs := make([][]byte, len(refs)), make([]error, len(refs))
 	if err := ctxErr(ctx); err != nil {
 		return data, fill(errs, err)
@@ -244,7 +248,7 @@ func (s *BadgerStore) GetMany(ctx context.Context, refs []Ref) ([][]byte, []erro
 		if i+1 == len(refs) || errs[i] != nil || errs[i+1] != nil {
 			for j := i; j < min(i+2, len(refs)); j++ {
 				if errs[j] == nil {
-					data[j], errs[j] = s.verified(refs[j], data[j], Sum(data[j]))
+					data[j], errs[j] = s.verified(refs[j], data[j], cas.Sum(data[j]))
 				}
 			}
 			continue
@@ -265,9 +269,9 @@ func fill(errs []error, err error) []error {
 }
 
 // getStored reads and decodes ref's stored form, unverified: the plain
-// bytes, or an error wrapping ErrNotFound or ErrCorrupt (a stored form
+// bytes, or an error wrapping cas.ErrNotFound or cas.ErrCorrupt (a stored form
 // that does not decode).
-func (s *BadgerStore) getStored(ref Ref) ([]byte, error) {
+func (s *Store) getStored(ref cas.Ref) ([]byte, error) {
 	var (
 		plain          []byte
 		err, decodeErr error
@@ -285,21 +289,21 @@ func (s *BadgerStore) getStored(ref Ref) ([]byte, error) {
 	}
 	switch {
 	case errors.Is(err, badger.ErrKeyNotFound):
-		return nil, fmt.Errorf("chunk %s: %w", ref.Short(), ErrNotFound)
+		return nil, fmt.Errorf("chunk %s: %w", ref.Short(), cas.ErrNotFound)
 	case err != nil:
 		return nil, dbErr("get "+ref.Short(), err)
 	case decodeErr != nil:
-		s.suspect.add(ref)
+		s.suspect.Add(ref)
 		return nil, corruptErr(ref, decodeErr)
 	}
 	return plain, nil
 }
 
 // verified returns plain if sum, its hash, is ref; else an error wrapping
-// ErrCorrupt, and ref is suspect.
-func (s *BadgerStore) verified(ref Ref, plain []byte, sum Ref) ([]byte, error) {
+// cas.ErrCorrupt, and ref is suspect.
+func (s *Store) verified(ref cas.Ref, plain []byte, sum cas.Ref) ([]byte, error) {
 	if err := verifySum(ref, sum); err != nil {
-		s.suspect.add(ref)
+		s.suspect.Add(ref)
 		return nil, err
 	}
 	return plain, nil
@@ -307,7 +311,7 @@ func (s *BadgerStore) verified(ref Ref, plain []byte, sum Ref) ([]byte, error) {
 
 // getOnce reads and decodes ref's stored form in one transaction: err is
 // Badger's, decodeErr what reading or decoding the value met.
-func (s *BadgerStore) getOnce(ref Ref) (plain []byte, err, decodeErr error) {
+func (s *Store) getOnce(ref cas.Ref) (plain []byte, err, decodeErr error) {
 	err = s.db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(chunkKey(ref))
 		if err != nil {
@@ -315,7 +319,7 @@ func (s *BadgerStore) getOnce(ref Ref) (plain []byte, err, decodeErr error) {
 		}
 		// Decoding copies, so nothing of the transaction's memory escapes.
 		if err := item.Value(func(v []byte) error {
-			plain, decodeErr = decodeChunk(v)
+			plain, decodeErr = stored.DecodeUnverified(v)
 			return nil
 		}); err != nil {
 			decodeErr = err
@@ -327,12 +331,12 @@ func (s *BadgerStore) getOnce(ref Ref) (plain []byte, err, decodeErr error) {
 
 // vlogMoved reports whether a value-log rewrite ran at any time since
 // vlogGen read gen.
-func (s *BadgerStore) vlogMoved(gen uint64) bool {
+func (s *Store) vlogMoved(gen uint64) bool {
 	return gen%2 == 1 || s.vlogGen.Load() != gen
 }
 
 // has reports whether key exists, without reading its value.
-func (s *BadgerStore) has(key []byte) (bool, error) {
+func (s *Store) has(key []byte) (bool, error) {
 	var ok bool
 	err := s.db.View(func(txn *badger.Txn) error {
 		_, err := txn.Get(key)
@@ -345,47 +349,50 @@ func (s *BadgerStore) has(key []byte) (bool, error) {
 	return ok, err
 }
 
-// Put implements Putter. Content already present is not rewritten, unless
+// Put implements cas.Putter. Content already present is not rewritten, unless
 // a Get found its stored copy corrupt.
-func (s *BadgerStore) Put(ctx context.Context, data []byte) (Ref, error) {
+func (s *Store) Put(ctx context.Context, data []byte) (cas.Ref, error) {
 	if err := ctxErr(ctx); err != nil {
-		return Ref{}, err
+		return cas.Ref{}, err
 	}
-	if len(data) > MaxChunkSize {
-		return Ref{}, tooLarge(len(data))
+	if len(data) > cas.MaxChunkSize {
+		return cas.Ref{}, tooLarge(len(data))
 	}
 	if err := s.begin(); err != nil {
-		return Ref{}, err
+		return cas.Ref{}, err
 	}
 	defer s.end()
-	ref := Sum(data)
+	ref := cas.Sum(data)
 	key := chunkKey(ref)
-	if !s.suspect.has(ref) {
+	if !s.suspect.Has(ref) {
 		ok, err := s.has(key)
 		if err != nil {
-			return Ref{}, dbErr("put", err)
+			return cas.Ref{}, dbErr("put", err)
 		}
 		if ok {
 			return ref, nil
 		}
 	}
-	v := encodeChunk(data)
+	v, err := stored.Encode(data)
+	if err != nil {
+		return cas.Ref{}, err
+	}
 	if err := s.space.admit(int64(len(v)), s.use(v)); err != nil {
-		return Ref{}, err
+		return cas.Ref{}, err
 	}
 	s.writeMu.RLock()
-	err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(key, v) })
+	err = s.db.Update(func(txn *badger.Txn) error { return txn.Set(key, v) })
 	s.writeMu.RUnlock()
 	s.writes.Add(1)
 	if err != nil {
-		return Ref{}, dbErr("put", err)
+		return cas.Ref{}, dbErr("put", err)
 	}
-	s.suspect.remove(ref)
+	s.suspect.Remove(ref)
 	return ref, nil
 }
 
-// HasMany implements HasManyer.
-func (s *BadgerStore) HasMany(ctx context.Context, refs []Ref) ([]bool, error) {
+// HasMany implements cas.HasManyer.
+func (s *Store) HasMany(ctx context.Context, refs []cas.Ref) ([]bool, error) {
 	if err := ctxErr(ctx); err != nil {
 		return nil, err
 	}
@@ -420,12 +427,12 @@ func (s *BadgerStore) HasMany(ctx context.Context, refs []Ref) ([]bool, error) {
 	return out, nil
 }
 
-// Enumerate implements Enumerator. It reads keys and the few header bytes
+// Enumerate implements cas.Enumerator. It reads keys and the few header bytes
 // of each value (sizes), never whole chunks. It runs in pages, each in its
 // own read transaction, with fn called outside them: a chunk present
 // throughout the call is reported exactly once, one added or deleted
 // meanwhile may or may not be.
-func (s *BadgerStore) Enumerate(ctx context.Context, fn func(ChunkInfo) error) error {
+func (s *Store) Enumerate(ctx context.Context, fn func(cas.ChunkInfo) error) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
@@ -435,7 +442,7 @@ func (s *BadgerStore) Enumerate(ctx context.Context, fn func(ChunkInfo) error) e
 		if err := ctxErr(ctx); err != nil {
 			return err
 		}
-		var page []ChunkInfo
+		var page []cas.ChunkInfo
 		var next []byte
 		err := s.db.View(func(txn *badger.Txn) error {
 			io := badger.DefaultIteratorOptions
@@ -446,18 +453,18 @@ func (s *BadgerStore) Enumerate(ctx context.Context, fn func(ChunkInfo) error) e
 			for it.Seek(start); it.Valid(); it.Next() {
 				item := it.Item()
 				k := item.Key()
-				if len(k) != 1+len(Ref{}) {
+				if len(k) != 1+len(cas.Ref{}) {
 					continue // not ours; never written
 				}
 				if len(page) == pageItems {
 					next = item.KeyCopy(nil)
 					return nil
 				}
-				ci := ChunkInfo{Ref: Ref(k[1:])}
+				ci := cas.ChunkInfo{Ref: cas.Ref(k[1:])}
 				if err := item.Value(func(v []byte) error {
 					ci.StoredSize = int64(len(v))
 					// A damaged header leaves Size 0; Get reports the damage.
-					_, ci.Size, _, _ = chunkHeader(v)
+					ci.Size, _ = stored.Size(v)
 					return nil
 				}); err != nil {
 					return err
@@ -481,8 +488,8 @@ func (s *BadgerStore) Enumerate(ctx context.Context, fn func(ChunkInfo) error) e
 	}
 }
 
-// Delete implements Deleter.
-func (s *BadgerStore) Delete(ctx context.Context, refs ...Ref) error {
+// Delete implements cas.Deleter.
+func (s *Store) Delete(ctx context.Context, refs ...cas.Ref) error {
 	if err := ctxErr(ctx); err != nil {
 		return err
 	}
@@ -506,14 +513,14 @@ func (s *BadgerStore) Delete(ctx context.Context, refs ...Ref) error {
 		return dbErr("delete", err)
 	}
 	for _, r := range refs {
-		s.suspect.remove(r)
+		s.suspect.Remove(r)
 	}
 	return nil
 }
 
-// Sync implements Syncer: every write that returned before Sync was called
+// Sync implements cas.Syncer: every write that returned before Sync was called
 // survives a crash of the process or the machine once Sync returns.
-func (s *BadgerStore) Sync(ctx context.Context) error {
+func (s *Store) Sync(ctx context.Context) error {
 	if err := ctxErr(ctx); err != nil {
 		return err
 	}
@@ -536,7 +543,7 @@ func (s *BadgerStore) Sync(ctx context.Context) error {
 // durable, and skips the msyncs and device flushes (some 0.3 ms on a
 // virtio disk): the durable commit of a fork right after a capture, whose
 // objects that capture made durable, syncs once instead of twice.
-func (s *BadgerStore) sync() error {
+func (s *Store) sync() error {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
 	writes := s.writes.Load()
@@ -552,7 +559,7 @@ func (s *BadgerStore) sync() error {
 }
 
 // syncFiles is sync's work, with syncMu held.
-func (s *BadgerStore) syncFiles() error {
+func (s *Store) syncFiles() error {
 	if err := s.db.Sync(); err != nil {
 		return dbErr("sync", err)
 	}
@@ -623,17 +630,17 @@ func fsyncFile(path string) error {
 	return nil
 }
 
-// NewBatch implements Batcher.
-func (s *BadgerStore) NewBatch() Batch { return s.newBatch(false) }
+// NewBatch implements cas.Batcher.
+func (s *Store) NewBatch() cas.Batch { return s.newBatch(false) }
 
-// NewHeldBatch implements SpaceMeter.
-func (s *BadgerStore) NewHeldBatch() Batch { return s.newBatch(true) }
+// NewHeldBatch implements cas.SpaceMeter.
+func (s *Store) NewHeldBatch() cas.Batch { return s.newBatch(true) }
 
-// Headroom implements SpaceMeter.
-func (s *BadgerStore) Headroom() (int64, bool) { return s.space.headroom() }
+// Headroom implements cas.SpaceMeter.
+func (s *Store) Headroom() (int64, bool) { return s.space.headroom() }
 
-func (s *BadgerStore) newBatch(held bool) Batch {
-	b := &badgerBatch{s: s, held: held}
+func (s *Store) newBatch(held bool) cas.Batch {
+	b := &batch{s: s, held: held}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -644,46 +651,49 @@ func (s *BadgerStore) newBatch(held bool) Batch {
 	return b
 }
 
-// badgerBatch writes its chunks in Badger transactions of at most
+// batch writes its chunks in Badger transactions of at most
 // BatchBytes, so a huge batch never holds more than that in memory.
-type badgerBatch struct {
-	s       *BadgerStore
+type batch struct {
+	s       *Store
 	held    bool // its data was accepted under Headroom (useHeld)
 	mu      sync.Mutex
-	txn     *badger.Txn      // GUARDED_BY(mu); nil until the first put
-	pending int64            // GUARDED_BY(mu); stored bytes in txn
-	seen    map[Ref]struct{} // GUARDED_BY(mu); refs in txn
-	done    bool             // GUARDED_BY(mu)
-	err     error            // GUARDED_BY(mu); a write forced by Compact failed
+	txn     *badger.Txn          // GUARDED_BY(mu); nil until the first put
+	pending int64                // GUARDED_BY(mu); stored bytes in txn
+	seen    map[cas.Ref]struct{} // GUARDED_BY(mu); refs in txn
+	done    bool                 // GUARDED_BY(mu)
+	err     error                // GUARDED_BY(mu); a write forced by Compact failed
 }
 
-func (b *badgerBatch) Put(data []byte) (Ref, error) {
-	if len(data) > MaxChunkSize {
-		return Ref{}, tooLarge(len(data))
+func (b *batch) Put(data []byte) (cas.Ref, error) {
+	if len(data) > cas.MaxChunkSize {
+		return cas.Ref{}, tooLarge(len(data))
 	}
 	if err := b.s.begin(); err != nil {
-		return Ref{}, err
+		return cas.Ref{}, err
 	}
 	defer b.s.end()
-	ref := Sum(data)
+	ref := cas.Sum(data)
 	key := chunkKey(ref)
-	if !b.s.suspect.has(ref) {
+	if !b.s.suspect.Has(ref) {
 		ok, err := b.s.has(key)
 		if err != nil {
-			return Ref{}, dbErr("batch put", err)
+			return cas.Ref{}, dbErr("batch put", err)
 		}
 		if ok {
 			return ref, nil
 		}
 	}
-	v := encodeChunk(data)
+	v, err := stored.Encode(data)
+	if err != nil {
+		return cas.Ref{}, err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.done {
-		return Ref{}, errBatchDone
+		return cas.Ref{}, errBatchDone
 	}
 	if b.err != nil {
-		return Ref{}, b.err
+		return cas.Ref{}, b.err
 	}
 	if _, ok := b.seen[ref]; ok {
 		return ref, nil
@@ -693,29 +703,29 @@ func (b *badgerBatch) Put(data []byte) (Ref, error) {
 		use = useHeld
 	}
 	if err := b.s.space.admitBatch(int64(len(v)), use); err != nil {
-		return Ref{}, err
+		return cas.Ref{}, err
 	}
 	if b.txn != nil && b.pending+int64(len(v)) > b.s.opts.BatchBytes {
 		if err := b.flushLocked(); err != nil {
 			b.s.space.settle(int64(len(v)), false)
-			return Ref{}, err
+			return cas.Ref{}, err
 		}
 	}
 	if b.txn == nil {
 		b.txn = b.s.db.NewTransaction(true)
-		b.seen = make(map[Ref]struct{})
+		b.seen = make(map[cas.Ref]struct{})
 	}
-	err := b.txn.Set(key, v)
+	err = b.txn.Set(key, v)
 	if errors.Is(err, badger.ErrTxnTooBig) {
 		if err = b.flushLocked(); err == nil {
 			b.txn = b.s.db.NewTransaction(true)
-			b.seen = make(map[Ref]struct{})
+			b.seen = make(map[cas.Ref]struct{})
 			err = b.txn.Set(key, v)
 		}
 	}
 	if err != nil {
 		b.s.space.settle(int64(len(v)), false)
-		return Ref{}, dbErr("batch put", err)
+		return cas.Ref{}, dbErr("batch put", err)
 	}
 	b.seen[ref] = struct{}{}
 	b.pending += int64(len(v))
@@ -723,7 +733,7 @@ func (b *badgerBatch) Put(data []byte) (Ref, error) {
 }
 
 // flushLocked commits the current transaction, if any.
-func (b *badgerBatch) flushLocked() error {
+func (b *batch) flushLocked() error {
 	if b.txn == nil {
 		return nil
 	}
@@ -738,12 +748,12 @@ func (b *badgerBatch) flushLocked() error {
 		return dbErr("batch commit", err)
 	}
 	for r := range seen {
-		b.s.suspect.remove(r)
+		b.s.suspect.Remove(r)
 	}
 	return nil
 }
 
-func (b *badgerBatch) Commit(ctx context.Context, durable bool) error {
+func (b *batch) Commit(ctx context.Context, durable bool) error {
 	if err := b.s.begin(); err != nil {
 		return err
 	}
@@ -771,14 +781,14 @@ func (b *badgerBatch) Commit(ctx context.Context, durable bool) error {
 	return nil
 }
 
-func (b *badgerBatch) Discard() {
+func (b *batch) Discard() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.discardLocked()
 	b.s.forget(b)
 }
 
-func (b *badgerBatch) discardLocked() {
+func (b *batch) discardLocked() {
 	if b.txn != nil {
 		b.txn.Discard()
 	}
@@ -786,18 +796,18 @@ func (b *badgerBatch) discardLocked() {
 	b.txn, b.seen, b.pending, b.done = nil, nil, 0, true
 }
 
-func (s *BadgerStore) forget(b *badgerBatch) {
+func (s *Store) forget(b *batch) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.batches, b)
 }
 
-// GetName implements Names.
-func (s *BadgerStore) GetName(ctx context.Context, name string) ([]byte, error) {
+// GetName implements cas.Names.
+func (s *Store) GetName(ctx context.Context, name string) ([]byte, error) {
 	if err := ctxErr(ctx); err != nil {
 		return nil, err
 	}
-	if err := validateName(name); err != nil {
+	if err := cas.ValidateName(name); err != nil {
 		return nil, err
 	}
 	if err := s.begin(); err != nil {
@@ -825,9 +835,9 @@ func (s *BadgerStore) GetName(ctx context.Context, name string) ([]byte, error) 
 	return v, nil
 }
 
-// ListNames implements Names. Like Enumerate it runs in pages with fn
+// ListNames implements cas.Names. Like Enumerate it runs in pages with fn
 // called outside Badger's transactions.
-func (s *BadgerStore) ListNames(ctx context.Context, prefix string, fn func(name string, value []byte) error) error {
+func (s *Store) ListNames(ctx context.Context, prefix string, fn func(name string, value []byte) error) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
@@ -884,14 +894,14 @@ func (s *BadgerStore) ListNames(ctx context.Context, prefix string, fn func(name
 	}
 }
 
-// Commit implements Names in one Badger transaction; Badger's optimistic
+// Commit implements cas.Names in one Badger transaction; Badger's optimistic
 // conflicts with concurrent commits are retried here, so callers only see
-// ErrConflict for a failed Expect.
-func (s *BadgerStore) Commit(ctx context.Context, ops []NameOp, durable bool) error {
+// cas.ErrConflict for a failed Expect.
+func (s *Store) Commit(ctx context.Context, ops []cas.NameOp, durable bool) error {
 	if err := ctxErr(ctx); err != nil {
 		return err
 	}
-	if err := validateOps(ops); err != nil {
+	if err := cas.ValidateOps(ops); err != nil {
 		return err
 	}
 	if err := s.begin(); err != nil {
@@ -926,7 +936,7 @@ func (s *BadgerStore) Commit(ctx context.Context, ops []NameOp, durable bool) er
 						return err
 					}
 				}
-				if err := checkExpect(op, present, cur); err != nil {
+				if err := op.CheckExpect(present, cur); err != nil {
 					return err
 				}
 			}
@@ -957,10 +967,10 @@ func (s *BadgerStore) Commit(ctx context.Context, ops []NameOp, durable bool) er
 			}
 		}
 		switch {
-		case errors.Is(err, ErrConflict):
+		case errors.Is(err, cas.ErrConflict):
 			return err
 		case errors.Is(err, badger.ErrTxnTooBig):
-			return fmt.Errorf("cas: commit of %d name ops is too big for one transaction: %w", len(ops), ErrTooLarge)
+			return fmt.Errorf("cas: commit of %d name ops is too big for one transaction: %w", len(ops), cas.ErrTooLarge)
 		case err != nil:
 			return dbErr("commit names", err)
 		}
@@ -972,9 +982,9 @@ func (s *BadgerStore) Commit(ctx context.Context, ops []NameOp, durable bool) er
 	return nil
 }
 
-// Close implements Store. Open batches are discarded; calls in flight are
+// Close implements cas.Store. Open batches are discarded; calls in flight are
 // waited for.
-func (s *BadgerStore) Close() error {
+func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -1013,8 +1023,8 @@ func (s *BadgerStore) Close() error {
 }
 
 // CorruptForTest flips a byte of ref's stored form so that the next Get
-// returns ErrCorrupt. It is for tests (here and in other packages) only.
-func (s *BadgerStore) CorruptForTest(ref Ref) error {
+// returns cas.ErrCorrupt. It is for tests (here and in other packages) only.
+func (s *Store) CorruptForTest(ref cas.Ref) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
@@ -1032,11 +1042,11 @@ func (s *BadgerStore) CorruptForTest(ref Ref) error {
 		if len(v) == 0 {
 			return nil
 		}
-		flipForTest(v)
+		v[len(v)-1] ^= 0xff // payload or zstd checksum: both codecs fail
 		return txn.Set(chunkKey(ref), v)
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return fmt.Errorf("chunk %s: %w", ref.Short(), ErrNotFound)
+		return fmt.Errorf("chunk %s: %w", ref.Short(), cas.ErrNotFound)
 	}
 	if err != nil {
 		return dbErr("corrupt", err)

@@ -1,4 +1,4 @@
-package cas_test
+package badgerstore_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/badgerstore"
 )
 
 // GetMany gives what Get gives for each ref: a damaged chunk verified in
@@ -14,7 +15,7 @@ import (
 // its partner is served; an absent one is ErrNotFound.
 func TestBadgerGetMany(t *testing.T) {
 	ctx := context.Background()
-	s, err := cas.OpenBadger(t.TempDir(), cas.BadgerOptions{})
+	s, err := badgerstore.Open(t.TempDir(), badgerstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package cas
+package badgerstore
 
 import "golang.org/x/sys/cpu"
 

@@ -1,12 +1,14 @@
-package cas
+package stored
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/cas/internal/gen"
 )
 
@@ -27,7 +29,7 @@ func TestEncodeChunkChoosesCodec(t *testing.T) {
 		if v[0] != tt.codec {
 			t.Errorf("%s: codec %d, want %d", tt.name, v[0], tt.codec)
 		}
-		got, err := decodeChunk(v)
+		got, err := DecodeUnverified(v)
 		if err != nil || !bytes.Equal(got, tt.data) {
 			t.Errorf("%s: decode: %v", tt.name, err)
 		}
@@ -58,11 +60,11 @@ func FuzzDecodeChunk(f *testing.F) {
 	f.Add(encodeChunk(bytes.Repeat([]byte("abc\n"), 300)))
 	f.Add([]byte{1, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, v []byte) {
-		plain, err := decodeChunk(v)
+		plain, err := DecodeUnverified(v)
 		if err != nil {
 			return
 		}
-		back, err := decodeChunk(encodeChunk(plain))
+		back, err := DecodeUnverified(encodeChunk(plain))
 		if err != nil || !bytes.Equal(back, plain) {
 			t.Fatalf("re-encode round trip: %v", err)
 		}
@@ -99,5 +101,38 @@ func BenchmarkZstdLevel(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// TestDecodeChecks: Decode returns the plain bytes of a good form, and
+// ErrCorrupt (never the bytes) for a form that does not decode or decodes
+// to other content; Encode refuses a chunk over cas.MaxChunkSize.
+func TestDecodeChecks(t *testing.T) {
+	data := bytes.Repeat([]byte("homefs stores agent rollouts\n"), 100)
+	ref := cas.Sum(data)
+	v, err := Encode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Decode(ref, v); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("Decode of a good form: %v", err)
+	}
+	if n, err := Size(v); err != nil || n != int64(len(data)) {
+		t.Fatalf("Size: %d, %v", n, err)
+	}
+	flipped := bytes.Clone(v)
+	flipped[len(flipped)-1] ^= 0xff
+	other, _ := Encode([]byte("other content"))
+	for name, form := range map[string][]byte{"flipped": flipped, "other": other, "short": {0}, "codec": {9, 0}} {
+		got, err := Decode(ref, form)
+		if !errors.Is(err, cas.ErrCorrupt) || got != nil {
+			t.Errorf("%s: Decode = %d bytes, %v; want ErrCorrupt", name, len(got), err)
+		}
+	}
+	if _, err := Size([]byte{9, 0}); !errors.Is(err, cas.ErrCorrupt) {
+		t.Errorf("Size of an unknown codec: %v", err)
+	}
+	if _, err := Encode(make([]byte, cas.MaxChunkSize+1)); !errors.Is(err, cas.ErrTooLarge) {
+		t.Errorf("Encode over MaxChunkSize: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package cas_test
+package badgerstore_test
 
 import (
 	"bytes"
@@ -15,11 +15,12 @@ import (
 	"testing"
 
 	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/badgerstore"
 )
 
 // fillStore writes n incompressible chunks of 100 KiB (value log entries)
 // and n names (write-ahead log entries), syncs and returns the chunks.
-func fillStore(t testing.TB, s *cas.BadgerStore, n int) [][]byte {
+func fillStore(t testing.TB, s *badgerstore.Store, n int) [][]byte {
 	t.Helper()
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(uint64(n), 7))
@@ -104,21 +105,21 @@ func flipByte(t *testing.T, path string, at func(size int) int) {
 	}
 }
 
-func quietOptions(salvage bool) cas.BadgerOptions {
-	return cas.BadgerOptions{Salvage: salvage, Logger: slog.New(slog.DiscardHandler)}
+func quietOptions(salvage bool) badgerstore.Options {
+	return badgerstore.Options{Salvage: salvage, Logger: slog.New(slog.DiscardHandler)}
 }
 
-// requireRefused checks that OpenBadger refuses dir as damaged and changes
+// requireRefused checks that Open refuses dir as damaged and changes
 // none of its files.
 func requireRefused(t *testing.T, dir string, salvage bool) {
 	t.Helper()
 	before := dirContents(t, dir)
-	s, err := cas.OpenBadger(dir, quietOptions(salvage))
+	s, err := badgerstore.Open(dir, quietOptions(salvage))
 	if err == nil {
 		s.Close()
 		t.Fatal("a damaged store opened")
 	}
-	if !errors.Is(err, cas.ErrDamaged) {
+	if !errors.Is(err, badgerstore.ErrDamaged) {
 		t.Fatalf("open: %v, want ErrDamaged", err)
 	}
 	after := dirContents(t, dir)
@@ -155,7 +156,7 @@ func dirContents(t *testing.T, dir string) map[string][]byte {
 // the byte belongs to. A torn tail is a crash's and opens.
 func TestCheckFilesValueLog(t *testing.T) {
 	dir := t.TempDir()
-	s, err := cas.OpenBadger(dir, quietOptions(false))
+	s, err := badgerstore.Open(dir, quietOptions(false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,13 +175,13 @@ func TestCheckFilesValueLog(t *testing.T) {
 	for _, f := range storeFiles(t, img, "") {
 		copyFile(t, f, filepath.Join(torn, filepath.Base(f)))
 	}
-	found, err := cas.CheckFiles(img)
+	found, err := badgerstore.CheckFiles(img)
 	if err != nil || len(found) != 0 {
 		t.Fatalf("a crash image has damage: %v %v", found, err)
 	}
 
 	flipByte(t, newest, func(int) int { return 20 + 30<<10 }) // inside the first chunk
-	found, err = cas.CheckFiles(img)
+	found, err = badgerstore.CheckFiles(img)
 	if err != nil || len(found) != 1 || found[0].File != filepath.Base(newest) {
 		t.Fatalf("CheckFiles: %v %v, want damage in %s", found, err, newest)
 	}
@@ -201,7 +202,7 @@ func TestCheckFilesValueLog(t *testing.T) {
 // aside, its chunk reads as corrupt and every other chunk is kept.
 func checkSalvage(t *testing.T, img, newest string, damaged []byte, chunks [][]byte) {
 	t.Helper()
-	s, err := cas.OpenBadger(img, quietOptions(true))
+	s, err := badgerstore.Open(img, quietOptions(true))
 	if err != nil {
 		t.Fatalf("salvage: %v", err)
 	}
@@ -215,7 +216,7 @@ func checkSalvage(t *testing.T, img, newest string, damaged []byte, chunks [][]b
 	}
 	// The salvage gave the damaged entry a new checksum: its chunk reads
 	// as corrupt, every other one is kept.
-	if found, err := cas.CheckFiles(img); err != nil || len(found) != 0 {
+	if found, err := badgerstore.CheckFiles(img); err != nil || len(found) != 0 {
 		t.Fatalf("damage left after the salvage: %v %v", found, err)
 	}
 	ctx := context.Background()
@@ -242,10 +243,10 @@ func checkTornTail(t *testing.T, tornLog string) {
 	if err := os.WriteFile(tornLog, b[:last-1000], 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if found, err := cas.CheckFiles(torn); err != nil || len(found) != 0 {
+	if found, err := badgerstore.CheckFiles(torn); err != nil || len(found) != 0 {
 		t.Fatalf("a torn tail taken for damage: %v %v", found, err)
 	}
-	s2, err := cas.OpenBadger(torn, quietOptions(false))
+	s2, err := badgerstore.Open(torn, quietOptions(false))
 	if err != nil {
 		t.Fatalf("open with a torn tail: %v", err)
 	}
@@ -256,7 +257,7 @@ func checkTornTail(t *testing.T, tornLog string) {
 // names of a crashed process live in) is refused as damage.
 func TestCheckFilesWAL(t *testing.T) {
 	dir := t.TempDir()
-	s, err := cas.OpenBadger(dir, quietOptions(false))
+	s, err := badgerstore.Open(dir, quietOptions(false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +269,7 @@ func TestCheckFilesWAL(t *testing.T) {
 		t.Fatal("no write-ahead log in the crash image")
 	}
 	flipByte(t, mems[0], func(int) int { return 30 })
-	found, err := cas.CheckFiles(img)
+	found, err := badgerstore.CheckFiles(img)
 	if err != nil || len(found) != 1 || !strings.HasSuffix(found[0].File, ".mem") {
 		t.Fatalf("CheckFiles: %v %v, want damage in the write-ahead log", found, err)
 	}
@@ -282,7 +283,7 @@ func TestCheckFilesTables(t *testing.T) {
 	for _, damage := range []string{"flip", "truncate"} {
 		t.Run(damage, func(t *testing.T) {
 			dir := t.TempDir()
-			s, err := cas.OpenBadger(dir, quietOptions(false))
+			s, err := badgerstore.Open(dir, quietOptions(false))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -305,7 +306,7 @@ func TestCheckFilesTables(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			found, err := cas.CheckFiles(dir)
+			found, err := badgerstore.CheckFiles(dir)
 			if err != nil || len(found) != 1 || found[0].Salvageable {
 				t.Fatalf("CheckFiles: %v %v, want one damaged table", found, err)
 			}
@@ -320,7 +321,7 @@ func TestCheckFilesTables(t *testing.T) {
 // write-ahead logs and no table yet).
 func BenchmarkCheckFiles(b *testing.B) {
 	dir := b.TempDir()
-	s, err := cas.OpenBadger(dir, quietOptions(false))
+	s, err := badgerstore.Open(dir, quietOptions(false))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -336,7 +337,7 @@ func BenchmarkCheckFiles(b *testing.B) {
 	s.Close()
 	b.ResetTimer()
 	for b.Loop() {
-		if found, err := cas.CheckFiles(img); err != nil || len(found) != 0 {
+		if found, err := badgerstore.CheckFiles(img); err != nil || len(found) != 0 {
 			b.Fatal(found, err)
 		}
 	}
@@ -349,7 +350,7 @@ func BenchmarkCheckFiles(b *testing.B) {
 func TestDamagedTableBlockOnRead(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s, err := cas.OpenBadger(dir, quietOptions(false))
+	s, err := badgerstore.Open(dir, quietOptions(false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +372,7 @@ func TestDamagedTableBlockOnRead(t *testing.T) {
 	if err := s.Close(); err != nil { // writes the memtable as a table
 		t.Fatal(err)
 	}
-	if s, err = cas.OpenBadger(dir, quietOptions(false)); err != nil {
+	if s, err = badgerstore.Open(dir, quietOptions(false)); err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()

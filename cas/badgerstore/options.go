@@ -1,4 +1,4 @@
-package cas
+package badgerstore
 
 import (
 	"context"
@@ -10,9 +10,9 @@ import (
 	"github.com/dgraph-io/badger/v4/options"
 )
 
-// BadgerOptions tunes a BadgerStore. Zero fields take the defaults below,
+// Options tunes a Store. Zero fields take the defaults below,
 // which keep memory bounded (see MemoryBudget) while writing gigabytes.
-type BadgerOptions struct {
+type Options struct {
 	// MemTableSize is the size of one in-memory write table (default
 	// 16 MiB). Larger tables mean fewer, larger level-0 files.
 	MemTableSize int64
@@ -34,10 +34,10 @@ type BadgerOptions struct {
 	// nearly all go to the value log and the tree holds only pointers.
 	ValueThreshold int64
 	// ValueLogFileSize is the size of one value log file (default 64 MiB;
-	// must exceed MaxChunkSize). The space reserve grows with it.
+	// must exceed cas.MaxChunkSize). The space reserve grows with it.
 	ValueLogFileSize int64
 	// SpaceReserve is the free space on the store's filesystem below which
-	// new data is refused with ErrNoSpace (default ValueLogFileSize +
+	// new data is refused with cas.ErrNoSpace (default ValueLogFileSize +
 	// BatchBytes + 2×MemTableSize, 112 MiB; negative turns the guard off).
 	// See spaceGuard.
 	SpaceReserve int64
@@ -55,7 +55,7 @@ type BadgerOptions struct {
 	Logger *slog.Logger
 }
 
-func (o BadgerOptions) withDefaults() BadgerOptions {
+func (o Options) withDefaults() Options {
 	def := func(p *int64, v int64) {
 		if *p <= 0 {
 			*p = v
@@ -97,13 +97,13 @@ const memoryOverhead = 64 << 20
 // Value log files are memory-mapped, so resident file pages (page cache
 // mapped into the process) also show in RSS; the kernel reclaims them under
 // pressure, and they are not counted here.
-func (o BadgerOptions) MemoryBudget() int64 {
+func (o Options) MemoryBudget() int64 {
 	o = o.withDefaults()
 	tables := int64(o.NumMemtables) * (o.MemTableSize + o.MemTableSize*3/10)
 	return tables + o.BlockCacheSize + o.IndexCacheSize + o.BatchBytes + memoryOverhead
 }
 
-func (o BadgerOptions) badger(dir string) badger.Options {
+func (o Options) badger(dir string) badger.Options {
 	return badger.DefaultOptions(dir).
 		WithSyncWrites(false). // Sync is the durability point
 		WithLogger(slogAdapter{o.Logger}).

@@ -1,4 +1,4 @@
-package cas
+package badgerstore
 
 import (
 	"errors"
@@ -8,13 +8,15 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/homefs/homefs/cas"
 )
 
 // Badger writes its value log, write-ahead logs and tables through memory
 // maps of sparse files: a page it touches when the filesystem has no block
 // left is SIGBUS, which kills the process, not ENOSPC. So the store never
 // lets Badger near a full disk. A spaceGuard watches the free space of the
-// store's filesystem (statfs, cached) and refuses new data (ErrNoSpace)
+// store's filesystem (statfs, cached) and refuses new data (cas.ErrNoSpace)
 // while less than the reserve would be left; the reserve is what Badger may
 // still write into sparse mappings after the last write it was given.
 //
@@ -94,11 +96,11 @@ type spaceGuard struct {
 // worth for the write-ahead log of deletes and name updates and the tables
 // that memtable flushes and compactions write; plus BatchBytes of slack
 // for what other writers take between two looks.
-func (o BadgerOptions) spaceReserve() int64 {
+func (o Options) spaceReserve() int64 {
 	return o.ValueLogFileSize + o.BatchBytes + 2*o.MemTableSize
 }
 
-func newSpaceGuard(dir string, o BadgerOptions) *spaceGuard {
+func newSpaceGuard(dir string, o Options) *spaceGuard {
 	g := &spaceGuard{
 		dir:     dir,
 		reserve: max(o.SpaceReserve, 0),
@@ -118,7 +120,7 @@ func newSpaceGuard(dir string, o BadgerOptions) *spaceGuard {
 func (g *spaceGuard) ballastPath() string { return filepath.Join(g.dir, ballastName) }
 
 // opening checks that Badger can open: with less than minOpenSpace free it
-// gives the ballast back, and fails with ErrNoSpace if that does not help.
+// gives the ballast back, and fails with cas.ErrNoSpace if that does not help.
 func (g *spaceGuard) opening() error {
 	if g.reserve <= 0 {
 		return nil
@@ -134,7 +136,7 @@ func (g *spaceGuard) opening() error {
 		free, _ = g.avail(g.dir)
 	}
 	if free < minOpenSpace {
-		return fmt.Errorf("cas: open store %s: %d KiB free on its filesystem: %w", g.dir, free>>10, ErrNoSpace)
+		return fmt.Errorf("cas: open store %s: %d KiB free on its filesystem: %w", g.dir, free>>10, cas.ErrNoSpace)
 	}
 	return nil
 }
@@ -176,7 +178,7 @@ func (g *spaceGuard) close() {
 }
 
 // admit reserves n bytes for a write of the given use, or returns an error
-// wrapping ErrNoSpace.
+// wrapping cas.ErrNoSpace.
 func (g *spaceGuard) admit(n int64, use spaceUse) error {
 	return g.admitAs(n, use, false)
 }
@@ -217,7 +219,7 @@ func (g *spaceGuard) admitAs(n int64, use spaceUse, batch bool) error {
 			g.log.Warn("store disk is full: refusing new data", "dir", g.dir, "free_mib", g.free>>20, "reserve_mib", g.reserve>>20)
 		}
 		g.low = true
-		return fmt.Errorf("cas: %d MiB free, %d MiB kept for the store: %w", max(g.free, 0)>>20, need>>20, ErrNoSpace)
+		return fmt.Errorf("cas: %d MiB free, %d MiB kept for the store: %w", max(g.free, 0)>>20, need>>20, cas.ErrNoSpace)
 	}
 	if g.low && use == useData {
 		g.log.Info("store disk has room again", "dir", g.dir, "free_mib", g.free>>20)

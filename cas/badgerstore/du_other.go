@@ -1,6 +1,6 @@
 //go:build !unix
 
-package cas
+package badgerstore
 
 import "os"
 

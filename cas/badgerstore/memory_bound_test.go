@@ -1,4 +1,4 @@
-package cas_test
+package badgerstore_test
 
 import (
 	"bufio"
@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/badgerstore"
 )
 
 // procStatus reads a "kB" field of /proc/self/status in bytes.
@@ -45,8 +45,8 @@ func TestBadgerMemoryBound(t *testing.T) {
 		gib = v
 	}
 	ctx := context.Background()
-	opts := cas.BadgerOptions{}
-	s, err := cas.OpenBadger(t.TempDir(), opts)
+	opts := badgerstore.Options{}
+	s, err := badgerstore.Open(t.TempDir(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
