@@ -168,8 +168,8 @@ func table(w io.Writer, r *Results) {
 	}
 }
 
-// snapshotTable writes capture and fork through homefs's CLI beside the
-// btrfs snapshots, in milliseconds.
+// snapshotTable writes capture and fork through homefs's CLI and its
+// socket beside the btrfs snapshots, in milliseconds.
 func snapshotTable(w io.Writer, r *Results) {
 	if len(r.Snapshots) == 0 {
 		return
@@ -184,13 +184,16 @@ func snapshotTable(w io.Writer, r *Results) {
 		}
 		return lo + "–" + hi
 	}
-	fmt.Fprintf(w, "| call (ms, min–max of %d) | %s | %s | homefs ÷ btrfs |\n|---|---|---|---|\n", r.SnapshotCount, nameSnapHomefs, nameSnapBtrfs)
-	for _, key := range []string{"capture", "fork"} {
-		h, b := spanOf(r.Snapshots, nameSnapHomefs, key), spanOf(r.Snapshots, nameSnapBtrfs, key)
-		vs := "—"
-		if h.ok && b.ok {
-			vs = ratio(h.min, b.min)
+	vs := func(a, b span) string {
+		if a.ok && b.ok {
+			return ratio(a.min, b.min)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", key, ms(h), ms(b), vs)
+		return "—"
+	}
+	fmt.Fprintf(w, "| call (ms, min–max of %d) | %s | %s | %s | CLI ÷ btrfs | socket ÷ btrfs |\n|---|---|---|---|---|---|\n",
+		r.SnapshotCount, nameSnapHomefs, nameSnapAPI, nameSnapBtrfs)
+	for _, key := range []string{"capture", "fork"} {
+		h, a, b := spanOf(r.Snapshots, nameSnapHomefs, key), spanOf(r.Snapshots, nameSnapAPI, key), spanOf(r.Snapshots, nameSnapBtrfs, key)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", key, ms(h), ms(a), ms(b), vs(h, b), vs(a, b))
 	}
 }

@@ -81,13 +81,14 @@ func TestSnapshotTable(t *testing.T) {
 		r.addSnapshot(nameSnapHomefs, "capture", i, time.Duration(s*float64(time.Second)))
 	}
 	r.addSnapshot(nameSnapBtrfs, "capture", 0, 6*time.Millisecond)
+	r.addSnapshot(nameSnapAPI, "capture", 0, 3*time.Millisecond)
 	r.addSnapshot(nameSnapHomefs, "fork", 0, 9*time.Millisecond)
 	var b bytes.Buffer
 	snapshotTable(&b, r)
 	got := rows(t, b.String())
 	require.Len(t, got, 3, b.String())
-	assert.Equal(t, []string{"capture", "12.0–15.0", "6.0", "2.00×"}, got[1])
-	assert.Equal(t, []string{"fork", "9.0", "—", "—"}, got[2])
+	assert.Equal(t, []string{"capture", "12.0–15.0", "3.0", "6.0", "2.00×", "0.50×"}, got[1])
+	assert.Equal(t, []string{"fork", "9.0", "—", "—", "—", "—"}, got[2])
 
 	b.Reset()
 	snapshotTable(&b, &Results{})

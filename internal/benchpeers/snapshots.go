@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/homefs/homefs/internal/api"
 )
 
 // snapshotRounds is how many times capture and fork are timed on each
@@ -18,6 +20,7 @@ const snapshotRounds = 10
 // The capture and fork rows' targets.
 const (
 	nameSnapHomefs = "homefs (CLI)"
+	nameSnapAPI    = "homefs (socket API)"
 	nameSnapBtrfs  = "btrfs subvolume snapshot"
 )
 
@@ -80,6 +83,15 @@ func (r *rig) snapshotsHomefs(ctx context.Context, h *homefsTarget) error {
 	if err := h.cli(ctx, "capture", "snap"); err != nil { // stores the bytes: not timed
 		return err
 	}
+	if err := r.snapshotRounds(ctx, h, rollout); err != nil {
+		return err
+	}
+	return r.snapshotRoundsAPI(ctx, h, rollout)
+}
+
+// snapshotRounds times capture and fork through the CLI, each round after
+// a one-line change of the rollout.
+func (r *rig) snapshotRounds(ctx context.Context, h *homefsTarget, rollout string) error {
 	for round := range snapshotRounds {
 		if err := change(rollout, round); err != nil {
 			return err
@@ -94,6 +106,35 @@ func (r *rig) snapshotsHomefs(ctx context.Context, h *homefsTarget) error {
 		}
 		if err := r.timed(nameSnapHomefs, "fork", round, func() error {
 			return h.cli(ctx, "fork", "snap@"+id, fmt.Sprintf("snap-fork-%d", round))
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// snapshotRoundsAPI times the same calls made through the daemon's socket
+// by a process already running, as a platform that keeps a client does:
+// the daemon's work and the round trip, without a process's start.
+func (r *rig) snapshotRoundsAPI(ctx context.Context, h *homefsTarget, rollout string) error {
+	c := api.NewClient(api.DefaultSocket(h.root))
+	for round := range snapshotRounds {
+		if err := change(rollout, snapshotRounds+round); err != nil {
+			return err
+		}
+		var id string
+		if err := r.timed(nameSnapAPI, "capture", round, func() error {
+			info, err := c.Capture(ctx, "snap", api.CaptureRequest{})
+			if err == nil {
+				id = info.ID
+			}
+			return err
+		}); err != nil {
+			return err
+		}
+		if err := r.timed(nameSnapAPI, "fork", round, func() error {
+			_, err := c.Fork(ctx, api.ForkRequest{Source: "snap@" + id, Target: fmt.Sprintf("snap-api-fork-%d", round)})
+			return err
 		}); err != nil {
 			return err
 		}

@@ -47,7 +47,7 @@ var harnesses = []string{"internal/testkit", "cas/castest", "cas/internal/gen", 
 
 // tools are the commands of make bench and make lint: nothing imports
 // them.
-var tools = []string{"internal/benchreport", "internal/lint"}
+var tools = []string{"internal/benchpeers", "internal/benchreport", "internal/lint"}
 
 // kind is what a package is to the rule.
 type kind int
