@@ -22,6 +22,7 @@ import (
 	"github.com/homefs/homefs/internal/catalog"
 	"github.com/homefs/homefs/internal/fsck"
 	"github.com/homefs/homefs/internal/remote"
+	"github.com/homefs/homefs/internal/remote/s3"
 	"github.com/homefs/homefs/manifest"
 )
 
@@ -82,7 +83,7 @@ func NewService(ctx context.Context, root string, store cas.Store, log *slog.Log
 // (fusefs.Options.SalvageJournals).
 func newService(ctx context.Context, root string, store cas.Store, log *slog.Logger, uring fusefs.URingMode, grace time.Duration, m *metrics, rto remote.Timeouts, salvage bool) (*Service, error) {
 	rt := remote.NewReadThrough(store, remote.ReadThroughOptions{Logger: log.With("component", "remote")})
-	remotes, err := remote.NewService(root, rt, remote.Options{Timeouts: rto, Logger: log.With("component", "remote")})
+	remotes, err := remote.NewService(root, rt, remote.Options{Open: s3.Open, Timeouts: rto, Logger: log.With("component", "remote")})
 	if err != nil {
 		rt.Close()
 		return nil, err

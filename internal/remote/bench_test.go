@@ -41,6 +41,7 @@ import (
 	"github.com/homefs/homefs/cas/badgerstore"
 	"github.com/homefs/homefs/internal/catalog"
 	"github.com/homefs/homefs/internal/remote"
+	remotes3 "github.com/homefs/homefs/internal/remote/s3"
 	"github.com/homefs/homefs/internal/remote/s3test"
 	"github.com/homefs/homefs/internal/testkit/needfuse"
 	"github.com/homefs/homefs/manifest"
@@ -179,7 +180,7 @@ func (e *benchRemote) open(b *testing.B, bucket string, encrypted bool) *remote.
 	if encrypted {
 		cfg.Encryption = remote.Encryption{KeyFile: e.keyFile}
 	}
-	r, err := remote.Open(context.Background(), cfg, remote.Options{Credentials: e.srv.Credentials()})
+	r, err := remote.Open(context.Background(), cfg, remote.Options{Open: remotes3.Open, Credentials: e.srv.Credentials()})
 	if err != nil {
 		b.Fatal(err)
 	}

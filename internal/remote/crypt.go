@@ -21,8 +21,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/manifest"
 )
@@ -349,19 +347,11 @@ func (r *Remote) verifyKeyCheck(b []byte) error {
 // remote starts on an empty prefix, never beside a plain remote's objects
 // (each side's gc would delete the other's).
 func (r *Remote) prefixEmpty(ctx context.Context) (bool, error) {
-	p := r.prefix
-	one := int32(1)
-	var page *s3.ListObjectsV2Output
-	err := r.do(ctx, "list "+p, func(ctx context.Context) error {
-		r.lists.Add(1)
-		var err error
-		page, err = r.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &r.bucket, Prefix: &p, MaxKeys: &one})
-		return err
-	})
+	objs, _, err := r.objects.List(ctx, r.prefix, "", 1)
 	if err != nil {
-		return false, r.listErr(p, err)
+		return false, err
 	}
-	return len(page.Contents) == 0, nil
+	return len(objs) == 0, nil
 }
 
 // refuseEncrypted keeps a plain client from deleting on an encrypted

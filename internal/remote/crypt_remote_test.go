@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/remote/s3"
 	"github.com/homefs/homefs/internal/remote/s3test"
 	"github.com/homefs/homefs/manifest"
 )
@@ -24,7 +25,7 @@ func openKeyed(t *testing.T, srv *s3test.Server, bucket, prefix, key string) *Re
 	if key != "" {
 		cfg.Encryption = Encryption{KeyFile: s3test.WriteKeyFile(t, key)}
 	}
-	r, err := Open(context.Background(), cfg, Options{Credentials: srv.Credentials(), MaxAttempts: 2, MaxBackoff: 50 * time.Millisecond, Logger: testLogger()})
+	r, err := Open(context.Background(), cfg, Options{Open: s3.Open, Credentials: srv.Credentials(), MaxAttempts: 2, MaxBackoff: 50 * time.Millisecond, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

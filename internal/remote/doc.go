@@ -62,11 +62,18 @@
 //     wrong key fail at first use (ErrWrongKey). See crypt.go.
 //
 //   - Every request is bounded (Timeouts: connect, idle connection,
-//     attempt) and retried by Remote.do, with jittered backoff, for a
-//     budget of time that outlasts a server restart. A remote that stays
-//     silent or down fails the operation with a network error (*net.OpError,
-//     ErrStalled for silence), never a hang.
+//     attempt) and retried, with jittered backoff, for a budget of time
+//     that outlasts a server restart. A remote that stays silent or down
+//     fails the operation with a network error (*net.OpError, ErrStalled
+//     for silence), never a hang.
+//
+//   - The engine reaches the bucket through an objstore.Store, opened by
+//     Options.Open (s3.Open, in package remote/s3, the only one that links
+//     the AWS SDK); bounds, retries and request counts (Stats) are the
+//     store's. This package, and a CLI that imports it for Config,
+//     Encryption and the lease TTLs, link no AWS package.
 //
 // Credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or a
-// shared credentials file; they are never logged or stored.
+// shared credentials file (package remote/s3 reads them); they are never
+// logged or stored.
 package remote

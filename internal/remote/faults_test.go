@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/credentials"
-
 	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/remote/s3"
 	"github.com/homefs/homefs/internal/remote/s3test"
 	"github.com/homefs/homefs/manifest"
 )
@@ -24,7 +22,7 @@ var quick = Timeouts{Connect: time.Second, Idle: 500 * time.Millisecond, Request
 func openAt(t testing.TB, endpoint, bucket string, to Timeouts) *Remote {
 	t.Helper()
 	r, err := Open(context.Background(), Config{Name: "test", URL: "s3://" + bucket + "/p", Endpoint: endpoint, Encryption: Encryption{KeyFile: s3test.KeyFile(t)}},
-		Options{Credentials: credentials.NewStaticCredentialsProvider(s3test.AccessKey, s3test.SecretKey, ""), Timeouts: to, MaxBackoff: 200 * time.Millisecond, Logger: testLogger()})
+		Options{Open: s3.Open, Credentials: &Credentials{AccessKeyID: s3test.AccessKey, SecretAccessKey: s3test.SecretKey}, Timeouts: to, MaxBackoff: 200 * time.Millisecond, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,29 +176,4 @@ func TestPushSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	equalFiles(t, got, want)
-}
-
-// TestRetryable: which failures of one attempt are worth another.
-func TestRetryable(t *testing.T) {
-	canceled, cancel := context.WithCancel(context.Background())
-	cancel()
-	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
-	for _, c := range []struct {
-		name string
-		ctx  context.Context
-		err  error
-		want bool
-	}{
-		{"refused", context.Background(), refused, true},
-		{"stalled", context.Background(), &net.OpError{Op: "read", Net: "tcp", Err: &stallError{idle: time.Second, cause: errors.New("i/o timeout")}}, true},
-		{"attempt timed out", context.Background(), context.DeadlineExceeded, true},
-		{"kept-alive connection closed by a restart", context.Background(), &url.Error{Op: "Put", URL: "http://127.0.0.1:1/b/k", Err: errors.New("http: server closed idle connection")}, true},
-		{"caller canceled", canceled, refused, false},
-		{"no such host", context.Background(), &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", IsNotFound: true}}, false},
-		{"not ours", context.Background(), errors.New("signing failed"), false},
-	} {
-		if got := retryable(c.ctx, c.err); got != c.want {
-			t.Errorf("%s: retryable = %v, want %v", c.name, got, c.want)
-		}
-	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/cas/badgerstore"
 	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/internal/remote/s3"
 	"github.com/homefs/homefs/internal/remote/s3test"
 	"github.com/homefs/homefs/manifest"
 )
@@ -47,7 +48,7 @@ func openRemote(t testing.TB, srv *s3test.Server, bucket string) *Remote {
 	r, err := Open(context.Background(), Config{
 		Name: "test", URL: "s3://" + bucket + "/p", Endpoint: srv.Endpoint,
 		Encryption: Encryption{KeyFile: s3test.KeyFile(t)},
-	}, Options{Credentials: srv.Credentials(), MaxAttempts: 2, MaxBackoff: 50 * time.Millisecond, Logger: testLogger()})
+	}, Options{Open: s3.Open, Credentials: srv.Credentials(), MaxAttempts: 2, MaxBackoff: 50 * time.Millisecond, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/homefs/homefs/fusefs"
 	"github.com/homefs/homefs/internal/catalog"
 	"github.com/homefs/homefs/internal/remote"
+	"github.com/homefs/homefs/internal/remote/s3"
 	"github.com/homefs/homefs/internal/remote/s3test"
 	"github.com/homefs/homefs/internal/testkit/needfuse"
 	"github.com/homefs/homefs/manifest"
@@ -249,7 +250,7 @@ func TestService(t *testing.T) {
 
 	a := newTestHostB(t, nil)
 	rootA := t.TempDir()
-	svcA, err := remote.NewService(rootA, a.rt, remote.Options{})
+	svcA, err := remote.NewService(rootA, a.rt, remote.Options{Open: s3.Open})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +269,7 @@ func TestService(t *testing.T) {
 	}
 
 	b := newTestHostB(t, nil)
-	svcB, err := remote.NewService(rootA, b.rt, remote.Options{}) // same remotes.json
+	svcB, err := remote.NewService(rootA, b.rt, remote.Options{Open: s3.Open}) // same remotes.json
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +294,7 @@ func sharedRemotes(t *testing.T) (srv *s3test.Server, bucket string, ra, rb *rem
 	enc := remote.Encryption{KeyFile: s3test.KeyFile(t)}
 	open := func() *remote.Remote {
 		r, err := remote.Open(context.Background(), remote.Config{Name: "shared", URL: "s3://" + bucket + "/fleet", Endpoint: srv.Endpoint, Encryption: enc},
-			remote.Options{Credentials: srv.Credentials(), MaxAttempts: 2, MaxBackoff: 50 * time.Millisecond})
+			remote.Options{Open: s3.Open, Credentials: srv.Credentials(), MaxAttempts: 2, MaxBackoff: 50 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/homefs/homefs/internal/remote/s3"
 	"github.com/homefs/homefs/internal/remote/s3test"
 )
 
@@ -40,7 +41,7 @@ func openSignaling(t *testing.T, srv *s3test.Server, bucket, msg string) (*Remot
 	ch := make(chan struct{}, 1)
 	log := slog.New(signalHandler{Handler: testLogger().Handler(), msg: msg, ch: ch})
 	r, err := Open(context.Background(), Config{Name: "test", URL: "s3://" + bucket + "/p", Endpoint: srv.Endpoint, Encryption: Encryption{KeyFile: s3test.KeyFile(t)}},
-		Options{Credentials: srv.Credentials(), Logger: log})
+		Options{Open: s3.Open, Credentials: srv.Credentials(), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/homefs/homefs/internal/remote/s3"
 	"github.com/homefs/homefs/internal/remote/s3test"
 )
 
@@ -22,7 +23,7 @@ func TestHeadNoBucketNotS3(t *testing.T) {
 
 	web := httptest.NewServer(http.NotFoundHandler())
 	t.Cleanup(web.Close)
-	w, err := Open(context.Background(), Config{Name: "web", URL: "s3://b/p", Endpoint: web.URL, Encryption: Encryption{KeyFile: s3test.KeyFile(t)}}, Options{Credentials: srv.Credentials(), MaxAttempts: 1})
+	w, err := Open(context.Background(), Config{Name: "web", URL: "s3://b/p", Endpoint: web.URL, Encryption: Encryption{KeyFile: s3test.KeyFile(t)}}, Options{Open: s3.Open, Credentials: srv.Credentials(), MaxAttempts: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

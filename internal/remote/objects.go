@@ -8,9 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/manifest"
 )
@@ -29,45 +26,30 @@ func (r *Remote) listObjects(ctx context.Context, dir string, fn func(object) er
 		return err
 	}
 	p := r.prefix + dir
-	var token *string
+	token := ""
 	for {
-		var page *s3.ListObjectsV2Output
-		err := r.do(ctx, "list "+p, func(ctx context.Context) error {
-			r.lists.Add(1)
-			var err error
-			page, err = r.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &r.bucket, Prefix: &p, ContinuationToken: token})
-			return err
-		})
+		objs, next, err := r.objects.List(ctx, p, token, 0)
 		if err != nil {
-			return r.listErr(p, err)
+			return err
 		}
-		for _, o := range page.Contents {
-			obj := object{name: strings.TrimPrefix(aws.ToString(o.Key), p), size: aws.ToInt64(o.Size), modified: aws.ToTime(o.LastModified)}
-			if err := fn(obj); err != nil {
+		for _, o := range objs {
+			if err := fn(object{name: strings.TrimPrefix(o.Key, p), size: o.Size, modified: o.Modified}); err != nil {
 				return err
 			}
 		}
-		if !aws.ToBool(page.IsTruncated) || aws.ToString(page.NextContinuationToken) == "" {
+		if next == "" {
 			return nil
 		}
-		token = page.NextContinuationToken
+		token = next
 	}
 }
 
-// deleteObject removes key; a missing key is success (S3 answers 204
-// either way).
+// deleteObject removes key; a missing key is success.
 func (r *Remote) deleteObject(ctx context.Context, key string) error {
 	if err := r.keyReady(ctx); err != nil {
 		return err
 	}
-	err := r.do(ctx, "delete "+key, func(ctx context.Context) error {
-		_, err := r.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &r.bucket, Key: &key})
-		return err
-	})
-	if err != nil && !isNotFound(err) {
-		return fmt.Errorf("remote %s: delete %s: %w", r.cfg.Name, key, err)
-	}
-	return nil
+	return r.objects.Delete(ctx, key)
 }
 
 // chunkSizes lists the chunks directory: every chunk's stored size, by

@@ -5,8 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/credentials"
-
+	"github.com/homefs/homefs/internal/remote/s3"
 	"github.com/homefs/homefs/internal/remote/s3test"
 )
 
@@ -33,7 +32,7 @@ func TestPing(t *testing.T) {
 // TestPingUnreachable needs no server: nothing listens on the endpoint.
 func TestPingUnreachable(t *testing.T) {
 	r, err := Open(context.Background(), Config{Name: "gone", URL: "s3://b/p", Endpoint: "http://127.0.0.1:1"},
-		Options{Credentials: credentials.NewStaticCredentialsProvider("k", "s", ""), MaxAttempts: 6, Logger: testLogger()})
+		Options{Open: s3.Open, Credentials: &Credentials{AccessKeyID: "k", SecretAccessKey: "s"}, MaxAttempts: 6, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

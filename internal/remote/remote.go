@@ -8,20 +8,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/smithy-go"
 
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/cas/stored"
+	"github.com/homefs/homefs/internal/remote/objstore"
 	"github.com/homefs/homefs/manifest"
 )
 
@@ -34,15 +27,24 @@ var (
 	// session).
 	ErrNoSnapshot = fmt.Errorf("remote: no such snapshot: %w", cas.ErrNotFound)
 	// ErrNoBucket: the remote's bucket does not exist.
-	ErrNoBucket = errors.New("remote: no such bucket")
+	ErrNoBucket = objstore.ErrNoBucket
 	// ErrNotS3: the endpoint answered, but not as an S3 server does.
-	ErrNotS3 = errors.New("remote: the endpoint does not answer as S3")
+	ErrNotS3 = objstore.ErrNotS3
+	// ErrNoCredentials: neither the environment nor a credentials file
+	// holds keys for the remote.
+	ErrNoCredentials = objstore.ErrNoCredentials
+	// ErrStalled is wrapped by the error of a connection that moved no
+	// byte for Timeouts.Idle while a request was on it (a *net.OpError).
+	ErrStalled = objstore.ErrStalled
 )
 
-// Options tune a Remote. The zero value is ready for production.
+// Options tune a Remote. Open must be set (s3.Open); the zero values of
+// the other fields are ready for production.
 type Options struct {
-	// Credentials overrides the environment and the credentials file.
-	Credentials aws.CredentialsProvider
+	// Open opens a remote's object store.
+	Open objstore.Opener
+	// Credentials override the environment and the credentials files.
+	Credentials *Credentials
 	// Timeouts bound connects, silences, attempts and retries.
 	Timeouts Timeouts
 	// MaxAttempts caps the attempts of one request, retries included; 0
@@ -56,29 +58,33 @@ type Options struct {
 	Logger   *slog.Logger
 }
 
-// Stats counts requests and payload bytes since the Remote was opened.
-type Stats struct {
-	Gets, Puts, Heads, Lists int64
-	BytesIn, BytesOut        int64 // object bodies only
-}
+type (
+	// Credentials are static keys.
+	Credentials = objstore.Credentials
+	// Stats counts requests and payload bytes since the Remote was
+	// opened.
+	Stats = objstore.Stats
+	// Timeouts bound every wait on a remote (objstore.Timeouts).
+	Timeouts = objstore.Timeouts
+)
+
+// Default timeouts.
+const (
+	DefaultConnectTimeout = objstore.DefaultConnectTimeout
+	DefaultIdleTimeout    = objstore.DefaultIdleTimeout
+	DefaultRequestTimeout = objstore.DefaultRequestTimeout
+	DefaultRetryTotal     = objstore.DefaultRetryTotal
+)
 
 // Remote is one bucket and prefix. It is safe for concurrent use.
 type Remote struct {
 	cfg      Config
-	bucket   string
 	prefix   string // "" or "p/" with a trailing slash
-	client   *s3.Client
+	objects  objstore.Store
 	parallel int
 	log      *slog.Logger
 	crypt    *sealer // nil for a plain remote
 	uploads  *uploads
-
-	timeouts    Timeouts
-	maxAttempts int
-	maxBackoff  time.Duration
-
-	gets, puts, heads, lists atomic.Int64
-	bytesIn, bytesOut        atomic.Int64
 }
 
 // Open returns a client for the remote cfg. It does not contact the server.
@@ -86,20 +92,12 @@ func Open(ctx context.Context, cfg Config, opts Options) (*Remote, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if opts.Open == nil {
+		return nil, fmt.Errorf("remote %s: no object store to open it with (Options.Open)", cfg.Name)
+	}
 	bucket, prefix, _ := ParseURL(cfg.URL)
 	if prefix != "" {
 		prefix += "/"
-	}
-	creds := opts.Credentials
-	if creds == nil {
-		var err error
-		if creds, err = credentialsFor(ctx, cfg); err != nil {
-			return nil, err
-		}
-	}
-	maxBackoff := opts.MaxBackoff
-	if maxBackoff <= 0 {
-		maxBackoff = 5 * time.Second
 	}
 	parallel := opts.Parallel
 	if parallel <= 0 {
@@ -109,23 +107,14 @@ func Open(ctx context.Context, cfg Config, opts Options) (*Remote, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	timeouts := opts.Timeouts.withDefaults()
-	s3opts := s3.Options{
-		Region:       cfg.region(),
-		Credentials:  aws.NewCredentialsCache(creds),
-		UsePathStyle: true,
-		HTTPClient:   newHTTPClient(timeouts, parallel),
-		// Remote.do retries, with a budget of time rather than the SDK's
-		// quota of retries shared by every request.
-		Retryer: aws.NopRetryer{},
-		// Every body is verified by its content hash; the SDK's trailing
-		// checksums add nothing and some S3-compatible servers reject them.
-		RequestChecksumCalculation:                aws.RequestChecksumCalculationWhenRequired,
-		ResponseChecksumValidation:                aws.ResponseChecksumValidationWhenRequired,
-		DisableLogOutputChecksumValidationSkipped: true,
-	}
-	if cfg.Endpoint != "" {
-		s3opts.BaseEndpoint = aws.String(cfg.Endpoint)
+	store, err := opts.Open(ctx, objstore.Options{
+		Name: cfg.Name, Bucket: bucket, Endpoint: cfg.Endpoint, Region: cfg.Region, Profile: cfg.Profile,
+		Credentials: opts.Credentials,
+		Timeouts:    opts.Timeouts, MaxAttempts: opts.MaxAttempts, MaxBackoff: opts.MaxBackoff,
+		Parallel: parallel, Logger: log,
+	})
+	if err != nil {
+		return nil, err
 	}
 	var crypt *sealer
 	if cfg.Encryption.Enabled() {
@@ -141,17 +130,12 @@ func Open(ctx context.Context, cfg Config, opts Options) (*Remote, error) {
 	}
 	return &Remote{
 		cfg:      cfg,
-		bucket:   bucket,
 		prefix:   prefix,
-		client:   s3.New(s3opts),
+		objects:  store,
 		parallel: parallel,
 		log:      log,
 		crypt:    crypt,
 		uploads:  newUploads(),
-
-		timeouts:    timeouts,
-		maxAttempts: opts.MaxAttempts,
-		maxBackoff:  maxBackoff,
 	}, nil
 }
 
@@ -162,12 +146,7 @@ func (r *Remote) Name() string { return r.cfg.Name }
 func (r *Remote) Config() Config { return r.cfg }
 
 // Stats returns the request and byte counters.
-func (r *Remote) Stats() Stats {
-	return Stats{
-		Gets: r.gets.Load(), Puts: r.puts.Load(), Heads: r.heads.Load(), Lists: r.lists.Load(),
-		BytesIn: r.bytesIn.Load(), BytesOut: r.bytesOut.Load(),
-	}
-}
+func (r *Remote) Stats() Stats { return r.objects.Stats() }
 
 // Layout of keys under the prefix.
 const (
@@ -192,64 +171,6 @@ func (r *Remote) headKey(session string) string {
 // codec header (zstd never grows a chunk: it is stored raw then).
 const maxStored = cas.MaxChunkSize + 16
 
-// isNotFound reports a 404 in any of its S3 spellings.
-// notThere tells a missing bucket, and an endpoint that is no S3 server
-// (a 404 that is not S3's NoSuchKey), from a missing object of a GET: "session has no
-// head" is the wrong news for both. nil means neither.
-func (r *Remote) notThere(err error) error {
-	var ae smithy.APIError
-	if errors.As(err, &ae) && ae.ErrorCode() == "NoSuchBucket" {
-		return fmt.Errorf("remote %s: bucket %s does not exist at %s (create it, or fix the remote's URL): %w", r.cfg.Name, r.bucket, r.endpointName(), ErrNoBucket)
-	}
-	// A GET of a missing object is NoSuchKey on every S3 server; any
-	// other 404 (a web server's page) comes from something else.
-	var re *awshttp.ResponseError
-	if errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotFound && (!errors.As(err, &ae) || ae.ErrorCode() != "NoSuchKey") {
-		return fmt.Errorf("remote %s: %s answered 404 without an S3 error (is it an S3 endpoint?): %w", r.cfg.Name, r.endpointName(), ErrNotS3)
-	}
-	return nil
-}
-
-// endpointName is the remote's endpoint as a user gave it.
-func (r *Remote) endpointName() string {
-	if r.cfg.Endpoint != "" {
-		return r.cfg.Endpoint
-	}
-	return "the default S3 endpoint"
-}
-
-func isNotFound(err error) bool {
-	var re *awshttp.ResponseError
-	if errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotFound {
-		return true
-	}
-	var ae smithy.APIError
-	if errors.As(err, &ae) {
-		switch ae.ErrorCode() {
-		case "NoSuchKey", "NotFound":
-			return true
-		}
-	}
-	return false
-}
-
-// isPrecondition reports a failed conditional write: 412, or the 409 that
-// S3 returns when two conditional writes race.
-func isPrecondition(err error) bool {
-	var re *awshttp.ResponseError
-	if errors.As(err, &re) {
-		switch re.HTTPStatusCode() {
-		case http.StatusPreconditionFailed:
-			return true
-		case http.StatusConflict:
-			var ae smithy.APIError
-			return errors.As(err, &ae) && ae.ErrorCode() == "ConditionalRequestConflict"
-		}
-	}
-	var ae smithy.APIError
-	return errors.As(err, &ae) && ae.ErrorCode() == "PreconditionFailed"
-}
-
 // getObject returns an object's plain body (at most limit bytes) and
 // ETag.
 func (r *Remote) getObject(ctx context.Context, key string, limit int64) ([]byte, string, error) {
@@ -267,37 +188,12 @@ func (r *Remote) getObject(ctx context.Context, key string, limit int64) ([]byte
 // fetch returns an object's body as stored (at most limit bytes) and
 // ETag.
 func (r *Remote) fetch(ctx context.Context, key string, limit int64) ([]byte, string, error) {
-	var (
-		body []byte
-		etag string
-	)
-	err := r.do(ctx, "get "+key, func(ctx context.Context) error {
-		r.gets.Add(1)
-		out, err := r.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &r.bucket, Key: &key})
-		if err != nil {
-			return err
-		}
-		defer out.Body.Close()
-		var buf bytes.Buffer
-		if out.ContentLength != nil && *out.ContentLength > 0 && *out.ContentLength <= limit {
-			buf.Grow(int(*out.ContentLength))
-		}
-		n, err := buf.ReadFrom(io.LimitReader(out.Body, limit+1))
-		r.bytesIn.Add(n)
-		if err != nil {
-			return fmt.Errorf("read: %w", err)
-		}
-		body, etag = buf.Bytes(), aws.ToString(out.ETag)
-		return nil
-	})
+	body, etag, err := r.objects.Get(ctx, key, limit)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return nil, "", fmt.Errorf("remote %s: %s: %w", r.cfg.Name, key, cas.ErrNotFound)
+	}
 	if err != nil {
-		if err := r.notThere(err); err != nil {
-			return nil, "", err
-		}
-		if isNotFound(err) {
-			return nil, "", fmt.Errorf("remote %s: %s: %w", r.cfg.Name, key, cas.ErrNotFound)
-		}
-		return nil, "", fmt.Errorf("remote %s: get %s: %w", r.cfg.Name, key, err)
+		return nil, "", err
 	}
 	if int64(len(body)) > limit {
 		return nil, "", fmt.Errorf("remote %s: %s: over %d bytes: %w", r.cfg.Name, key, limit, cas.ErrCorrupt)
@@ -320,40 +216,11 @@ func (r *Remote) putObject(ctx context.Context, key string, body []byte, content
 
 // store writes body under key as it is.
 func (r *Remote) store(ctx context.Context, key string, body []byte, contentType, ifMatch string, ifNoneMatch bool) (string, error) {
-	var etag string
-	err := r.do(ctx, "put "+key, func(ctx context.Context) error {
-		in := &s3.PutObjectInput{
-			Bucket:        &r.bucket,
-			Key:           &key,
-			Body:          bytes.NewReader(body),
-			ContentLength: aws.Int64(int64(len(body))),
-			ContentType:   aws.String(contentType),
-		}
-		if ifMatch != "" {
-			in.IfMatch = aws.String(ifMatch)
-		}
-		if ifNoneMatch {
-			in.IfNoneMatch = aws.String("*")
-		}
-		r.puts.Add(1)
-		out, err := r.client.PutObject(ctx, in)
-		if err != nil {
-			return err
-		}
-		etag = aws.ToString(out.ETag)
-		return nil
-	})
-	if err != nil {
-		if (ifMatch != "" || ifNoneMatch) && isPrecondition(err) {
-			return "", fmt.Errorf("remote %s: put %s: %w", r.cfg.Name, key, ErrConflict)
-		}
-		if nt := r.notThere(err); nt != nil {
-			return "", nt
-		}
-		return "", fmt.Errorf("remote %s: put %s: %w", r.cfg.Name, key, err)
+	etag, err := r.objects.Put(ctx, key, body, contentType, objstore.Cond{IfMatch: ifMatch, IfNoneMatch: ifNoneMatch})
+	if errors.Is(err, objstore.ErrPrecondition) {
+		return "", fmt.Errorf("remote %s: put %s: %w", r.cfg.Name, key, ErrConflict)
 	}
-	r.bytesOut.Add(int64(len(body)))
-	return etag, nil
+	return etag, err
 }
 
 // hasObject reports whether key exists.
@@ -361,18 +228,7 @@ func (r *Remote) hasObject(ctx context.Context, key string) (bool, error) {
 	if err := r.keyReady(ctx); err != nil {
 		return false, err
 	}
-	err := r.do(ctx, "head "+key, func(ctx context.Context) error {
-		r.heads.Add(1)
-		_, err := r.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &r.bucket, Key: &key})
-		return err
-	})
-	if err == nil {
-		return true, nil
-	}
-	if isNotFound(err) {
-		return false, nil
-	}
-	return false, fmt.Errorf("remote %s: head %s: %w", r.cfg.Name, key, err)
+	return r.objects.Exists(ctx, key)
 }
 
 // list calls fn, in key order, with the name (the key without prefix and
@@ -384,30 +240,24 @@ func (r *Remote) list(ctx context.Context, dir, start string, maxPages int, fn f
 		return false, err
 	}
 	p := r.prefix + dir + start
-	var token *string
+	token := ""
 	for pages := 0; ; pages++ {
 		if maxPages > 0 && pages == maxPages {
 			return false, nil
 		}
-		var page *s3.ListObjectsV2Output
-		err := r.do(ctx, "list "+p, func(ctx context.Context) error {
-			r.lists.Add(1)
-			var err error
-			page, err = r.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &r.bucket, Prefix: &p, ContinuationToken: token})
-			return err
-		})
+		objs, next, err := r.objects.List(ctx, p, token, 0)
 		if err != nil {
-			return false, r.listErr(p, err)
+			return false, err
 		}
-		for _, o := range page.Contents {
-			if err := fn(strings.TrimPrefix(aws.ToString(o.Key), r.prefix+dir)); err != nil {
+		for _, o := range objs {
+			if err := fn(strings.TrimPrefix(o.Key, r.prefix+dir)); err != nil {
 				return false, err
 			}
 		}
-		if !aws.ToBool(page.IsTruncated) || aws.ToString(page.NextContinuationToken) == "" {
+		if next == "" {
 			return true, nil
 		}
-		token = page.NextContinuationToken
+		token = next
 	}
 }
 
@@ -415,25 +265,7 @@ func (r *Remote) list(ctx context.Context, dir, start string, maxPages int, fn f
 // listing of at most one key under its prefix, not retried, bounded by
 // ctx (status uses it with a short timeout) and the request timeout.
 func (r *Remote) Ping(ctx context.Context) error {
-	p := r.prefix
-	one := int32(1)
-	r.lists.Add(1)
-	ctx, cancel := context.WithTimeout(ctx, r.timeouts.Request)
-	defer cancel()
-	_, err := r.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &r.bucket, Prefix: &p, MaxKeys: &one})
-	if err != nil {
-		return r.listErr(r.cfg.URL, err)
-	}
-	return nil
-}
-
-// listErr is the error of a listing of p: a missing bucket or an
-// endpoint that is no S3 server says so (notThere).
-func (r *Remote) listErr(p string, err error) error {
-	if nt := r.notThere(err); nt != nil {
-		return nt
-	}
-	return fmt.Errorf("remote %s: list %s: %w", r.cfg.Name, p, err)
+	return r.objects.Ping(ctx, r.prefix)
 }
 
 // GetChunk fetches a chunk or node and returns its plain bytes after

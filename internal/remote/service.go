@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/internal/remote/objstore"
 )
 
 // Service is what a daemon keeps for its remotes: the registry in its root,
@@ -51,7 +52,7 @@ func (s *Service) Add(ctx context.Context, cfg Config) error {
 		return err
 	}
 	if err := r.keyReady(ctx); err != nil {
-		if !retryable(ctx, err) {
+		if !errors.Is(err, objstore.ErrUnavailable) {
 			return err
 		}
 		r.log.Warn("remote does not answer: its encryption key is checked at first use", "remote", cfg.Name, "err", err)

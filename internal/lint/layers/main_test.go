@@ -29,8 +29,10 @@ func TestCheck(t *testing.T) {
 		{"internal/daemon", "cmd/homefs", false},
 		{"cmd/homefsd", "internal/daemon", true},
 		{"cmd/homefs", "cmd/homefsd", false},
-		{"fusefs", "internal/mountinfo", true}, // a leaf
-		{"internal/atomicfile", "cas", false},  // a leaf imports nothing
+		{"fusefs", "internal/mountinfo", true},                   // a leaf
+		{"internal/atomicfile", "cas", false},                    // a leaf imports nothing
+		{"internal/remote/s3", "internal/remote/objstore", true}, // a leaf under a layer
+		{"internal/remote/s3", "internal/remote", false},         // a sibling of its own layer
 		{"internal/daemon", "internal/testkit/codextest", false},
 		{"fusefs", "fusefs/fusefstest", false},
 		{"fusefs/fusefstest", "fusefs", true},

@@ -22,6 +22,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/homefs/homefs/internal/remote/objstore"
 )
 
 // Test credentials of the gateway's root account. They exist only inside
@@ -220,15 +222,15 @@ func Silent(t testing.TB) string {
 }
 
 // Credentials returns the gateway's test credentials.
-func (s *Server) Credentials() aws.CredentialsProvider {
-	return credentials.NewStaticCredentialsProvider(AccessKey, SecretKey, "")
+func (s *Server) Credentials() *objstore.Credentials {
+	return &objstore.Credentials{AccessKeyID: AccessKey, SecretAccessKey: SecretKey}
 }
 
 // Client returns a plain S3 client for the gateway (path-style).
 func (s *Server) Client() *s3.Client {
 	return s3.New(s3.Options{
 		Region:       "us-east-1",
-		Credentials:  s.Credentials(),
+		Credentials:  credentials.NewStaticCredentialsProvider(AccessKey, SecretKey, ""),
 		BaseEndpoint: aws.String(s.Endpoint),
 		UsePathStyle: true,
 	})

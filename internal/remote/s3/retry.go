@@ -1,4 +1,4 @@
-package remote
+package s3
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/homefs/homefs/internal/remote/objstore"
 )
 
 // baseDelay is the first backoff; each retry doubles it up to MaxBackoff.
@@ -26,20 +28,20 @@ const baseDelay = 100 * time.Millisecond
 // are spent). The retries are ours, not the SDK's: its retry quota, shared
 // by every request of a client, ran out in seconds when a server restarted
 // under 16 requests in flight.
-func (r *Remote) do(ctx context.Context, what string, attempt func(ctx context.Context) error) error {
+func (s *Store) do(ctx context.Context, what string, attempt func(ctx context.Context) error) error {
 	start := time.Now()
 	for n := 1; ; n++ {
-		actx, cancel := context.WithTimeout(ctx, r.timeouts.Request)
+		actx, cancel := context.WithTimeout(ctx, s.timeouts.Request)
 		err := unwrapSend(attempt(actx))
 		cancel()
 		if err == nil || !retryable(ctx, err) {
 			return err
 		}
-		delay := backoff(n, r.maxBackoff)
-		if r.timeouts.RetryTotal < 0 || (r.maxAttempts > 0 && n >= r.maxAttempts) || time.Since(start)+delay > r.timeouts.RetryTotal {
-			return fmt.Errorf("%w (gave up after %d attempts in %v)", err, n, time.Since(start).Round(time.Millisecond))
+		delay := backoff(n, s.maxBackoff)
+		if s.timeouts.RetryTotal < 0 || (s.maxAttempts > 0 && n >= s.maxAttempts) || time.Since(start)+delay > s.timeouts.RetryTotal {
+			return &gaveUp{err: err, attempts: n, after: time.Since(start).Round(time.Millisecond)}
 		}
-		r.log.Debug("remote request failed: retrying", "remote", r.cfg.Name, "request", what, "attempt", n, "delay", delay, "err", err)
+		s.log.Debug("remote request failed: retrying", "remote", s.name, "request", what, "attempt", n, "delay", delay, "err", err)
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
@@ -49,6 +51,19 @@ func (r *Remote) do(ctx context.Context, what string, attempt func(ctx context.C
 		}
 	}
 }
+
+// gaveUp is the error of a request whose last attempt failed
+// transiently: that attempt's error, and objstore.ErrUnavailable.
+type gaveUp struct {
+	err      error
+	attempts int
+	after    time.Duration
+}
+
+func (e *gaveUp) Error() string {
+	return fmt.Sprintf("%v (gave up after %d attempts in %v)", e.err, e.attempts, e.after)
+}
+func (e *gaveUp) Unwrap() []error { return []error{e.err, objstore.ErrUnavailable} }
 
 // unwrapSend returns the transport's own error for a request that got no
 // answer: the SDK's wrapping of it (operation name, a response error of

@@ -1,4 +1,4 @@
-package remote
+package s3
 
 import (
 	"context"
@@ -9,67 +9,21 @@ import (
 	"net/http"
 	"os"
 	"time"
+
+	"github.com/homefs/homefs/internal/remote/objstore"
 )
 
-// Timeouts bound every wait on a remote. The zero value means the
-// defaults; a negative RetryTotal turns retries off.
-type Timeouts struct {
-	// Connect bounds a TCP connect and a TLS handshake; 0 means 10s.
-	Connect time.Duration
-	// Idle bounds how long a connection with a request on it may move no
-	// byte in either direction (a server that accepts and never answers,
-	// one frozen mid-body); 0 means 20s.
-	Idle time.Duration
-	// Request bounds one attempt of one request, body included; 0 means
-	// 2m.
-	Request time.Duration
-	// RetryTotal is how long after a request's first attempt transient
-	// failures (connection refused or reset, timeouts, 5xx, throttling)
-	// are retried, with jittered exponential backoff; 0 means 60s, long
-	// enough to ride out a server restart.
-	RetryTotal time.Duration
-}
-
-// Default timeouts.
-const (
-	DefaultConnectTimeout = 10 * time.Second
-	DefaultIdleTimeout    = 20 * time.Second
-	DefaultRequestTimeout = 2 * time.Minute
-	DefaultRetryTotal     = 60 * time.Second
-)
-
-// withDefaults fills the zero fields.
-func (t Timeouts) withDefaults() Timeouts {
-	if t.Connect <= 0 {
-		t.Connect = DefaultConnectTimeout
-	}
-	if t.Idle <= 0 {
-		t.Idle = DefaultIdleTimeout
-	}
-	if t.Request <= 0 {
-		t.Request = DefaultRequestTimeout
-	}
-	if t.RetryTotal == 0 {
-		t.RetryTotal = DefaultRetryTotal
-	}
-	return t
-}
-
-// ErrStalled is wrapped by the error of a connection that moved no byte for
-// Timeouts.Idle while a request was on it. The error is a *net.OpError (a
-// network failure to whoever maps errors: EIO in fusefs).
-var ErrStalled = errors.New("no byte moved")
-
-// stallError is the Err of such a *net.OpError: a timeout that says which.
+// stallError is the Err of the *net.OpError of a connection that moved
+// no byte for Timeouts.Idle: a timeout that says which.
 type stallError struct {
 	idle  time.Duration
 	cause error
 }
 
 func (e *stallError) Error() string {
-	return fmt.Sprintf("%v for %v: the remote does not answer", ErrStalled, e.idle)
+	return fmt.Sprintf("%v for %v: the remote does not answer", objstore.ErrStalled, e.idle)
 }
-func (e *stallError) Unwrap() []error { return []error{ErrStalled, e.cause} }
+func (e *stallError) Unwrap() []error { return []error{objstore.ErrStalled, e.cause} }
 func (e *stallError) Timeout() bool   { return true }
 func (e *stallError) Temporary() bool { return true }
 
@@ -109,10 +63,10 @@ func (c *idleConn) stalled(err error) error {
 	return err
 }
 
-// newHTTPClient returns the client every request of a Remote goes
+// newHTTPClient returns the client every request of a Store goes
 // through. It is a plain *http.Client, not the SDK's buildable one, so the
 // SDK applies none of its own timeouts over these.
-func newHTTPClient(t Timeouts, parallel int) *http.Client {
+func newHTTPClient(t objstore.Timeouts, parallel int) *http.Client {
 	dialer := &net.Dialer{Timeout: t.Connect, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
 		Proxy: http.ProxyFromEnvironment,
