@@ -73,7 +73,7 @@
 //     store's. This package, and a CLI that imports it for Config,
 //     Encryption and the lease TTLs, link no AWS package.
 //
-// Credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or a
-// shared credentials file (package remote/s3 reads them); they are never
-// logged or stored.
+// Credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the
+// shared credentials and config files (read by package remote/s3, not by
+// the SDK); they are never logged or stored.
 package remote

@@ -1,11 +1,14 @@
 package s3
 
 import (
-	"context"
+	"bufio"
+	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
-
-	"github.com/aws/aws-sdk-go-v2/config"
+	"path/filepath"
+	"strings"
 
 	"github.com/homefs/homefs/internal/remote/objstore"
 )
@@ -14,7 +17,8 @@ import (
 // the remote names one (an operator who named one means it, whatever the
 // daemon's environment holds); else from the environment, then the shared
 // files' AWS_PROFILE or "default" profile. It never reaches the network
-// (no instance metadata), and the keys go only into request signing.
+// (no instance metadata, no SSO), and the keys go only into request
+// signing.
 func resolveCredentials(name, profile string) (objstore.Credentials, error) {
 	if profile == "" {
 		id, secret := os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
@@ -32,20 +36,157 @@ func resolveCredentials(name, profile string) (objstore.Credentials, error) {
 	return creds, nil
 }
 
-// profileCredentials reads the keys of profile from the shared
-// credentials and config files.
+// profileCredentials reads profile's static keys from the shared
+// credentials file (AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials),
+// section [NAME], or else the shared config file (AWS_CONFIG_FILE, else
+// ~/.aws/config), section [profile NAME] (or [default]). The keys go
+// together: a credentials file whose section holds a key id or a secret
+// wins, with its session token, over the config file, and a key id
+// without its secret is no credentials (as the SDK's reader says too).
+// Missing files are no error; a profile without keys wraps
+// objstore.ErrNoCredentials.
 func profileCredentials(profile string) (objstore.Credentials, error) {
-	shared, err := config.LoadSharedConfigProfile(context.Background(), profile, func(o *config.LoadSharedConfigOptions) {
-		if f := os.Getenv("AWS_SHARED_CREDENTIALS_FILE"); f != "" {
-			o.CredentialsFiles = []string{f}
+	var found objstore.Credentials
+	for _, f := range []struct {
+		path   string
+		config bool
+	}{{sharedFile("AWS_SHARED_CREDENTIALS_FILE", "credentials"), false}, {sharedFile("AWS_CONFIG_FILE", "config"), true}} {
+		if f.path == "" {
+			continue
 		}
-		if f := os.Getenv("AWS_CONFIG_FILE"); f != "" {
-			o.ConfigFiles = []string{f}
+		b, err := os.ReadFile(f.path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
 		}
-	})
-	if err != nil || !shared.Credentials.HasKeys() {
+		if err != nil {
+			return objstore.Credentials{}, fmt.Errorf("%w: %w", objstore.ErrNoCredentials, err)
+		}
+		keys := profileKeys(b, profile, f.config)
+		found = objstore.Credentials{
+			AccessKeyID:     keys["aws_access_key_id"],
+			SecretAccessKey: keys["aws_secret_access_key"],
+			SessionToken:    keys["aws_session_token"],
+		}
+		if found.AccessKeyID != "" || found.SecretAccessKey != "" {
+			break
+		}
+	}
+	if found.AccessKeyID == "" || found.SecretAccessKey == "" {
 		return objstore.Credentials{}, objstore.ErrNoCredentials
 	}
-	c := shared.Credentials
-	return objstore.Credentials{AccessKeyID: c.AccessKeyID, SecretAccessKey: c.SecretAccessKey, SessionToken: c.SessionToken}, nil
+	return found, nil
+}
+
+// sharedFile is the path the environment variable env names, else
+// ~/.aws/name ("" without a home directory).
+func sharedFile(env, name string) string {
+	if v := os.Getenv(env); v != "" {
+		return v
+	}
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		return ""
+	}
+	return filepath.Join(home, ".aws", name)
+}
+
+// profileKeys returns the properties of profile in an INI file in the
+// AWS shared file format, keys in lower case; a key set twice keeps its
+// last value. In a config file (config) the profile's section is
+// [profile NAME], or [default] for "default" ([profile default] wins over
+// it); in a credentials file it is [NAME]. Blank lines, lines that start
+// with # or ;, and the rest of a line after whitespace and # or ; are
+// comments; an indented line belongs to the property above it (a
+// sub-property or continuation, which no key we read uses) and is
+// skipped; a line that is neither a section nor KEY = VALUE is ignored,
+// as the SDK's reader ignores it. A value in matching quotes loses them.
+func profileKeys(b []byte, profile string, config bool) map[string]string {
+	var (
+		plain, prefixed map[string]string // [default] and [profile default] of a config file
+		cur             map[string]string // the section being read, nil if not profile's
+	)
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(nil, len(b)+1)
+	for sc.Scan() {
+		line := sc.Text()
+		trimmed := strings.TrimSpace(line)
+		if trimmed == "" || trimmed[0] == '#' || trimmed[0] == ';' {
+			continue
+		}
+		if trimmed[0] == '[' {
+			cur = nil
+			kind, name, ok := sectionName(trimmed)
+			if !ok || name != profile {
+				continue
+			}
+			switch {
+			case !config && kind == "":
+				cur = ensure(&plain)
+			case config && kind == "profile":
+				cur = ensure(&prefixed)
+			case config && kind == "" && name == "default":
+				cur = ensure(&plain)
+			}
+			continue
+		}
+		if cur == nil || line[0] == ' ' || line[0] == '\t' {
+			continue
+		}
+		k, v, ok := strings.Cut(cutComment(line), "=")
+		if !ok {
+			continue
+		}
+		k = strings.ToLower(strings.TrimSpace(k))
+		if k == "" {
+			continue
+		}
+		cur[k] = unquote(strings.TrimSpace(v))
+	}
+	if prefixed != nil {
+		return prefixed
+	}
+	return plain
+}
+
+func ensure(m *map[string]string) map[string]string {
+	if *m == nil {
+		*m = map[string]string{}
+	}
+	return *m
+}
+
+// sectionName splits a section line "[ KIND NAME ] ; comment" into
+// KIND ("" when the brackets hold one word) and NAME.
+func sectionName(line string) (kind, name string, ok bool) {
+	if i := strings.IndexAny(line, "#;"); i >= 0 {
+		line = strings.TrimSpace(line[:i])
+	}
+	if len(line) < 2 || line[0] != '[' || line[len(line)-1] != ']' {
+		return "", "", false
+	}
+	fields := strings.Fields(line[1 : len(line)-1])
+	switch len(fields) {
+	case 1:
+		return "", fields[0], true
+	case 2:
+		return fields[0], fields[1], true
+	}
+	return "", "", false
+}
+
+// cutComment drops a comment that follows whitespace.
+func cutComment(line string) string {
+	for i := 1; i < len(line); i++ {
+		if (line[i] == '#' || line[i] == ';') && (line[i-1] == ' ' || line[i-1] == '\t') {
+			return line[:i]
+		}
+	}
+	return line
+}
+
+func unquote(v string) string {
+	if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
+		return v[1 : len(v)-1]
+	}
+	return v
 }
