@@ -77,6 +77,7 @@ lint:
 	$(GO) run ./internal/lint/layers
 	@if $(GO) list -deps ./cmd/homefs ./cmd/homefsd | grep -E '/internal/testkit/|/fusefs/fusefstest$$|^testing$$'; then echo "a binary links test harnesses (internal/testkit, fusefstest or testing)"; exit 1; fi
 	@if $(GO) list -deps ./cmd/homefs | grep -E 'go-fuse|prometheus|/homefs/fusefs|/homefs/internal/daemon$$'; then echo "the CLI (cmd/homefs) links the daemon's packages: reach the daemon through internal/api"; exit 1; fi
+	@if $(GO) list -deps ./cmd/homefs ./internal/remote | grep -E 'github.com/aws/'; then echo "the CLI (cmd/homefs) or internal/remote links the AWS SDK: keep S3 code in internal/remote/s3"; exit 1; fi
 	@if $(GO) list -deps ./cas ./manifest ./fork ./internal/catalog ./internal/fsck ./internal/archive | grep -E 'dgraph-io|klauspost|opentelemetry|protobuf'; then echo "cas or a package above it links the above (Badger belongs in cas/badgerstore, zstd in cas/stored)"; exit 1; fi
 
 staticcheck:
