@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 
@@ -85,7 +86,12 @@ func sharedFile(env, name string) string {
 	}
 	home, err := os.UserHomeDir()
 	if err != nil || home == "" {
-		return ""
+		// No $HOME (a system service): the user's entry, as the SDK does.
+		u, err := user.Current()
+		if err != nil || u.HomeDir == "" {
+			return ""
+		}
+		home = u.HomeDir
 	}
 	return filepath.Join(home, ".aws", name)
 }
@@ -96,14 +102,19 @@ func sharedFile(env, name string) string {
 // [profile NAME], or [default] for "default" ([profile default] wins over
 // it); in a credentials file it is [NAME]. Blank lines, lines that start
 // with # or ;, and the rest of a line after whitespace and # or ; are
-// comments; an indented line belongs to the property above it (a
-// sub-property or continuation, which no key we read uses) and is
-// skipped; a line that is neither a section nor KEY = VALUE is ignored,
-// as the SDK's reader ignores it. A value in matching quotes loses them.
+// comments. As in the SDK's reader, a property is KEY = VALUE or
+// KEY: VALUE; an indented line is a property of its own at the start of
+// a section or after a property with a value, and otherwise belongs to
+// the property above it (a sub-property, as under "s3 =", which no key we
+// read uses) and is skipped; a line that is neither a section nor a
+// property is ignored. A value in matching quotes loses them.
 func profileKeys(b []byte, profile string, config bool) map[string]string {
 	var (
 		plain, prefixed map[string]string // [default] and [profile default] of a config file
 		cur             map[string]string // the section being read, nil if not profile's
+		// open: the section's last property has an empty value, so an
+		// indented line below it is a sub-property of it.
+		open bool
 	)
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(nil, len(b)+1)
@@ -114,7 +125,7 @@ func profileKeys(b []byte, profile string, config bool) map[string]string {
 			continue
 		}
 		if trimmed[0] == '[' {
-			cur = nil
+			cur, open = nil, false
 			kind, name, ok := sectionName(trimmed)
 			if !ok || name != profile {
 				continue
@@ -129,23 +140,35 @@ func profileKeys(b []byte, profile string, config bool) map[string]string {
 			}
 			continue
 		}
-		if cur == nil || line[0] == ' ' || line[0] == '\t' {
+		indented := line[0] == ' ' || line[0] == '\t'
+		if cur == nil || indented && open {
 			continue
 		}
-		k, v, ok := strings.Cut(cutComment(line), "=")
+		k, v, ok := splitProperty(cutComment(line))
 		if !ok {
 			continue
 		}
-		k = strings.ToLower(strings.TrimSpace(k))
-		if k == "" {
-			continue
-		}
-		cur[k] = unquote(strings.TrimSpace(v))
+		cur[k] = v
+		open = v == ""
 	}
 	if prefixed != nil {
 		return prefixed
 	}
 	return plain
+}
+
+// splitProperty splits "KEY = VALUE" or "KEY: VALUE" at the first = or
+// :, the key in lower case.
+func splitProperty(line string) (key, value string, ok bool) {
+	i := strings.IndexAny(line, "=:")
+	if i < 0 {
+		return "", "", false
+	}
+	key = strings.ToLower(strings.TrimSpace(line[:i]))
+	if key == "" {
+		return "", "", false
+	}
+	return key, unquote(strings.TrimSpace(line[i+1:])), true
 }
 
 func ensure(m *map[string]string) map[string]string {

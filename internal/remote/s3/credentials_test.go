@@ -4,6 +4,7 @@ import (
 	"errors"
 	"maps"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -171,7 +172,9 @@ func TestProfileKeys(t *testing.T) {
 		{"value with =", "[p]\nk = a=b\n", "p", false, map[string]string{"k": "a=b"}},
 		{"last value wins", "[p]\nk = 1\n[q]\nk = 2\n[p]\nk = 3\n", "p", false, map[string]string{"k": "3"}},
 		{"spaces in brackets", "[  p  ]\nk = v\n", "p", false, map[string]string{"k": "v"}},
-		{"indented lines are skipped", "[p]\ns3 =\n  k = v\nk2 = w\n", "p", false, map[string]string{"s3": "", "k2": "w"}},
+		{"indented sub-property is skipped", "[p]\ns3 =\n  k = v\nk2 = w\n", "p", false, map[string]string{"s3": "", "k2": "w"}},
+		{"indented properties", "[p]\n  k = v\n\tl = w\n", "p", false, map[string]string{"k": "v", "l": "w"}},
+		{"colon", "[p]\nk: v\nl = a:b\n", "p", false, map[string]string{"k": "v", "l": "a:b"}},
 		{"junk ignored", "[p]\nnot a property\nk = v\n= x\n[broken\n", "p", false, map[string]string{"k": "v"}},
 		{"CRLF", "[p]\r\nk = v\r\n", "p", false, map[string]string{"k": "v"}},
 		{"section ends at the next", "[p]\nk = v\n[q]\nl = w\n", "p", false, map[string]string{"k": "v"}},
@@ -236,4 +239,18 @@ func FuzzProfileKeys(f *testing.F) {
 			t.Fatalf("%q read back as %q", got, again)
 		}
 	})
+}
+
+// A service run without $HOME (systemd sets none for root) finds the
+// shared files in its user's home, as the SDK does.
+func TestSharedFileWithoutHome(t *testing.T) {
+	u, err := user.Current()
+	if err != nil || u.HomeDir == "" {
+		t.Skipf("no home directory in the user database: %v", err)
+	}
+	t.Setenv("HOME", "")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", "")
+	if got, want := sharedFile("AWS_SHARED_CREDENTIALS_FILE", "credentials"), filepath.Join(u.HomeDir, ".aws", "credentials"); got != want {
+		t.Errorf("sharedFile without $HOME: %q, want %q", got, want)
+	}
 }
