@@ -40,7 +40,12 @@ homefs serve --help (homefsd --help) describes the daemon and its flags.`,
 			}
 			argv = append(argv, c.Args().Slice()...)
 			if err := syscall.Exec(bin, argv, os.Environ()); err != nil {
-				return fmt.Errorf("serve: exec %s: %w", bin, err)
+				// %v: an exec failure is no missing session (exit 1, not 3).
+				hint := ""
+				if errors.Is(err, syscall.ENOENT) {
+					hint = " (the file is there: its ELF interpreter is not; build homefsd with CGO_ENABLED=0)"
+				}
+				return fmt.Errorf("serve: exec %s: %v%s", bin, err, hint)
 			}
 			return nil
 		},
