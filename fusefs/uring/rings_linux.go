@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -301,13 +302,17 @@ func (r *ring) fail(err error) {
 // the kernel answered at once (a refusal), then tells the mounts. A
 // REGISTER answered EAGAIN went back into the submission queue
 // (complete): its mount is told once a round retries none, or after
-// maxRegisterRounds, when the kernel answers the retries later like any
+// registerWait, when the kernel answers the retries later like any
 // command.
 func (r *ring) registered() error {
 	for len(r.adding) > 0 {
 		batch := r.adding
 		r.adding = nil
-		for round := 0; round == 0 || r.regRetries > 0 && round < maxRegisterRounds; round++ {
+		deadline := time.Now().Add(registerWait)
+		for round := 0; round == 0 || r.regRetries > 0 && time.Now().Before(deadline); round++ {
+			if round > 0 {
+				time.Sleep(time.Millisecond) // EAGAIN comes back at once
+			}
 			r.regRetries = 0
 			for r.io.pending > 0 {
 				if err := r.io.enter(false); err != nil {
@@ -324,9 +329,9 @@ func (r *ring) registered() error {
 	return nil
 }
 
-// maxRegisterRounds bounds the rounds registered waits for REGISTERs the
-// kernel answered EAGAIN (a connection whose INIT it has not finished).
-const maxRegisterRounds = 100
+// registerWait bounds how long registered retries REGISTERs the kernel
+// answered EAGAIN (a connection whose INIT it has not finished).
+const registerWait = time.Second
 
 // place gives e a slot.
 func (r *ring) place(e *entry) {
