@@ -18,6 +18,7 @@
 // the errors, the Names rules) and MemoryStore, a store for tests that keeps
 // chunks plain (uncompressed) but re-hashes them on Get all the same. The
 // disk store is package badgerstore. Both pass the conformance suite in
-// package castest. Package cas imports neither Badger nor zstd, so that a
-// program that only names refs or talks to the daemon does not link them.
+// package castest. Package cas imports neither Badger nor zstd (the
+// stored form is package stored), so that a program that only names refs
+// does not link them; the CLI links no Badger.
 package cas

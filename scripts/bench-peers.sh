@@ -2,11 +2,12 @@
 # Side by side (internal/benchpeers): ext4 on a loop device, kernel
 # overlayfs, fuse-overlayfs and homefs (io_uring and /dev/fuse) in one
 # run, the same workloads on each, then capture and fork through the CLI
-# against btrfs snapshots. Prints the table; writes peers.json, peers.md
+# and through the daemon's socket (ten rounds each) against btrfs
+# snapshots. Prints the table; writes peers.json, peers.md
 # and peers.svg to BENCH_PEERS_OUT. As root. Figures: docs/BENCHMARKS.md.
 #
 #   HOMEFS_BENCH_SCALE=small  64 MiB instead of 1 GiB (about a minute)
-#   BENCHCOUNT=N              rounds (default 2)
+#   BENCHCOUNT=N              rounds of the workloads (default 2)
 #   BENCH_PEERS_OUT=DIR       default .bench/peers
 #
 # Optional peers (Debian: apt-get install fuse-overlayfs btrfs-progs) are

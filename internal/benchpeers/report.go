@@ -190,8 +190,12 @@ func snapshotTable(w io.Writer, r *Results) {
 		}
 		return "—"
 	}
+	rounds := r.SnapshotCount
+	if rounds == 0 {
+		rounds = r.Count // results written before snapshot_count
+	}
 	fmt.Fprintf(w, "| call (ms, min–max of %d) | %s | %s | %s | CLI ÷ btrfs | socket ÷ btrfs |\n|---|---|---|---|---|---|\n",
-		r.SnapshotCount, nameSnapHomefs, nameSnapAPI, nameSnapBtrfs)
+		rounds, nameSnapHomefs, nameSnapAPI, nameSnapBtrfs)
 	for _, key := range []string{"capture", "fork"} {
 		h, a, b := spanOf(r.Snapshots, nameSnapHomefs, key), spanOf(r.Snapshots, nameSnapAPI, key), spanOf(r.Snapshots, nameSnapBtrfs, key)
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", key, ms(h), ms(a), ms(b), vs(h, b), vs(a, b))
