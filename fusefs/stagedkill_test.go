@@ -2,9 +2,11 @@ package fusefs
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -152,7 +154,14 @@ func TestKillBetweenCommitAndReset(t *testing.T) {
 	_, err = out.Write(want)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(d.storeDir, dieAfterCommit), nil, 0o600))
-	require.NoError(t, os.Mkdir(filepath.Join(d.mnt, "dirty"), 0o755)) // a change for the next flush
+	// A change for the next flush. The flush of the changes above may come
+	// first (a slow machine) and die there: the mkdir then finds the
+	// connection gone, and that flush is the one under test.
+	err = os.Mkdir(filepath.Join(d.mnt, "dirty"), 0o755)
+	made := err == nil
+	if !made {
+		require.True(t, errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ENOTCONN), "mkdir: %v", err)
+	}
 	select {
 	case <-d.exited:
 	case <-time.After(time.Minute):
@@ -162,5 +171,7 @@ func TestKillBetweenCommitAndReset(t *testing.T) {
 
 	m := d.remount(t)
 	require.True(t, bytes.Equal(want, []byte(read(t, filepath.Join(m.Dir(), "out.log")))), "every byte of the open staged file")
-	require.DirExists(t, filepath.Join(m.Dir(), "dirty"), "the head the flush made")
+	if made {
+		require.DirExists(t, filepath.Join(m.Dir(), "dirty"), "the head the flush made")
+	}
 }

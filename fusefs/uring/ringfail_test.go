@@ -59,9 +59,12 @@ func TestRingFails(t *testing.T) {
 	r := set.rings[0]
 	null, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	require.NoError(t, err)
-	require.NoError(t, unix.Dup3(null, r.io.fd, unix.O_CLOEXEC))
+	broken := make(chan error, 1)
+	r.post(func(m *ringMail) {
+		m.onRing = append(m.onRing, func() { broken <- unix.Dup3(null, r.io.fd, unix.O_CLOEXEC) })
+	}) // the ring's next io_uring_enter fails
+	require.NoError(t, <-broken)
 	require.NoError(t, unix.Close(null))
-	r.post(func(*ringMail) {}) // wake it: its next io_uring_enter fails
 
 	for _, m := range mounts {
 		err, ok := onCPU(r.cpu, 30*time.Second, func() error {

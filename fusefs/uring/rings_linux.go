@@ -174,6 +174,9 @@ type ringMail struct {
 	adds  []*Server // mounts whose entries to register
 	reads []*Server // mounts whose /dev/fuse to read
 	stop  bool      // no mount uses the ring: end the thread
+	// onRing run on the ring thread, with its state at hand (a test
+	// breaks the ring's io_uring through it).
+	onRing []func()
 }
 
 const eventUserData = ^uint64(0)
@@ -421,6 +424,9 @@ func (r *ring) takeMail(res int32) {
 		r.armRead(s.reader)
 	}
 	r.stop = r.stop || m.stop
+	for _, f := range m.onRing {
+		f()
+	}
 	r.armEvent()
 }
 
