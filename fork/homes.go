@@ -197,9 +197,11 @@ func (s *homeSearch) inside(dir string) bool {
 // touches reports whether a place is at, above or below dir: a search of
 // dir's subtree then depends on the layout, not on its content alone.
 func (s *homeSearch) touches(dir string) bool {
+	if dir == "" || s.inside(dir) {
+		return true
+	}
 	for _, p := range s.places {
-		if p.Subtree == "" || dir == "" || dir == p.Subtree ||
-			strings.HasPrefix(dir, p.Subtree+"/") || strings.HasPrefix(p.Subtree, dir+"/") {
+		if strings.HasPrefix(p.Subtree, dir+"/") {
 			return true
 		}
 	}
