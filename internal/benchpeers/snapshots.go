@@ -83,58 +83,65 @@ func (r *rig) snapshotsHomefs(ctx context.Context, h *homefsTarget) error {
 	if err := h.cli(ctx, "capture", "snap"); err != nil { // stores the bytes: not timed
 		return err
 	}
-	if err := r.snapshotRounds(ctx, h, rollout); err != nil {
+	if err := r.snapshotRounds(cliSnapshotter(ctx, h), rollout, 0); err != nil {
 		return err
 	}
-	return r.snapshotRoundsAPI(ctx, h, rollout)
+	return r.snapshotRounds(apiSnapshotter(ctx, h), rollout, snapshotRounds)
 }
 
-// snapshotRounds times capture and fork through the CLI, each round after
-// a one-line change of the rollout.
-func (r *rig) snapshotRounds(ctx context.Context, h *homefsTarget, rollout string) error {
-	for round := range snapshotRounds {
-		if err := change(rollout, round); err != nil {
-			return err
-		}
-		var id string
-		if err := r.timed(nameSnapHomefs, "capture", round, func() error {
+// snapshotter is one way of calling homefs's capture (which returns the
+// snapshot's id) and fork (of that snapshot, into a new session).
+type snapshotter struct {
+	target  string
+	capture func() (string, error)
+	fork    func(id, target string) error
+}
+
+// cliSnapshotter calls them through the CLI, a process each.
+func cliSnapshotter(ctx context.Context, h *homefsTarget) snapshotter {
+	return snapshotter{nameSnapHomefs,
+		func() (string, error) {
 			out, err := h.out(ctx, "capture", "snap")
-			id = strings.TrimSpace(out)
-			return err
-		}); err != nil {
-			return err
-		}
-		if err := r.timed(nameSnapHomefs, "fork", round, func() error {
-			return h.cli(ctx, "fork", "snap@"+id, fmt.Sprintf("snap-fork-%d", round))
-		}); err != nil {
-			return err
-		}
-	}
-	return nil
+			return strings.TrimSpace(out), err
+		},
+		func(id, target string) error { return h.cli(ctx, "fork", "snap@"+id, target) }}
 }
 
-// snapshotRoundsAPI times the same calls made through the daemon's socket
-// by a process already running, as a platform that keeps a client does:
-// the daemon's work and the round trip, without a process's start.
-func (r *rig) snapshotRoundsAPI(ctx context.Context, h *homefsTarget, rollout string) error {
+// apiSnapshotter calls them through the daemon's socket from this
+// process, as a platform that keeps a client does: the daemon's work and
+// the round trip, without a process's start.
+func apiSnapshotter(ctx context.Context, h *homefsTarget) snapshotter {
 	c := api.NewClient(api.DefaultSocket(h.root))
+	return snapshotter{nameSnapAPI,
+		func() (string, error) {
+			info, err := c.Capture(ctx, "snap", api.CaptureRequest{})
+			if err != nil {
+				return "", err
+			}
+			return info.ID, nil
+		},
+		func(id, target string) error {
+			_, err := c.Fork(ctx, api.ForkRequest{Source: "snap@" + id, Target: target})
+			return err
+		}}
+}
+
+// snapshotRounds times s's capture and fork, each round after a one-line
+// change of the rollout (lines numbered from first).
+func (r *rig) snapshotRounds(s snapshotter, rollout string, first int) error {
 	for round := range snapshotRounds {
-		if err := change(rollout, snapshotRounds+round); err != nil {
+		if err := change(rollout, first+round); err != nil {
 			return err
 		}
 		var id string
-		if err := r.timed(nameSnapAPI, "capture", round, func() error {
-			info, err := c.Capture(ctx, "snap", api.CaptureRequest{})
-			if err == nil {
-				id = info.ID
-			}
+		if err := r.timed(s.target, "capture", round, func() (err error) {
+			id, err = s.capture()
 			return err
 		}); err != nil {
 			return err
 		}
-		if err := r.timed(nameSnapAPI, "fork", round, func() error {
-			_, err := c.Fork(ctx, api.ForkRequest{Source: "snap@" + id, Target: fmt.Sprintf("snap-api-fork-%d", round)})
-			return err
+		if err := r.timed(s.target, "fork", round, func() error {
+			return s.fork(id, fmt.Sprintf("snap-fork-%d", first+round))
 		}); err != nil {
 			return err
 		}
