@@ -612,9 +612,7 @@ func (e *Engine) mount(ctx context.Context, s *Session, subtree, dir string, opt
 		return nil, fmt.Errorf("mount %s: %w", real, err)
 	}
 	m.server = server
-	if m.uring != nil && m.uring.Conn() != "" {
-		m.conn = m.uring.Conn() // read from the mount table as it mounted
-	} else if m.conn, err = connOf(real); err != nil {
+	if m.conn, err = connOf(real); err != nil {
 		// Close can then only wait for a busy mount's users to leave.
 		m.log.Warn("connection of the mount unknown", "mount", real, "err", err)
 	} else if os.Geteuid() == 0 {

@@ -130,10 +130,6 @@ func (s *Server) Unmount() error {
 	return nil
 }
 
-// Conn is the connection's name in fusectl, read from the mount table
-// right after the mount; "" if it was not found there.
-func (s *Server) Conn() string { return s.conn }
-
 // abort ends the connection after a ring failed (ring.fail): its
 // requests on that ring's CPUs would otherwise wait for ever.
 func (s *Server) abort(cause error) {
