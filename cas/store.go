@@ -66,6 +66,25 @@ func GetMany(ctx context.Context, g Getter, refs []Ref) ([][]byte, []error) {
 	return data, errs
 }
 
+// IntoGetter is a ManyGetter that also decodes chunks into room its
+// caller gives, so that a caller that recycles buffers allocates nothing:
+// data[i] is bufs[i][:n] when chunk i fits in cap(bufs[i]) (a nil buffer
+// has no room), else a new slice; the rest is as GetMany. A chunk that
+// failed leaves its buffer's content undefined.
+type IntoGetter interface {
+	ManyGetter
+	GetManyInto(ctx context.Context, refs []Ref, bufs [][]byte) (data [][]byte, errs []error)
+}
+
+// GetManyInto returns refs' chunks through g's GetManyInto if it has one,
+// into bufs, else as GetMany does.
+func GetManyInto(ctx context.Context, g Getter, refs []Ref, bufs [][]byte) ([][]byte, []error) {
+	if m, ok := g.(IntoGetter); ok {
+		return m.GetManyInto(ctx, refs, bufs)
+	}
+	return GetMany(ctx, g, refs)
+}
+
 // Putter stores data under Sum(data) and returns that ref. A put is not
 // durable until Sync (or a durable batch commit) returns.
 type Putter interface {

@@ -9,19 +9,30 @@ import (
 	"sync"
 
 	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
 )
 
 // chunkCache keeps recently read chunks in their plain form, so that a
 // reader going through a chunk in kernel-sized pieces decompresses and
 // verifies it once. Chunks are immutable, so entries never go stale.
+//
+// Its buffers are recycled: a chunk is decoded into the buffer of one
+// evicted before (cas.GetManyInto), so that streaming a file through the
+// cache allocates nothing once the cache is full. A fresh daemon's heap
+// otherwise grew by some 70 MB over a cold read of 1 GiB, one page fault
+// per 4 KiB, which on a PVM guest cost about a third of the read. A
+// reader pins the entry it reads (get) until it has copied what it needs
+// (release); an evicted entry's buffer is reused only once no reader
+// holds it.
 type chunkCache struct {
 	store cas.Getter
 	max   int // entries
 
 	mu      sync.Mutex
-	order   *list.List // of cas.Ref, most recent first; GUARDED_BY(mu)
-	items   map[cas.Ref]cacheItem
-	loading map[cas.Ref]*load // GUARDED_BY(mu); fetches in flight
+	order   *list.List              // of cas.Ref, most recent first; GUARDED_BY(mu)
+	items   map[cas.Ref]*cacheEntry // GUARDED_BY(mu)
+	loading map[cas.Ref]*load       // GUARDED_BY(mu); fetches in flight
+	free    [][]byte                // GUARDED_BY(mu); buffers to decode into, cap manifest.ChunkSize
 
 	// queue holds the read-ahead refs not yet fetched, oldest first, at
 	// most maxQueued; queued is the same as a set. fetchers is how many
@@ -31,14 +42,28 @@ type chunkCache struct {
 	fetchers int                  // GUARDED_BY(mu)
 }
 
+// cacheEntry is a cached chunk. Its data is not modified and its buffer
+// not reused while pins > 0 or it is in the cache (elem set).
+type cacheEntry struct {
+	data []byte
+	elem *list.Element // GUARDED_BY(chunkCache.mu); nil once evicted
+	pins int           // GUARDED_BY(chunkCache.mu)
+}
+
 // load is one fetch in flight; waiters block on done. remote is closed
 // once the fetch turned out to need a remote: a waiter under
-// cas.LocalOnly stops waiting then.
+// cas.LocalOnly stops waiting then. The fetch's entry is pinned once for
+// every waiter still waiting when it ends (waiters), and once for the
+// caller that fetches, if it reads (get).
 type load struct {
-	done   chan struct{}
-	remote chan struct{}
-	data   []byte
-	err    error
+	done    chan struct{}
+	remote  chan struct{}
+	data    []byte
+	err     error
+	waiters int         // GUARDED_BY(chunkCache.mu)
+	reader  bool        // the fetching caller reads the chunk: it takes a pin
+	ended   bool        // GUARDED_BY(chunkCache.mu)
+	entry   *cacheEntry // set by finish when the chunk is cached
 }
 
 // remoteChunk is a chunk that a read under cas.LocalOnly found only a
@@ -64,17 +89,16 @@ const (
 
 var maxAhead = max(4, 2*runtime.GOMAXPROCS(0))
 
-type cacheItem struct {
-	data []byte
-	elem *list.Element
-}
+// maxFree bounds the buffers kept for reuse beyond the cache's own: a
+// request's chunks and their read-ahead.
+const maxFree = 2 * readAheadChunks
 
 func newChunkCache(store cas.Getter, maxEntries int) *chunkCache {
 	return &chunkCache{
 		store:   store,
 		max:     maxEntries,
 		order:   list.New(),
-		items:   make(map[cas.Ref]cacheItem),
+		items:   make(map[cas.Ref]*cacheEntry),
 		loading: make(map[cas.Ref]*load),
 		queued:  make(map[cas.Ref]struct{}),
 	}
@@ -160,9 +184,13 @@ func (c *chunkCache) claim(n int) ([]cas.Ref, []*load) {
 // has are fetched one by one.
 func (c *chunkCache) loadMany(refs []cas.Ref, loads []*load) {
 	ctx := context.Background()
-	data, errs := cas.GetMany(cas.LocalOnly(ctx), c.store, refs)
+	bufs := c.takeBufs(len(refs))
+	data, errs := cas.GetManyInto(cas.LocalOnly(ctx), c.store, refs, bufs)
 	var remote []int
 	for i, l := range loads {
+		if !backs(bufs[i], data[i]) || errs[i] != nil {
+			c.recycle(bufs[i])
+		}
 		if errors.Is(errs[i], cas.ErrNotLocal) {
 			close(l.remote)
 			remote = append(remote, i)
@@ -177,43 +205,133 @@ func (c *chunkCache) loadMany(refs []cas.Ref, loads []*load) {
 	}
 }
 
+// backs reports whether data lies in buf's array.
+func backs(buf, data []byte) bool {
+	return cap(buf) > 0 && cap(data) > 0 && &buf[:1][0] == &data[:1][0]
+}
+
+// takeBufs returns n buffers to decode chunks into: recycled ones, then
+// new ones.
+func (c *chunkCache) takeBufs(n int) [][]byte {
+	bufs := make([][]byte, n)
+	c.mu.Lock()
+	for i := range bufs {
+		if k := len(c.free); k > 0 {
+			bufs[i], c.free = c.free[k-1], c.free[:k-1]
+		}
+	}
+	c.mu.Unlock()
+	for i, b := range bufs {
+		if b == nil {
+			bufs[i] = make([]byte, manifest.ChunkSize)
+		}
+	}
+	return bufs
+}
+
+// recycle keeps b for a later decode, if it is a chunk buffer and the
+// free list has room.
+func (c *chunkCache) recycle(b []byte) {
+	if cap(b) != manifest.ChunkSize {
+		return
+	}
+	c.mu.Lock()
+	c.recycleLocked(b)
+	c.mu.Unlock()
+}
+
+// Called with c.mu held.
+func (c *chunkCache) recycleLocked(b []byte) {
+	if cap(b) == manifest.ChunkSize && len(c.free) < maxFree {
+		c.free = append(c.free, b[:0])
+	}
+}
+
 func newLoad() *load { return &load{done: make(chan struct{}), remote: make(chan struct{})} }
 
-// get returns the plain bytes of ref; callers must not modify them. A
-// fetch already in flight for ref (a read-ahead) is joined, not repeated.
-// Under cas.LocalOnly, a chunk that only a remote has is a *remoteChunk
-// (wrapping cas.ErrNotLocal), and so is one whose fetch in flight waits
-// for a remote.
-func (c *chunkCache) get(ctx context.Context, ref cas.Ref) ([]byte, error) {
+// get returns the plain bytes of ref, pinned: they stay as they are until
+// the caller passes e to release, which it must (e may be nil). Callers
+// must not modify them. A fetch already in flight for ref (a read-ahead)
+// is joined, not repeated. Under cas.LocalOnly, a chunk that only a
+// remote has is a *remoteChunk (wrapping cas.ErrNotLocal), and so is one
+// whose fetch in flight waits for a remote.
+func (c *chunkCache) get(ctx context.Context, ref cas.Ref) (data []byte, e *cacheEntry, err error) {
 	local := cas.IsLocalOnly(ctx)
 	for {
 		c.mu.Lock()
-		if it, ok := c.items[ref]; ok {
-			c.order.MoveToFront(it.elem)
+		if e, ok := c.items[ref]; ok {
+			c.order.MoveToFront(e.elem)
+			e.pins++
 			c.mu.Unlock()
-			return it.data, nil
+			return e.data, e, nil
 		}
 		l, joined := c.loading[ref]
-		if !joined {
+		if joined {
+			l.waiters++
+		} else {
 			l = newLoad()
+			l.reader = true
 			c.loading[ref] = l
 		}
 		c.mu.Unlock()
 		if !joined {
 			c.load(ctx, ref, l)
-		} else if err := l.wait(ctx, local); errors.Is(err, cas.ErrNotLocal) {
-			return nil, &remoteChunk{ref: ref, err: err}
-		} else if err != nil {
-			return nil, err
+		} else if err := l.wait(ctx, local); err != nil {
+			c.leave(l)
+			if errors.Is(err, cas.ErrNotLocal) {
+				return nil, nil, &remoteChunk{ref: ref, err: err}
+			}
+			return nil, nil, err
 		}
 		if errors.Is(l.err, cas.ErrNotLocal) {
 			if local {
-				return nil, &remoteChunk{ref: ref, err: l.err}
+				return nil, nil, &remoteChunk{ref: ref, err: l.err}
 			}
 			continue // a local-only load: this caller may fetch
 		}
-		return l.data, l.err
+		if l.err != nil {
+			return nil, nil, l.err
+		}
+		return l.entry.data, l.entry, nil
 	}
+}
+
+// leave is a waiter of l giving up: it takes no pin, or gives back the
+// one l's end gave it.
+func (c *chunkCache) leave(l *load) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !l.ended {
+		l.waiters--
+	} else if l.entry != nil {
+		c.unpinLocked(l.entry)
+	}
+}
+
+// release unpins e (from get); nil does nothing.
+func (c *chunkCache) release(e *cacheEntry) {
+	if e == nil {
+		return
+	}
+	c.mu.Lock()
+	c.unpinLocked(e)
+	c.mu.Unlock()
+}
+
+// Called with c.mu held.
+func (c *chunkCache) unpinLocked(e *cacheEntry) {
+	e.pins--
+	if e.pins == 0 && e.elem == nil {
+		c.recycleLocked(e.data)
+		e.data = nil
+	}
+}
+
+// warm brings ref into the cache (get), unpinned.
+func (c *chunkCache) warm(ctx context.Context, ref cas.Ref) error {
+	_, e, err := c.get(ctx, ref)
+	c.release(e)
+	return err
 }
 
 // wait waits for l to end; under local, only while it needs no remote,
@@ -237,7 +355,12 @@ func (l *load) wait(ctx context.Context, local bool) error {
 // copy first, so that waiters under cas.LocalOnly learn when the fetch
 // goes to a remote.
 func (c *chunkCache) load(ctx context.Context, ref cas.Ref, l *load) {
-	l.data, l.err = c.store.Get(cas.LocalOnly(ctx), ref)
+	bufs := c.takeBufs(1)
+	data, errs := cas.GetManyInto(cas.LocalOnly(ctx), c.store, []cas.Ref{ref}, bufs)
+	l.data, l.err = data[0], errs[0]
+	if !backs(bufs[0], l.data) || l.err != nil {
+		c.recycle(bufs[0])
+	}
 	if errors.Is(l.err, cas.ErrNotLocal) && !cas.IsLocalOnly(ctx) {
 		close(l.remote)
 		l.data, l.err = c.store.Get(ctx, ref)
@@ -245,17 +368,34 @@ func (c *chunkCache) load(ctx context.Context, ref cas.Ref, l *load) {
 	c.finish(ref, l)
 }
 
-// finish ends l, the fetch of ref: its chunk goes into the cache, and its
-// waiters wake.
+// finish ends l, the fetch of ref: its chunk goes into the cache, pinned
+// for its waiters and its reader, and its waiters wake.
 func (c *chunkCache) finish(ref cas.Ref, l *load) {
 	c.mu.Lock()
 	delete(c.loading, ref)
+	l.ended = true
 	if l.err == nil {
-		if _, ok := c.items[ref]; !ok {
-			c.items[ref] = cacheItem{data: l.data, elem: c.order.PushFront(ref)}
-			for c.order.Len() > c.max {
-				old := c.order.Remove(c.order.Back()).(cas.Ref)
-				delete(c.items, old)
+		e, ok := c.items[ref]
+		if ok {
+			c.recycleLocked(l.data) // not in any entry: no one has it
+		} else {
+			e = &cacheEntry{data: l.data, elem: c.order.PushFront(ref)}
+			c.items[ref] = e
+		}
+		l.data = nil
+		e.pins += l.waiters
+		if l.reader {
+			e.pins++
+		}
+		l.entry = e
+		for c.order.Len() > c.max {
+			old := c.order.Remove(c.order.Back()).(cas.Ref)
+			ev := c.items[old]
+			delete(c.items, old)
+			ev.elem = nil
+			if ev.pins == 0 {
+				c.recycleLocked(ev.data)
+				ev.data = nil
 			}
 		}
 	}

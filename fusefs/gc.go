@@ -105,6 +105,11 @@ func (r *Recorder) GetMany(ctx context.Context, refs []cas.Ref) ([][]byte, []err
 	return cas.GetMany(ctx, r.Store, refs)
 }
 
+// GetManyInto passes through to the store's (cas.GetManyInto).
+func (r *Recorder) GetManyInto(ctx context.Context, refs []cas.Ref, bufs [][]byte) ([][]byte, []error) {
+	return cas.GetManyInto(ctx, r.Store, refs, bufs)
+}
+
 // Unwrap returns the wrapped store.
 func (r *Recorder) Unwrap() cas.Store { return r.Store }
 

@@ -202,7 +202,7 @@ func (s *Session) fetchBases(ctx context.Context) error {
 			if _, ok := s.pending.get(ref); ok {
 				continue
 			}
-			if _, err := s.chunks.get(ctx, ref); err != nil {
+			if err := s.chunks.warm(ctx, ref); err != nil {
 				return fmt.Errorf("base of an overlay of inode %d: %w", n.ino, err)
 			}
 		}

@@ -184,22 +184,37 @@ func (c *dirtyChunk) cost() int64 {
 }
 
 // storedChunk returns the stored content of ref, at most l bytes; shorter
-// means zeros follow. The slice must not be modified.
-func (n *node) storedChunk(ctx context.Context, ref cas.Ref, l int) ([]byte, error) {
+// means zeros follow. The slice must not be modified, and is the caller's
+// only until it passes e to n.sess.chunks.release (the cache reuses its
+// buffer then).
+func (n *node) storedChunk(ctx context.Context, ref cas.Ref, l int) ([]byte, *cacheEntry, error) {
 	if ref.IsZero() {
-		return nil, nil
+		return nil, nil, nil
 	}
 	b, ok := n.sess.pending.get(ref)
+	var e *cacheEntry
 	if !ok {
 		var err error
-		if b, err = n.sess.chunks.get(ctx, ref); err != nil {
-			return nil, err
+		if b, e, err = n.sess.chunks.get(ctx, ref); err != nil {
+			return nil, nil, err
 		}
 	}
 	if len(b) > l {
 		b = b[:l]
 	}
-	return b, nil
+	return b, e, nil
+}
+
+// warmChunk brings stored chunk ref into the chunk cache (or finds it
+// pending), so that a later storedChunk under the same lock finds it.
+func (n *node) warmChunk(ctx context.Context, ref cas.Ref) error {
+	if ref.IsZero() {
+		return nil
+	}
+	if _, ok := n.sess.pending.get(ref); ok {
+		return nil
+	}
+	return n.sess.chunks.warm(ctx, ref)
 }
 
 // storedRef returns the stored ref of chunk i (zero for a hole or past the
@@ -224,11 +239,12 @@ func (n *node) readChunk(ctx context.Context, i, within int, out []byte) error {
 			copy(out, e.data[within-e.off:])
 			return nil
 		}
-		base, err := n.storedChunk(ctx, c.base, c.baseLen)
+		base, be, err := n.storedChunk(ctx, c.base, c.baseLen)
 		if err != nil {
 			return err
 		}
 		copyAt(out, base, within)
+		n.sess.chunks.release(be)
 		for _, e := range c.ext {
 			if lo, hi := max(e.off, within), min(e.off+len(e.data), within+len(out)); lo < hi {
 				copy(out[lo-within:hi-within], e.data[lo-e.off:])
@@ -236,11 +252,12 @@ func (n *node) readChunk(ctx context.Context, i, within int, out []byte) error {
 		}
 		return nil
 	}
-	b, err := n.chunkBytes(ctx, i)
+	b, e, err := n.chunkBytes(ctx, i)
 	if err != nil {
 		return err
 	}
 	copyAt(out, b, within)
+	n.sess.chunks.release(e)
 	return nil
 }
 
@@ -266,7 +283,7 @@ func (c *dirtyChunk) covering(off, l int) *extent {
 
 // merged returns overlay c's content as a new buffer.
 func (n *node) merged(ctx context.Context, c *dirtyChunk) ([]byte, error) {
-	base, err := n.storedChunk(ctx, c.base, c.baseLen)
+	base, be, err := n.storedChunk(ctx, c.base, c.baseLen)
 	if err != nil {
 		return nil, err
 	}
@@ -276,6 +293,7 @@ func (n *node) merged(ctx context.Context, c *dirtyChunk) ([]byte, error) {
 	}
 	b := make([]byte, l)
 	copy(b, base)
+	n.sess.chunks.release(be)
 	for _, e := range c.ext {
 		copy(b[e.off:], e.data)
 	}
@@ -340,17 +358,17 @@ func (n *node) makeWhole(ctx context.Context, c *dirtyChunk) error {
 // chunkBytes returns the current content of chunk i, at most its logical
 // length; shorter means zeros follow. An overlay is made whole first. The
 // slice must not be modified. Called with n.mu held.
-func (n *node) chunkBytes(ctx context.Context, i int) ([]byte, error) {
+func (n *node) chunkBytes(ctx context.Context, i int) ([]byte, *cacheEntry, error) {
 	d := n.data
 	if c, ok := d.dirty[i]; ok {
 		if err := n.makeWhole(ctx, c); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return c.buf, nil
+		return c.buf, nil, nil
 	}
 	ref, err := n.storedRef(ctx, i)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return n.storedChunk(ctx, ref, chunkLen(d.size, i))
 }
@@ -429,12 +447,13 @@ func (n *node) writeChunk(ctx context.Context, i, within int, p []byte) error {
 		case !readsStored(ref, within, len(p), l):
 			c = &dirtyChunk{base: ref, baseLen: l}
 		default:
-			stored, err := n.storedChunk(ctx, ref, l)
+			stored, se, err := n.storedChunk(ctx, ref, l)
 			if err != nil {
 				return err
 			}
 			c = &dirtyChunk{whole: true, buf: make([]byte, len(stored), max(len(stored), within+len(p)))}
 			copy(c.buf, stored)
+			n.sess.chunks.release(se)
 			n.charge(c, int64(cap(c.buf)))
 		}
 		if d.dirty == nil {
@@ -484,7 +503,7 @@ func (n *node) writeReady(ctx context.Context, off int64, l int) error {
 			if c.whole || c.takes(span) {
 				continue
 			}
-			if _, err := n.storedChunk(ctx, c.base, c.baseLen); err != nil {
+			if err := n.warmChunk(ctx, c.base); err != nil {
 				return err
 			}
 			continue
@@ -494,7 +513,7 @@ func (n *node) writeReady(ctx context.Context, off int64, l int) error {
 			return err
 		}
 		if cl := chunkLen(d.size, i); readsStored(ref, within, span, cl) {
-			if _, err := n.storedChunk(ctx, ref, cl); err != nil {
+			if err := n.warmChunk(ctx, ref); err != nil {
 				return err
 			}
 		}
@@ -508,11 +527,12 @@ func (n *node) writableChunk(ctx context.Context, i int) ([]byte, error) {
 	d := n.data
 	c, ok := d.dirty[i]
 	if !ok {
-		stored, err := n.chunkBytes(ctx, i)
+		stored, se, err := n.chunkBytes(ctx, i)
 		if err != nil {
 			return nil, err
 		}
 		c = &dirtyChunk{whole: true, buf: bytes.Clone(stored)}
+		n.sess.chunks.release(se)
 		if c.buf == nil {
 			c.buf = []byte{}
 		}
@@ -708,14 +728,14 @@ func (n *node) zeroReady(ctx context.Context, off, end int64) error {
 		}
 		if c, ok := d.dirty[i]; ok {
 			if !c.whole {
-				if _, err := n.storedChunk(ctx, c.base, c.baseLen); err != nil {
+				if err := n.warmChunk(ctx, c.base); err != nil {
 					return err
 				}
 			}
 			continue
 		}
 		if i < d.chunks.Len() {
-			if _, err := n.storedChunk(ctx, d.chunks.At(i), chunkLen(d.size, i)); err != nil {
+			if err := n.warmChunk(ctx, d.chunks.At(i)); err != nil {
 				return err
 			}
 		}

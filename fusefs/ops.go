@@ -976,7 +976,7 @@ func (s *Session) Read(ctx context.Context, n *node, dest []byte, off int64) (in
 			}
 			return k, err
 		}
-		if _, err := s.chunks.get(ctx, miss.ref); err != nil {
+		if err := s.chunks.warm(ctx, miss.ref); err != nil {
 			return 0, err
 		}
 	}

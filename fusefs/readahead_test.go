@@ -72,8 +72,9 @@ func TestPrefetchFetchesEveryRef(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	for _, ref := range refs {
-		_, err := c.get(ctx, ref)
+		_, e, err := c.get(ctx, ref)
 		require.NoError(t, err)
+		c.release(e)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -13,7 +13,10 @@ import (
 	"github.com/homefs/homefs/cas"
 )
 
-var _ cas.Compactor = (*Store)(nil)
+var (
+	_ cas.Compactor  = (*Store)(nil)
+	_ cas.IntoGetter = (*Store)(nil)
+)
 
 // prefixCompact keys a marker written and dropped by Compact.
 const prefixCompact = 'r'

@@ -12,8 +12,15 @@ import (
 
 // GetMany gives what Get gives for each ref: a damaged chunk verified in
 // a pair (first or second) is ErrCorrupt and its bytes are never returned,
-// its partner is served; an absent one is ErrNotFound.
+// its partner is served; an absent one is ErrNotFound. GetManyInto gives
+// the same, each chunk in its buffer.
 func TestBadgerGetMany(t *testing.T) {
+	for _, into := range []bool{false, true} {
+		testBadgerGetMany(t, into)
+	}
+}
+
+func testBadgerGetMany(t *testing.T, into bool) {
 	ctx := context.Background()
 	s, err := badgerstore.Open(t.TempDir(), badgerstore.Options{})
 	if err != nil {
@@ -47,8 +54,23 @@ func TestBadgerGetMany(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	data, errs := cas.GetMany(ctx, s, refs)
+	var (
+		data [][]byte
+		errs []error
+		bufs = make([][]byte, len(refs))
+	)
+	for i := range bufs {
+		bufs[i] = make([]byte, 64<<10)
+	}
+	if into {
+		data, errs = cas.GetManyInto(ctx, s, refs, bufs)
+	} else {
+		data, errs = cas.GetMany(ctx, s, refs)
+	}
 	for i := range refs {
+		if into && errs[i] == nil && len(data[i]) > 0 && &data[i][0] != &bufs[i][0] {
+			t.Errorf("chunk %d: not decoded into its buffer", i)
+		}
 		switch {
 		case damaged[i]:
 			if !errors.Is(errs[i], cas.ErrCorrupt) || data[i] != nil {

@@ -223,7 +223,7 @@ func (s *Store) Get(ctx context.Context, ref cas.Ref) ([]byte, error) {
 		return nil, err
 	}
 	defer s.end()
-	plain, err := s.getStored(ref)
+	plain, err := s.getStored(ref, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -233,6 +233,12 @@ func (s *Store) Get(ctx context.Context, ref cas.Ref) ([]byte, error) {
 // GetMany implements cas.ManyGetter: the chunks are read one by one and
 // verified two at a time (sum2).
 func (s *Store) GetMany(ctx context.Context, refs []cas.Ref) ([][]byte, []error) {
+	return s.GetManyInto(ctx, refs, nil)
+}
+
+// GetManyInto implements cas.IntoGetter: GetMany, each chunk decoded
+// into its buffer when it fits.
+func (s *Store) GetManyInto(ctx context.Context, refs []cas.Ref, bufs [][]byte) ([][]byte, []error) {
 	data, errs := make([][]byte, len(refs)), make([]error, len(refs))
 	if err := ctxErr(ctx); err != nil {
 		return data, fill(errs, err)
@@ -242,7 +248,11 @@ func (s *Store) GetMany(ctx context.Context, refs []cas.Ref) ([][]byte, []error)
 	}
 	defer s.end()
 	for i, ref := range refs {
-		data[i], errs[i] = s.getStored(ref)
+		var buf []byte
+		if i < len(bufs) {
+			buf = bufs[i]
+		}
+		data[i], errs[i] = s.getStored(ref, buf)
 	}
 	for i := 0; i < len(refs); i += 2 {
 		if i+1 == len(refs) || errs[i] != nil || errs[i+1] != nil {
@@ -268,17 +278,17 @@ func fill(errs []error, err error) []error {
 	return errs
 }
 
-// getStored reads and decodes ref's stored form, unverified: the plain
-// bytes, or an error wrapping cas.ErrNotFound or cas.ErrCorrupt (a stored form
+// getStored reads and decodes ref's stored form, unverified, into dst's
+// room when it fits (stored.DecodeUnverifiedInto): the plain bytes, or an error wrapping cas.ErrNotFound or cas.ErrCorrupt (a stored form
 // that does not decode).
-func (s *Store) getStored(ref cas.Ref) ([]byte, error) {
+func (s *Store) getStored(ref cas.Ref, dst []byte) ([]byte, error) {
 	var (
 		plain          []byte
 		err, decodeErr error
 	)
 	for try := 0; ; try++ {
 		gen := s.vlogGen.Load()
-		plain, err, decodeErr = s.getOnce(ref)
+		plain, err, decodeErr = s.getOnce(ref, dst)
 		failed := decodeErr != nil || err != nil && !errors.Is(err, badger.ErrKeyNotFound)
 		// A value-log rewrite (Compact) that ran during the read may
 		// have deleted the file the read's pointer named: a new
@@ -311,7 +321,7 @@ func (s *Store) verified(ref cas.Ref, plain []byte, sum cas.Ref) ([]byte, error)
 
 // getOnce reads and decodes ref's stored form in one transaction: err is
 // Badger's, decodeErr what reading or decoding the value met.
-func (s *Store) getOnce(ref cas.Ref) (plain []byte, err, decodeErr error) {
+func (s *Store) getOnce(ref cas.Ref, dst []byte) (plain []byte, err, decodeErr error) {
 	err = s.db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(chunkKey(ref))
 		if err != nil {
@@ -319,7 +329,7 @@ func (s *Store) getOnce(ref cas.Ref) (plain []byte, err, decodeErr error) {
 		}
 		// Decoding copies, so nothing of the transaction's memory escapes.
 		if err := item.Value(func(v []byte) error {
-			plain, decodeErr = stored.DecodeUnverified(v)
+			plain, decodeErr = stored.DecodeUnverifiedInto(dst, v)
 			return nil
 		}); err != nil {
 			decodeErr = err

@@ -146,7 +146,11 @@ func chunkHeader(v []byte) (codec byte, size int64, payload []byte, err error) {
 // without checking them against a ref, for a store that hashes them itself
 // (the Badger store hashes two chunks at once). Its error says why v is not
 // a stored form; it does not wrap cas.ErrCorrupt.
-func DecodeUnverified(v []byte) ([]byte, error) {
+func DecodeUnverified(v []byte) ([]byte, error) { return DecodeUnverifiedInto(nil, v) }
+
+// DecodeUnverifiedInto is DecodeUnverified into dst's room: the plain
+// bytes are dst[:size] when size fits in cap(dst), else a new slice.
+func DecodeUnverifiedInto(dst, v []byte) ([]byte, error) {
 	codec, size, payload, err := chunkHeader(v)
 	if err != nil {
 		return nil, err
@@ -156,13 +160,22 @@ func DecodeUnverified(v []byte) ([]byte, error) {
 		if int64(len(payload)) != size {
 			return nil, fmt.Errorf("raw payload of %d bytes, header says %d", len(payload), size)
 		}
-		// make and copy: the compiler then skips zeroing the new slice.
-		out := make([]byte, len(payload))
+		var out []byte
+		if int64(cap(dst)) >= size {
+			out = dst[:size]
+		} else {
+			// make and copy: the compiler then skips zeroing the new slice.
+			out = make([]byte, len(payload))
+		}
 		copy(out, payload)
 		return out, nil
 	default:
 		// The cap limit makes a lying header fail instead of allocating.
-		out, err := decoder().DecodeAll(payload, make([]byte, 0, size))
+		room := make([]byte, 0, size)
+		if int64(cap(dst)) >= size {
+			room = dst[:0:size]
+		}
+		out, err := decoder().DecodeAll(payload, room)
 		if err != nil {
 			return nil, fmt.Errorf("zstd: %v", err)
 		}

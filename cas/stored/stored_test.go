@@ -136,3 +136,30 @@ func TestDecodeChecks(t *testing.T) {
 		t.Errorf("Encode over MaxChunkSize: %v", err)
 	}
 }
+
+// DecodeUnverifiedInto decodes into its buffer when the plain bytes fit,
+// by either codec, and into a new slice when they do not.
+func TestDecodeInto(t *testing.T) {
+	for _, data := range [][]byte{
+		bytes.Repeat([]byte("homefs stores agent rollouts\n"), 100), // zstd
+		pseudoRandom(4096), // raw
+	} {
+		v := encodeChunk(data)
+		room := bytes.Repeat([]byte{0xff}, len(data)+100)
+		got, err := DecodeUnverifiedInto(room, v)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("codec %d: decode into room: %v", v[0], err)
+		}
+		if &got[0] != &room[0] {
+			t.Errorf("codec %d: decoded outside the room given", v[0])
+		}
+		small := make([]byte, len(data)-1)
+		got, err = DecodeUnverifiedInto(small, v)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("codec %d: decode past the room: %v", v[0], err)
+		}
+		if &got[0] == &small[:1][0] {
+			t.Errorf("codec %d: decoded into a buffer too small", v[0])
+		}
+	}
+}

@@ -71,7 +71,10 @@ type fetchCall struct {
 	abandoned bool
 }
 
-var _ cas.Store = (*ReadThrough)(nil)
+var (
+	_ cas.Store      = (*ReadThrough)(nil)
+	_ cas.IntoGetter = (*ReadThrough)(nil)
+)
 
 // NewReadThrough returns a ReadThrough over local that fetches from
 // remotes, in order.
@@ -175,7 +178,13 @@ func (t *ReadThrough) Get(ctx context.Context, ref cas.Ref) ([]byte, error) {
 // GetMany implements cas.ManyGetter: the chunks the local store gives
 // (verified together, as it does), and for each it fails, what Get gives.
 func (t *ReadThrough) GetMany(ctx context.Context, refs []cas.Ref) ([][]byte, []error) {
-	data, errs := cas.GetMany(ctx, t.Store, refs)
+	return t.GetManyInto(ctx, refs, nil)
+}
+
+// GetManyInto implements cas.IntoGetter: GetMany, with the local store's
+// chunks decoded into bufs (a chunk fetched from a remote is a new slice).
+func (t *ReadThrough) GetManyInto(ctx context.Context, refs []cas.Ref, bufs [][]byte) ([][]byte, []error) {
+	data, errs := cas.GetManyInto(ctx, t.Store, refs, bufs)
 	for i, ref := range refs {
 		if errs[i] == nil {
 			t.readAhead(ref)

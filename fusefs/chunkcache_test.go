@@ -1,0 +1,100 @@
+package fusefs
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/cas/badgerstore"
+	"github.com/homefs/homefs/manifest"
+)
+
+// chunkStore opens a Badger store holding n random whole chunks.
+func chunkStore(t *testing.T, n int) (*badgerstore.Store, []cas.Ref) {
+	t.Helper()
+	store, err := badgerstore.Open(t.TempDir(), badgerstore.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, store.Close()) })
+	refs := make([]cas.Ref, n)
+	for i := range refs {
+		refs[i], err = store.Put(context.Background(), randBytes(uint64(i)+7, manifest.ChunkSize))
+		require.NoError(t, err)
+	}
+	return store, refs
+}
+
+// A file streamed through the cache is decoded into recycled buffers:
+// the cache's own and a few free ones, however many chunks pass.
+func TestChunkCacheRecyclesBuffers(t *testing.T) {
+	ctx := context.Background()
+	store, refs := chunkStore(t, 16)
+	c := newChunkCache(store, 4)
+	arrays := make(map[*byte]bool)
+	for round := range 20 {
+		for _, ref := range refs {
+			data, e, err := c.get(ctx, ref)
+			require.NoError(t, err)
+			require.Equal(t, ref, cas.Sum(data), "round %d", round)
+			arrays[&data[:1][0]] = true
+			c.release(e)
+		}
+	}
+	require.LessOrEqual(t, len(arrays), c.max+maxFree, "buffers used for %d gets", 20*len(refs))
+}
+
+// A chunk a reader holds keeps its bytes while the cache evicts it and
+// decodes other chunks, and its buffer is reused once released.
+func TestChunkCachePinnedKeepsBytes(t *testing.T) {
+	ctx := context.Background()
+	store, refs := chunkStore(t, 8)
+	c := newChunkCache(store, 1)
+	held, he, err := c.get(ctx, refs[0])
+	require.NoError(t, err)
+	for range 10 {
+		for _, ref := range refs[1:] {
+			data, e, err := c.get(ctx, ref)
+			require.NoError(t, err)
+			require.False(t, &data[:1][0] == &held[:1][0], "a pinned chunk's buffer was reused")
+			c.release(e)
+		}
+	}
+	require.Equal(t, refs[0], cas.Sum(held), "a pinned chunk changed under its reader")
+	c.release(he)
+	c.mu.Lock()
+	require.Contains(t, c.free, held[:0], "a released evicted chunk's buffer is kept for reuse")
+	c.mu.Unlock()
+}
+
+// Readers, read-ahead and eviction at once: every reader sees its
+// chunk's bytes until it releases them (run with -race).
+func TestChunkCacheConcurrentReaders(t *testing.T) {
+	ctx := context.Background()
+	store, refs := chunkStore(t, 32)
+	c := newChunkCache(store, 3)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 1))
+			for range 300 {
+				i := r.IntN(len(refs))
+				c.prefetch(refs[i:min(i+4, len(refs))])
+				data, e, err := c.get(ctx, refs[i])
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if cas.Sum(data) != refs[i] {
+					t.Errorf("chunk %d: wrong bytes served", i)
+				}
+				c.release(e)
+			}
+		}()
+	}
+	wg.Wait()
+}
