@@ -91,8 +91,8 @@ type journal struct {
 	// with pwrite. So put uses pwrite for the first journalMapAfter bytes
 	// after each fdatasync (sinceSync).
 	mem []byte
-	// sinceSync counts the record bytes put since the last fdatasync,
-	// from journalMapAfter (none yet: the mapping) on.
+	// sinceSync counts the record bytes put since the last fdatasync. It
+	// starts at journalMapAfter: a journal never synced uses the mapping.
 	sinceSync int64
 	// used is when a record was last put, in Unix nanoseconds (park).
 	used int64
@@ -422,7 +422,7 @@ func (j *journal) put(buf []byte) error {
 	}
 	if j.viaMapping() {
 		copy(j.mem[j.size:end], buf)
-	} else if _, err := j.f.WriteAt(buf, j.size); err != nil {
+	} else if err := j.pwrite(buf, end); err != nil {
 		// A part of the record may be in the file: its CRC fails, and it
 		// ends a replay there.
 		j.full = true
@@ -433,6 +433,28 @@ func (j *journal) put(buf []byte) error {
 	j.half.Store(j.size > journalMaxBytes/2)
 	return nil
 }
+
+// pwrite writes buf, records that end at end, at the journal's end. A
+// record that starts a page of the file writes the rest of that page with
+// zeros (where nothing is yet, past the end): the kernel then holds the
+// page whole without reading it first, which a page written in part and
+// not in the page cache (dropped, or a journal an earlier daemon left)
+// would cost, a synchronous read of the disk on the write path. Called
+// with mu held.
+func (j *journal) pwrite(buf []byte, end int64) error {
+	pad := 0
+	if page := end &^ (pageBytes - 1); page >= j.size && end != page {
+		pad = int(min(page+pageBytes, j.alloc) - end)
+	}
+	n, err := unix.Pwritev(int(j.f.Fd()), [][]byte{buf, zeroGrow[:pad]}, j.size)
+	if err == nil && n < len(buf)+pad {
+		err = io.ErrShortWrite
+	}
+	return err
+}
+
+// pageBytes is the page size pwrite rounds a record's write up to.
+const pageBytes = 4096
 
 // viaMapping reports whether put copies records through the mapping
 // rather than pwrite them (see mem). Called with mu held.
