@@ -5,6 +5,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -79,4 +81,64 @@ func TestMmapThroughAppender(t *testing.T) {
 	require.Equal(t, want, []byte(read(t, p)), "the mapped pages land where they were mapped")
 	_, snap := captureMount(t, e, "s")
 	require.Equal(t, want, []byte(read(t, filepath.Join(snap, "db"))))
+}
+
+// writeCounter counts the WRITE requests a mount serves.
+type writeCounter struct{ n atomic.Int64 }
+
+func (c *writeCounter) Request(op Op, _ syscall.Errno, _ time.Duration) {
+	if op == OpWrite {
+		c.n.Add(1)
+	}
+}
+
+func (c *writeCounter) Flush(time.Duration, error) {}
+
+// TestAppendOneWriteEach: an append through a daemon-served O_RDWR|
+// O_APPEND descriptor (Codex's rollout) is one WRITE, also where it
+// crosses a page boundary, which through the page cache the kernel sends
+// as two unless a read made the page whole (the descriptor is
+// FOPEN_DIRECT_IO); a reader with a descriptor of its own reads every
+// appended byte at once.
+func TestAppendOneWriteEach(t *testing.T) {
+	t.Parallel()
+	obs := &writeCounter{}
+	e := newTestEngine(t, nil, Options{Observer: obs})
+	m := MountForTest(t, e, "s", "", MountOptions{})
+	if !m.gate.directMmap() {
+		t.Skip("the kernel does not map FOPEN_DIRECT_IO files shared (FUSE_DIRECT_IO_ALLOW_MMAP)")
+	}
+	p := filepath.Join(m.Dir(), "rollout.jsonl")
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	defer f.Close()
+	const lines = 200
+	before := obs.n.Load()
+	total := 0
+	for i := range lines {
+		l := jsonlLine(i)
+		_, err := f.Write(l)
+		require.NoError(t, err)
+		total += len(l)
+	}
+	require.Greater(t, total/4096, 10, "the lines cross page boundaries")
+	require.Equal(t, int64(lines), obs.n.Load()-before, "WRITE requests")
+
+	tail, err := os.Open(p)
+	require.NoError(t, err)
+	defer tail.Close()
+	for i := lines; i < 2*lines; i++ {
+		l := jsonlLine(i)
+		_, err := f.Write(l)
+		require.NoError(t, err)
+		total += len(l)
+		got := make([]byte, len(l))
+		_, err = tail.ReadAt(got, int64(total-len(l)))
+		require.NoError(t, err)
+		require.Equal(t, l, got, "line %d read at once", i)
+	}
+	require.NoError(t, f.Sync())
+	got, err := os.ReadFile(p)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(jsonlAll(2*lines), got))
 }

@@ -70,7 +70,9 @@
 // any passthrough descriptor is open (the kernel refuses to mix them),
 // whatever its flags: an O_SYNC or O_DSYNC descriptor that joins is kept
 // as the passthrough rows below say. The descriptor column is otherwise
-// that of a mount's first open of the node.
+// that of a mount's first open of the node. A daemon-served descriptor
+// that appends is opened FOPEN_DIRECT_IO (fnode.openOnce), so that each
+// write(2) is one WRITE.
 //
 //	descriptor                           route           the write lands in
 //	-----------------------------------  --------------  ---------------------------------------

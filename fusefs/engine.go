@@ -727,7 +727,7 @@ func (e *Engine) fsOptions(s *Session, opts MountOptions, rootIno uint64) *fs.Op
 			// POSIX ACLs, as ext4's default acl option has them: the
 			// kernel enforces them and leaves the umask and the setgid
 			// drop to the daemon (acl.go).
-			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_NO_OPENDIR_SUPPORT | fuse.CAP_DONT_MASK | fuse.CAP_SETXATTR_EXT,
+			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_NO_OPENDIR_SUPPORT | fuse.CAP_DONT_MASK | fuse.CAP_SETXATTR_EXT | fuse.CAP_DIRECT_IO_ALLOW_MMAP,
 			EnableAcl:         true,
 			MaxReadAhead:      readAheadBytes,
 			Options:           mopts,

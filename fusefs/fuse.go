@@ -198,6 +198,13 @@ func (f *fnode) openOnce(ctx context.Context, flags uint32, daemonIfRemote bool)
 			keep = fuse.FOPEN_KEEP_CACHE
 		}
 		f.cacheGen = gen
+		// An appender's writes bypass the page cache: through it the
+		// kernel sends an append that crosses into a page it holds only
+		// in part as two WRITEs. Where the kernel would refuse a shared
+		// mapping of such a descriptor, it keeps the page cache.
+		if flags&syscall.O_APPEND != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY && f.m.gate.directMmap() {
+			keep |= fuse.FOPEN_DIRECT_IO
+		}
 	}
 	f.opens++
 	if n.kind == manifest.KindFile && !s.readOnly {
@@ -783,6 +790,13 @@ type rawGate struct {
 	server atomic.Pointer[fuse.Server]
 	// noOpendir is set once OPENDIR has been answered with ENOSYS.
 	noOpendir atomic.Bool
+}
+
+// directMmap reports whether the kernel agreed to map files opened with
+// FOPEN_DIRECT_IO shared (FUSE_DIRECT_IO_ALLOW_MMAP).
+func (g *rawGate) directMmap() bool {
+	s := g.server.Load()
+	return s != nil && s.KernelSettings().Flags64()&fuse.CAP_DIRECT_IO_ALLOW_MMAP != 0
 }
 
 func (g *rawGate) Init(s *fuse.Server) {

@@ -236,6 +236,50 @@ func TestJournalReuse(t *testing.T) {
 	require.Len(t, recs, 1)
 }
 
+// TestJournalSyncedWrites: records go through the mapping until the
+// journal is synced, then by pwrite for journalMapAfter bytes, then
+// through the mapping again; a replay reads every one, in order,
+// whichever way it went in.
+func TestJournalSyncedWrites(t *testing.T) {
+	j, read := testJournal(t)
+	require.NoError(t, j.reset(1))
+	if j.mem == nil {
+		t.Skip("the journal file cannot be mapped here")
+	}
+	line := bytes.Repeat([]byte("l"), 600)
+	var want []journalRecord
+	put := func(n int) {
+		for range n {
+			r := journalRecord{kind: recWrite, id: 2, off: int64(len(want) * len(line)), size: int64((len(want) + 1) * len(line)), ver: uint64(len(want) + 1), data: line}
+			require.NoError(t, j.write(r))
+			want = append(want, r)
+		}
+	}
+	via := func() bool {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		return j.viaMapping()
+	}
+	require.True(t, via(), "never synced: the mapping")
+	put(10)
+	require.NoError(t, j.sync())
+	require.False(t, via(), "just synced: pwrite")
+	put(32)
+	require.NoError(t, j.sync())
+	put(journalMapAfter/len(line) + 1)
+	require.True(t, via(), "journalMapAfter bytes since the sync: the mapping again")
+	put(3)
+	require.NoError(t, j.append([]journalRecord{}))
+	require.False(t, via(), "synced by append: pwrite")
+	put(3)
+
+	_, got := read()
+	require.Len(t, got, len(want))
+	for i := range want {
+		require.Equal(t, want[i], got[i], "record %d", i)
+	}
+}
+
 // TestJournalV1 replays a journal written by earlier daemons.
 func TestJournalV1(t *testing.T) {
 	r := journalRecord{kind: recWrite, path: "a/b", off: 3, size: 8, data: []byte("hello")}
