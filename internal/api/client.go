@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/homefs/homefs/internal/fsck"
-	"github.com/homefs/homefs/internal/remote"
+	"github.com/homefs/homefs/internal/remote/remotetypes"
 	"github.com/homefs/homefs/manifest"
 )
 
@@ -345,14 +345,14 @@ func (c *Client) ExportNative(ctx context.Context, req ExportNativeRequest) (*Ex
 }
 
 // AddRemote configures a remote.
-func (c *Client) AddRemote(ctx context.Context, cfg remote.Config) (*remote.Config, error) {
-	var v remote.Config
+func (c *Client) AddRemote(ctx context.Context, cfg remotetypes.Config) (*remotetypes.Config, error) {
+	var v remotetypes.Config
 	return &v, c.call(ctx, http.MethodPost, PathRemotes, nil, cfg, &v)
 }
 
 // Remotes lists the configured remotes.
-func (c *Client) Remotes(ctx context.Context) ([]remote.Config, error) {
-	var v []remote.Config
+func (c *Client) Remotes(ctx context.Context) ([]remotetypes.Config, error) {
+	var v []remotetypes.Config
 	return v, c.call(ctx, http.MethodGet, PathRemotes, nil, nil, &v)
 }
 
@@ -482,8 +482,8 @@ func (c *Client) Lease(ctx context.Context, session, remoteName string) (*LeaseI
 }
 
 // RemoteFsck checks a remote.
-func (c *Client) RemoteFsck(ctx context.Context, req RemoteFsckRequest, progress func(Progress)) (*remote.FsckReport, error) {
-	var v remote.FsckReport
+func (c *Client) RemoteFsck(ctx context.Context, req RemoteFsckRequest, progress func(Progress)) (*remotetypes.FsckReport, error) {
+	var v remotetypes.FsckReport
 	return &v, c.streamCall(ctx, PathRemoteFsck, req, progress, &v)
 }
 
@@ -506,7 +506,7 @@ func (c *Client) RemotePurge(ctx context.Context, req RemotePurgeRequest) (*Remo
 }
 
 // RemoteGC runs gc on a remote.
-func (c *Client) RemoteGC(ctx context.Context, name string) (*remote.GCResult, error) {
-	var v remote.GCResult
+func (c *Client) RemoteGC(ctx context.Context, name string) (*remotetypes.GCResult, error) {
+	var v remotetypes.GCResult
 	return &v, c.call(ctx, http.MethodPost, PathRemoteGC, nil, RemoteRequest{Remote: name}, &v)
 }
