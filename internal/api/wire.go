@@ -21,11 +21,13 @@ import (
 // and it sends a body of known length with Content-Length, any other
 // chunked, while the answer is read (a run's hold is full duplex).
 
-// Bounds on what the client reads before a body.
+// The read buffer is small, as net/http's is: each page a call touches
+// costs at start (docs/BENCHMARKS.md). A longer line (an error trailer
+// with a long message) is gathered up to maxLineBytes.
 const (
-	maxLineBytes   = 64 << 10 // a status, header or chunk size line
-	maxHeaderLines = 256      // headers, or trailers
-	bufferBytes    = maxLineBytes
+	bufferBytes    = 4 << 10
+	maxLineBytes   = 1 << 20 // a status, header, trailer or chunk size line
+	maxHeaderLines = 256     // headers, or trailers
 )
 
 // errMalformed: the daemon's answer is not the HTTP/1.1 the client reads.
@@ -108,17 +110,27 @@ func writeChunked(w *bufio.Writer, body io.Reader) error {
 
 // readLine reads one line without its CRLF (or LF), at most maxLineBytes.
 func readLine(r *bufio.Reader) (string, error) {
-	line, err := r.ReadSlice('\n')
-	switch {
-	case errors.Is(err, bufio.ErrBufferFull):
-		return "", fmt.Errorf("%w: line longer than %d bytes", errMalformed, maxLineBytes)
-	case err == io.EOF && len(line) > 0:
-		return "", io.ErrUnexpectedEOF
-	case err != nil:
-		return "", err
+	var long []byte // a line longer than r's buffer, so far
+	for {
+		line, err := r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			if len(long)+len(line) > maxLineBytes {
+				return "", fmt.Errorf("%w: line longer than %d bytes", errMalformed, maxLineBytes)
+			}
+			long = append(long, line...)
+			continue
+		}
+		if long != nil {
+			line = append(long, line...)
+		}
+		switch {
+		case err == io.EOF && len(line) > 0:
+			return "", io.ErrUnexpectedEOF
+		case err != nil:
+			return "", err
+		}
+		return string(bytes.TrimSuffix(line[:len(line)-1], []byte("\r"))), nil
 	}
-	line = bytes.TrimSuffix(line[:len(line)-1], []byte("\r"))
-	return string(line), nil
 }
 
 // readHeader reads header (or trailer) lines up to the empty line.
