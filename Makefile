@@ -18,7 +18,7 @@ TAGS      ?= urfave_cli_no_docs
 all: lint build test
 
 # The CLI is built without cgo: a static binary starts without the C
-# loader and libc, some 120 fewer page faults for every call (homefs asks
+# loader and libc, some 100 fewer page faults for every call (homefs asks
 # getent and id for the users and groups only NSS knows: cmd/homefs/users.go).
 LDFLAGS   := -X github.com/homefs/homefs/internal/version.Version=$(VERSION)
 build:
