@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -466,12 +465,10 @@ func (c *Client) RunMount(ctx context.Context, session, lease string) (*RunHold,
 	if lease != "" {
 		q = url.Values{"lease": {lease}}
 	}
+	// The request's head goes at once; its chunked body stays open,
+	// empty, until Release.
 	hold, end := io.Pipe()
-	// A first byte at once: without one, the transport waits 200 ms to
-	// tell whether a body of unknown length is empty before it sends the
-	// request.
-	body := io.MultiReader(strings.NewReader("\n"), hold)
-	resp, err := c.do(ctx, "POST", PathSessions+"/"+url.PathEscape(session)+"/run", q, body, "application/octet-stream")
+	resp, err := c.do(ctx, "POST", PathSessions+"/"+url.PathEscape(session)+"/run", q, hold, "application/octet-stream")
 	if err != nil {
 		end.Close()
 		return nil, err

@@ -27,9 +27,9 @@ var (
 	// holds keys for the remote.
 	ErrNoCredentials = errors.New("remote: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or write them to a shared credentials file (AWS_SHARED_CREDENTIALS_FILE, ~/.aws/credentials)")
 	// ErrStalled is wrapped by the error of a connection that moved no
-	// byte for the S3 client's Timeouts.Idle while a request was on it. The error is a
-	// *net.OpError (a network failure to whoever maps errors: EIO in
-	// fusefs).
+	// byte for the S3 client's Timeouts.Idle while a request was on it.
+	// The error is a *net.OpError (a network failure to whoever maps
+	// errors: EIO in fusefs).
 	ErrStalled = errors.New("no byte moved")
 )
 
