@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -119,7 +118,7 @@ func parseOwner(s string) (*api.Owner, error) {
 	uid, err := strconv.ParseUint(u, 10, 32)
 	gid := uint64(0)
 	if err != nil {
-		usr, err := user.Lookup(u)
+		usr, err := lookupUser(u)
 		if err != nil {
 			return nil, usageError{fmt.Errorf("owner %q: %w", s, err)}
 		}
@@ -130,7 +129,7 @@ func parseOwner(s string) (*api.Owner, error) {
 	}
 	if hasGroup {
 		if gid, err = strconv.ParseUint(g, 10, 32); err != nil {
-			grp, err := user.LookupGroup(g)
+			grp, err := lookupGroup(g)
 			if err != nil {
 				return nil, usageError{fmt.Errorf("owner %q: %w", s, err)}
 			}

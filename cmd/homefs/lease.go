@@ -10,7 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/homefs/homefs/internal/api"
-	"github.com/homefs/homefs/internal/remote"
+	"github.com/homefs/homefs/internal/remote/remotetypes"
 )
 
 type leaseOptions struct {
@@ -53,7 +53,7 @@ its next renewal). Acquiring a lease this daemon holds renews it.
 
    homefs lease acquire agent-1 origin --ttl 10m`,
 				Flags: []cli.Flag{
-					&cli.DurationFlag{Name: "ttl", Value: remote.DefaultLeaseTTL, Usage: "how long the lease lasts unless renewed"},
+					&cli.DurationFlag{Name: "ttl", Value: remotetypes.DefaultLeaseTTL, Usage: "how long the lease lasts unless renewed"},
 					&cli.BoolFlag{Name: "steal", Usage: "take the lease even from a live holder"},
 					jsonFlag,
 				},
@@ -80,8 +80,8 @@ its next renewal). Acquiring a lease this daemon holds renews it.
 }
 
 func runLeaseAcquire(ctx context.Context, cl *api.Client, out io.Writer, o leaseOptions) error {
-	if o.ttl < remote.MinLeaseTTL {
-		return usageError{fmt.Errorf("lease acquire: --ttl %s is under %s", o.ttl, remote.MinLeaseTTL)}
+	if o.ttl < remotetypes.MinLeaseTTL {
+		return usageError{fmt.Errorf("lease acquire: --ttl %s is under %s", o.ttl, remotetypes.MinLeaseTTL)}
 	}
 	l, err := cl.AcquireLease(ctx, api.LeaseRequest{Session: o.session, Remote: o.remote, TTLMs: o.ttl.Milliseconds(), Steal: o.steal})
 	if err != nil {

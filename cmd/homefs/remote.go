@@ -11,7 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/homefs/homefs/internal/api"
-	"github.com/homefs/homefs/internal/remote"
+	"github.com/homefs/homefs/internal/remote/remotetypes"
 )
 
 func remoteCommand() *cli.Command {
@@ -60,7 +60,7 @@ key", exit 2). Lose the key and the remote cannot be read.
 					if err != nil {
 						return err
 					}
-					return runRemoteAdd(c.Context, client(c), os.Stdout, remote.Config{
+					return runRemoteAdd(c.Context, client(c), os.Stdout, remotetypes.Config{
 						Name: c.Args().Get(0), URL: c.Args().Get(1), Endpoint: c.String("endpoint"),
 						Region: c.String("region"), Profile: c.String("profile"), Encryption: enc,
 					}, c.Bool("json"))
@@ -100,8 +100,8 @@ local any more, until it is added again.
 
 // encryptionFlags reads --encrypt and its key source; a key file is made
 // absolute, since the daemon, not this command, reads it.
-func encryptionFlags(c *cli.Context) (remote.Encryption, error) {
-	enc := remote.Encryption{KeyFile: c.String("key-file"), KeyEnv: c.String("key-env"), KeyCommand: c.String("key-command")}
+func encryptionFlags(c *cli.Context) (remotetypes.Encryption, error) {
+	enc := remotetypes.Encryption{KeyFile: c.String("key-file"), KeyEnv: c.String("key-env"), KeyCommand: c.String("key-command")}
 	if !c.Bool("encrypt") {
 		if enc.Enabled() {
 			return enc, usageError{errors.New("--key-file, --key-env and --key-command go with --encrypt")}
@@ -121,7 +121,7 @@ func encryptionFlags(c *cli.Context) (remote.Encryption, error) {
 	return enc, nil
 }
 
-func runRemoteAdd(ctx context.Context, cl *api.Client, out io.Writer, cfg remote.Config, asJSON bool) error {
+func runRemoteAdd(ctx context.Context, cl *api.Client, out io.Writer, cfg remotetypes.Config, asJSON bool) error {
 	got, err := cl.AddRemote(ctx, cfg)
 	if err != nil {
 		return err

@@ -455,13 +455,13 @@ func lookupRunUser(s string, spec *runSpec) error {
 	var u *user.User
 	var err error
 	if _, nerr := strconv.ParseUint(name, 10, 32); nerr == nil {
-		u, err = user.LookupId(name)
+		u, err = lookupUserID(name)
 		if err != nil {
 			// A uid without a passwd entry is a valid agent user too.
 			u, err = &user.User{Uid: name, Gid: name, HomeDir: "/"}, nil
 		}
 	} else {
-		u, err = user.Lookup(name)
+		u, err = lookupUser(name)
 	}
 	if err != nil {
 		return usageError{fmt.Errorf("--user %q: %w", s, err)}
@@ -470,7 +470,7 @@ func lookupRunUser(s string, spec *runSpec) error {
 	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
 	if hasGroup {
 		if gid, err = strconv.ParseUint(group, 10, 32); err != nil {
-			g, err := user.LookupGroup(group)
+			g, err := lookupGroup(group)
 			if err != nil {
 				return usageError{fmt.Errorf("--user %q: %w", s, err)}
 			}
@@ -478,7 +478,7 @@ func lookupRunUser(s string, spec *runSpec) error {
 		}
 	}
 	spec.UID, spec.GID = uint32(uid), uint32(gid)
-	if ids, err := u.GroupIds(); err == nil {
+	if ids, err := groupIDs(u); err == nil {
 		for _, id := range ids {
 			if g, err := strconv.ParseUint(id, 10, 32); err == nil {
 				spec.Groups = append(spec.Groups, uint32(g))

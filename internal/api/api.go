@@ -6,7 +6,7 @@ import (
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/fork"
 	"github.com/homefs/homefs/internal/catalog"
-	"github.com/homefs/homefs/internal/remote"
+	"github.com/homefs/homefs/internal/remote/remotetypes"
 	"github.com/homefs/homefs/manifest"
 )
 
@@ -418,20 +418,20 @@ type StatusOptions struct {
 type LeaseRequest struct {
 	Session string `json:"session"`
 	Remote  string `json:"remote,omitempty"`
-	TTLMs   int64  `json:"ttl_ms,omitempty"` // acquire: 0 for remote.DefaultLeaseTTL
+	TTLMs   int64  `json:"ttl_ms,omitempty"` // acquire: 0 for remotetypes.DefaultLeaseTTL
 	Steal   bool   `json:"steal,omitempty"`  // acquire: even from a live holder
 }
 
 // LeaseInfo is a session's lease on a remote.
 type LeaseInfo struct {
-	Remote   string        `json:"remote"`
-	Session  string        `json:"session"`
-	Holder   remote.Holder `json:"holder"`
-	Acquired time.Time     `json:"acquired"`
-	Renewed  time.Time     `json:"renewed"`
-	Expires  time.Time     `json:"expires"`
-	TTLMs    int64         `json:"ttl_ms"`
-	Released bool          `json:"released"`
+	Remote   string             `json:"remote"`
+	Session  string             `json:"session"`
+	Holder   remotetypes.Holder `json:"holder"`
+	Acquired time.Time          `json:"acquired"`
+	Renewed  time.Time          `json:"renewed"`
+	Expires  time.Time          `json:"expires"`
+	TTLMs    int64              `json:"ttl_ms"`
+	Released bool               `json:"released"`
 	// Live: not released nor expired, by this daemon's clock.
 	Live bool `json:"live"`
 	// Ours: this daemon is the holder. Kept: it renews the lease.
@@ -453,8 +453,8 @@ type RemoteRequest struct {
 
 // RemoteSessions is a remote's sessions.
 type RemoteSessions struct {
-	Remote   string               `json:"remote"`
-	Sessions []remote.SessionInfo `json:"sessions"`
+	Remote   string                    `json:"remote"`
+	Sessions []remotetypes.SessionInfo `json:"sessions"`
 }
 
 // RemoteForgetRequest forgets snapshots on a remote, as ForgetRequest does

@@ -9,34 +9,24 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/homefs/homefs/internal/fsck"
-	"github.com/homefs/homefs/internal/remote"
+	"github.com/homefs/homefs/internal/remote/remotetypes"
 	"github.com/homefs/homefs/manifest"
 )
 
 // Client talks to a daemon over its socket.
 type Client struct {
 	socket string
-	http   *http.Client
 }
 
 // NewClient returns a client for the daemon listening on socket.
 func NewClient(socket string) *Client {
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
-		},
-		DisableCompression: true,
-	}
-	return &Client{socket: socket, http: &http.Client{Transport: tr}}
+	return &Client{socket: socket}
 }
 
 // Socket is the socket the client dials.
@@ -55,33 +45,38 @@ func (c *Client) dialError(err error) error {
 	return &Error{Code: CodeNotRunning, Message: fmt.Sprintf("cannot reach the homefs daemon at %s: %v", c.socket, err)}
 }
 
-func (c *Client) do(ctx context.Context, method, path string, query url.Values, body io.Reader, contentType string) (*http.Response, error) {
-	u := "http://homefs" + path
+// do sends a request on a connection of its own (wire.go) and returns the
+// answer, whose Body the caller closes; an answer of status 400 or more
+// is returned as its error. Ending ctx closes the connection: the request
+// and the body's reads fail with ctx's error.
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, body io.Reader, contentType string) (*response, error) {
+	target := path
 	if len(query) > 0 {
-		u += "?" + query.Encode()
+		target += "?" + query.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", c.socket)
 	if err != nil {
-		return nil, err
+		return nil, c.dialError(err)
 	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	resp, err := c.http.Do(req)
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	resp, err := exchange(conn, method, target, contentType, body)
 	if err != nil {
-		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
-			return nil, c.dialError(err)
-		}
-		if ctx.Err() != nil {
+		stop()
+		conn.Close()
+		var be *bodyError
+		switch {
+		case ctx.Err() != nil:
 			return nil, ctx.Err()
-		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+		case errors.As(err, &be):
+			return nil, fmt.Errorf("%s %s: %w", method, path, be.err)
+		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 			// The daemon went away mid-request: say what that means.
 			return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("homefs daemon at %s closed the connection before answering %s %s: it stopped or crashed (see its log); the operation may or may not have taken effect, so check (homefs log, session list) before retrying", c.socket, method, path)}
 		}
 		return nil, fmt.Errorf("homefs daemon at %s: %w", c.socket, err)
 	}
+	resp.Body = &connBody{r: resp.Body, ctx: ctx, conn: conn, stop: stop}
 	if resp.StatusCode >= 400 {
 		defer resp.Body.Close()
 		return nil, readError(resp)
@@ -89,7 +84,77 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	return resp, nil
 }
 
-func readError(resp *http.Response) error {
+// exchange writes the request on conn and reads the answer's head. A
+// body of unknown length is written chunked by a goroutine of its own
+// while the answer is read, which ends when the body does or conn
+// closes.
+func exchange(conn net.Conn, method, target, contentType string, body io.Reader) (*response, error) {
+	w := bufio.NewWriter(conn)
+	length := bodyLength(method, body)
+	werr := writeRequestHead(w, method, target, contentType, length)
+	var bodyErr chan error
+	switch {
+	case werr != nil:
+	case length == -1:
+		bodyErr = make(chan error, 1)
+		go func() {
+			err := writeChunked(w, body)
+			bodyErr <- err // before the close, which the answer's read then meets
+			var be *bodyError
+			if errors.As(err, &be) {
+				conn.Close() // abort: the daemon must not take a truncated body
+			}
+		}()
+	case length > 0:
+		if _, werr = io.Copy(w, body); werr == nil {
+			werr = w.Flush()
+		}
+	}
+	resp, err := readResponse(bufio.NewReaderSize(conn, bufferBytes))
+	if err != nil {
+		// Say why the daemon did not answer: the body failed, or the
+		// daemon stopped reading.
+		if bodyErr != nil {
+			select {
+			case berr := <-bodyErr:
+				var be *bodyError
+				if errors.As(berr, &be) {
+					return nil, berr
+				}
+			default:
+			}
+		}
+		if werr != nil && errors.Is(err, io.EOF) {
+			return nil, werr
+		}
+		return nil, err
+	}
+	return resp, nil
+}
+
+// connBody is an answer's body: closing it closes the connection, and a
+// read that fails because ctx ended returns ctx's error.
+type connBody struct {
+	r    io.Reader
+	ctx  context.Context
+	conn net.Conn
+	stop func() bool
+}
+
+func (b *connBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF && b.ctx.Err() != nil {
+		err = b.ctx.Err()
+	}
+	return n, err
+}
+
+func (b *connBody) Close() error {
+	b.stop()
+	return b.conn.Close()
+}
+
+func readError(resp *response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	var e Error
 	if json.Unmarshal(b, &e) == nil && e.Code != "" {
@@ -136,7 +201,7 @@ func (c *Client) streamCall(ctx context.Context, path string, in any, progress f
 		}
 		body, ct = bytes.NewReader(b), "application/json"
 	}
-	resp, err := c.do(ctx, http.MethodPost, path, nil, body, ct)
+	resp, err := c.do(ctx, "POST", path, nil, body, ct)
 	if err != nil {
 		return err
 	}
@@ -181,19 +246,19 @@ func (c *Client) StatusWith(ctx context.Context, opts StatusOptions) (*Status, e
 		q = url.Values{"remotes": {"check"}}
 	}
 	var v Status
-	return &v, c.call(ctx, http.MethodGet, PathStatus, q, nil, &v)
+	return &v, c.call(ctx, "GET", PathStatus, q, nil, &v)
 }
 
 // Sessions lists the sessions.
 func (c *Client) Sessions(ctx context.Context) ([]SessionInfo, error) {
 	var v []SessionInfo
-	return v, c.call(ctx, http.MethodGet, PathSessions, nil, nil, &v)
+	return v, c.call(ctx, "GET", PathSessions, nil, nil, &v)
 }
 
 // CreateSession creates a session.
 func (c *Client) CreateSession(ctx context.Context, req CreateSessionRequest) (*SessionInfo, error) {
 	var v SessionInfo
-	return &v, c.call(ctx, http.MethodPost, PathSessions, nil, req, &v)
+	return &v, c.call(ctx, "POST", PathSessions, nil, req, &v)
 }
 
 // RemoveSession deletes a session; with purge, its snapshots too.
@@ -203,75 +268,75 @@ func (c *Client) RemoveSession(ctx context.Context, name string, purge bool) (*R
 		q = url.Values{"purge": {"1"}}
 	}
 	var v RemoveSessionResult
-	return &v, c.call(ctx, http.MethodDelete, PathSessions+"/"+url.PathEscape(name), q, nil, &v)
+	return &v, c.call(ctx, "DELETE", PathSessions+"/"+url.PathEscape(name), q, nil, &v)
 }
 
 // Forget forgets snapshots.
 func (c *Client) Forget(ctx context.Context, req ForgetRequest) (*ForgetResult, error) {
 	var v ForgetResult
-	return &v, c.call(ctx, http.MethodPost, PathForget, nil, req, &v)
+	return &v, c.call(ctx, "POST", PathForget, nil, req, &v)
 }
 
 // Mount mounts a session or snapshot.
 func (c *Client) Mount(ctx context.Context, req MountRequest) (*MountInfo, error) {
 	var v MountInfo
-	return &v, c.call(ctx, http.MethodPost, PathMounts, nil, req, &v)
+	return &v, c.call(ctx, "POST", PathMounts, nil, req, &v)
 }
 
 // Mounts lists the mounts.
 func (c *Client) Mounts(ctx context.Context) ([]MountInfo, error) {
 	var v []MountInfo
-	return v, c.call(ctx, http.MethodGet, PathMounts, nil, nil, &v)
+	return v, c.call(ctx, "GET", PathMounts, nil, nil, &v)
 }
 
 // Unmount detaches a mount.
 func (c *Client) Unmount(ctx context.Context, dir string) (*MountInfo, error) {
 	var v MountInfo
-	return &v, c.call(ctx, http.MethodPost, PathUnmount, nil, UnmountRequest{Dir: dir}, &v)
+	return &v, c.call(ctx, "POST", PathUnmount, nil, UnmountRequest{Dir: dir}, &v)
 }
 
 // Capture snapshots a session.
 func (c *Client) Capture(ctx context.Context, session string, req CaptureRequest) (*SnapshotInfo, error) {
 	var v SnapshotInfo
-	return &v, c.call(ctx, http.MethodPost, PathSessions+"/"+url.PathEscape(session)+"/capture", nil, req, &v)
+	return &v, c.call(ctx, "POST", PathSessions+"/"+url.PathEscape(session)+"/capture", nil, req, &v)
 }
 
 // Log returns a session's history.
 func (c *Client) Log(ctx context.Context, session string) ([]SnapshotInfo, error) {
 	var v []SnapshotInfo
-	return v, c.call(ctx, http.MethodGet, PathSessions+"/"+url.PathEscape(session)+"/log", nil, nil, &v)
+	return v, c.call(ctx, "GET", PathSessions+"/"+url.PathEscape(session)+"/log", nil, nil, &v)
 }
 
 // Fork forks a session or snapshot.
 func (c *Client) Fork(ctx context.Context, req ForkRequest) (*SessionInfo, error) {
 	var v SessionInfo
-	return &v, c.call(ctx, http.MethodPost, PathFork, nil, req, &v)
+	return &v, c.call(ctx, "POST", PathFork, nil, req, &v)
 }
 
 // Restore points a session at a snapshot.
 func (c *Client) Restore(ctx context.Context, session, snapshot string) (*SessionInfo, error) {
 	var out SessionInfo
-	err := c.call(ctx, http.MethodPost, PathSessions+"/"+url.PathEscape(session)+"/restore", nil, RestoreRequest{Snapshot: snapshot}, &out)
+	err := c.call(ctx, "POST", PathSessions+"/"+url.PathEscape(session)+"/restore", nil, RestoreRequest{Snapshot: snapshot}, &out)
 	return &out, err
 }
 
 // SetLayout replaces a session's layout.
 func (c *Client) SetLayout(ctx context.Context, session string, layout *manifest.Layout) (*SessionInfo, error) {
 	var out SessionInfo
-	err := c.call(ctx, http.MethodPost, PathSessions+"/"+url.PathEscape(session)+"/layout", nil, SetLayoutRequest{Layout: layout}, &out)
+	err := c.call(ctx, "POST", PathSessions+"/"+url.PathEscape(session)+"/layout", nil, SetLayoutRequest{Layout: layout}, &out)
 	return &out, err
 }
 
 // Diff compares two sessions or snapshots.
 func (c *Client) Diff(ctx context.Context, a, b string) (*DiffResult, error) {
 	var v DiffResult
-	return &v, c.call(ctx, http.MethodGet, PathDiff, url.Values{"a": {a}, "b": {b}}, nil, &v)
+	return &v, c.call(ctx, "GET", PathDiff, url.Values{"a": {a}, "b": {b}}, nil, &v)
 }
 
 // Export streams a snapshot as tar into w. An error after the stream began
 // arrives in the trailer; w then holds a truncated archive.
 func (c *Client) Export(ctx context.Context, snapshot string, w io.Writer) error {
-	resp, err := c.do(ctx, http.MethodGet, PathExport, url.Values{"snapshot": {snapshot}}, nil, "")
+	resp, err := c.do(ctx, "GET", PathExport, url.Values{"snapshot": {snapshot}}, nil, "")
 	if err != nil {
 		return err
 	}
@@ -296,7 +361,7 @@ func (c *Client) Import(ctx context.Context, session string, r io.Reader, device
 	if devices {
 		q.Set("devices", "1")
 	}
-	resp, err := c.do(ctx, http.MethodPost, PathImport, q, r, "application/x-tar")
+	resp, err := c.do(ctx, "POST", PathImport, q, r, "application/x-tar")
 	if err != nil {
 		return nil, err
 	}
@@ -323,42 +388,42 @@ func (c *Client) Fsck(ctx context.Context, progress func(Progress)) (*fsck.Repor
 // Stats measures the store.
 func (c *Client) Stats(ctx context.Context) (*fsck.Stats, error) {
 	var v fsck.Stats
-	return &v, c.call(ctx, http.MethodGet, PathStats, nil, nil, &v)
+	return &v, c.call(ctx, "GET", PathStats, nil, nil, &v)
 }
 
 // Bind binds a provider session from one session into another.
 func (c *Client) Bind(ctx context.Context, req BindRequest) (*BindResult, error) {
 	var v BindResult
-	return &v, c.call(ctx, http.MethodPost, PathBind, nil, req, &v)
+	return &v, c.call(ctx, "POST", PathBind, nil, req, &v)
 }
 
 // ImportNative creates a session from a native snapshot.
 func (c *Client) ImportNative(ctx context.Context, req ImportNativeRequest) (*ImportNativeResult, error) {
 	var v ImportNativeResult
-	return &v, c.call(ctx, http.MethodPost, PathImportNative, nil, req, &v)
+	return &v, c.call(ctx, "POST", PathImportNative, nil, req, &v)
 }
 
 // ExportNative writes a snapshot in the native format.
 func (c *Client) ExportNative(ctx context.Context, req ExportNativeRequest) (*ExportNativeResult, error) {
 	var v ExportNativeResult
-	return &v, c.call(ctx, http.MethodPost, PathExportNative, nil, req, &v)
+	return &v, c.call(ctx, "POST", PathExportNative, nil, req, &v)
 }
 
 // AddRemote configures a remote.
-func (c *Client) AddRemote(ctx context.Context, cfg remote.Config) (*remote.Config, error) {
-	var v remote.Config
-	return &v, c.call(ctx, http.MethodPost, PathRemotes, nil, cfg, &v)
+func (c *Client) AddRemote(ctx context.Context, cfg remotetypes.Config) (*remotetypes.Config, error) {
+	var v remotetypes.Config
+	return &v, c.call(ctx, "POST", PathRemotes, nil, cfg, &v)
 }
 
 // Remotes lists the configured remotes.
-func (c *Client) Remotes(ctx context.Context) ([]remote.Config, error) {
-	var v []remote.Config
-	return v, c.call(ctx, http.MethodGet, PathRemotes, nil, nil, &v)
+func (c *Client) Remotes(ctx context.Context) ([]remotetypes.Config, error) {
+	var v []remotetypes.Config
+	return v, c.call(ctx, "GET", PathRemotes, nil, nil, &v)
 }
 
 // RemoveRemote forgets a remote.
 func (c *Client) RemoveRemote(ctx context.Context, name string) error {
-	return c.call(ctx, http.MethodDelete, PathRemotes+"/"+url.PathEscape(name), nil, nil, nil)
+	return c.call(ctx, "DELETE", PathRemotes+"/"+url.PathEscape(name), nil, nil, nil)
 }
 
 // Push pushes a session or snapshot to a remote.
@@ -400,12 +465,10 @@ func (c *Client) RunMount(ctx context.Context, session, lease string) (*RunHold,
 	if lease != "" {
 		q = url.Values{"lease": {lease}}
 	}
+	// The request's head goes at once; its chunked body stays open,
+	// empty, until Release.
 	hold, end := io.Pipe()
-	// A first byte at once: without one, the transport waits 200 ms to
-	// tell whether a body of unknown length is empty before it sends the
-	// request.
-	body := io.MultiReader(strings.NewReader("\n"), hold)
-	resp, err := c.do(ctx, http.MethodPost, PathSessions+"/"+url.PathEscape(session)+"/run", q, body, "application/octet-stream")
+	resp, err := c.do(ctx, "POST", PathSessions+"/"+url.PathEscape(session)+"/run", q, hold, "application/octet-stream")
 	if err != nil {
 		end.Close()
 		return nil, err
@@ -442,7 +505,7 @@ func (c *Client) RunMount(ctx context.Context, session, lease string) (*RunHold,
 }
 
 // runAnswer reads the first line of the daemon's answer to a run.
-func runAnswer(resp *http.Response) (*RunMountInfo, error) {
+func runAnswer(resp *response) (*RunMountInfo, error) {
 	var line struct {
 		Result *RunMountInfo `json:"result"`
 		Error  *Error        `json:"error"`
@@ -462,13 +525,13 @@ func runAnswer(resp *http.Response) (*RunMountInfo, error) {
 // AcquireLease takes a session's lease on a remote for the daemon.
 func (c *Client) AcquireLease(ctx context.Context, req LeaseRequest) (*LeaseInfo, error) {
 	var v LeaseInfo
-	return &v, c.call(ctx, http.MethodPost, PathLeaseAcquire, nil, req, &v)
+	return &v, c.call(ctx, "POST", PathLeaseAcquire, nil, req, &v)
 }
 
 // ReleaseLease gives back the daemon's lease of a session on a remote.
 func (c *Client) ReleaseLease(ctx context.Context, req LeaseRequest) (*LeaseInfo, error) {
 	var v LeaseInfo
-	return &v, c.call(ctx, http.MethodPost, PathLeaseRelease, nil, req, &v)
+	return &v, c.call(ctx, "POST", PathLeaseRelease, nil, req, &v)
 }
 
 // Lease reads a session's lease on a remote.
@@ -478,35 +541,35 @@ func (c *Client) Lease(ctx context.Context, session, remoteName string) (*LeaseI
 	if remoteName != "" {
 		q.Set("remote", remoteName)
 	}
-	return &v, c.call(ctx, http.MethodGet, PathLeases, q, nil, &v)
+	return &v, c.call(ctx, "GET", PathLeases, q, nil, &v)
 }
 
 // RemoteFsck checks a remote.
-func (c *Client) RemoteFsck(ctx context.Context, req RemoteFsckRequest, progress func(Progress)) (*remote.FsckReport, error) {
-	var v remote.FsckReport
+func (c *Client) RemoteFsck(ctx context.Context, req RemoteFsckRequest, progress func(Progress)) (*remotetypes.FsckReport, error) {
+	var v remotetypes.FsckReport
 	return &v, c.streamCall(ctx, PathRemoteFsck, req, progress, &v)
 }
 
 // RemoteSessions lists a remote's sessions.
 func (c *Client) RemoteSessions(ctx context.Context, name string) (*RemoteSessions, error) {
 	var v RemoteSessions
-	return &v, c.call(ctx, http.MethodPost, PathRemoteSessions, nil, RemoteRequest{Remote: name}, &v)
+	return &v, c.call(ctx, "POST", PathRemoteSessions, nil, RemoteRequest{Remote: name}, &v)
 }
 
 // RemoteForget forgets snapshots on a remote.
 func (c *Client) RemoteForget(ctx context.Context, req RemoteForgetRequest) (*ForgetResult, error) {
 	var v ForgetResult
-	return &v, c.call(ctx, http.MethodPost, PathRemoteForget, nil, req, &v)
+	return &v, c.call(ctx, "POST", PathRemoteForget, nil, req, &v)
 }
 
 // RemotePurge removes a session from a remote.
 func (c *Client) RemotePurge(ctx context.Context, req RemotePurgeRequest) (*RemoveSessionResult, error) {
 	var v RemoveSessionResult
-	return &v, c.call(ctx, http.MethodPost, PathRemotePurge, nil, req, &v)
+	return &v, c.call(ctx, "POST", PathRemotePurge, nil, req, &v)
 }
 
 // RemoteGC runs gc on a remote.
-func (c *Client) RemoteGC(ctx context.Context, name string) (*remote.GCResult, error) {
-	var v remote.GCResult
-	return &v, c.call(ctx, http.MethodPost, PathRemoteGC, nil, RemoteRequest{Remote: name}, &v)
+func (c *Client) RemoteGC(ctx context.Context, name string) (*remotetypes.GCResult, error) {
+	var v remotetypes.GCResult
+	return &v, c.call(ctx, "POST", PathRemoteGC, nil, RemoteRequest{Remote: name}, &v)
 }

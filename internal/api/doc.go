@@ -14,8 +14,9 @@
 // daemon the code the daemon would give it.
 //
 // The package links no server: not go-fuse, not Prometheus, not fusefs,
-// so that the CLI, which reaches the daemon through it alone, pays for
+// and not net/http (the client speaks HTTP/1.1 itself: wire.go), so that
+// the CLI, which reaches the daemon through it alone, pays for
 // none of their package initialisation at start. Its types name only the
 // value types of the packages below the daemon (cas.Ref, manifest.Layout,
-// catalog.Policy, fsck.Report, remote.Config…).
+// catalog.Policy, fsck.Report, remotetypes.Config…).
 package api

@@ -10,7 +10,7 @@ import (
 	"github.com/homefs/homefs/fork"
 	"github.com/homefs/homefs/internal/archive"
 	"github.com/homefs/homefs/internal/catalog"
-	"github.com/homefs/homefs/internal/remote"
+	"github.com/homefs/homefs/internal/remote/remotetypes"
 	"github.com/homefs/homefs/manifest"
 )
 
@@ -58,16 +58,16 @@ func Classify(err error) Code {
 		// Before not found: it also wraps ErrNoSnapshot.
 		return CodeUsage
 	case errors.Is(err, catalog.ErrNoSession), errors.Is(err, catalog.ErrNoSnapshot),
-		errors.Is(err, fork.ErrNotFound), errors.Is(err, remote.ErrNoRemote),
-		errors.Is(err, remote.ErrNoBucket), errors.Is(err, remote.ErrNoLease),
-		errors.Is(err, remote.ErrNoSnapshot), errors.Is(err, fs.ErrNotExist):
+		errors.Is(err, fork.ErrNotFound), errors.Is(err, remotetypes.ErrNoRemote),
+		errors.Is(err, remotetypes.ErrNoBucket), errors.Is(err, remotetypes.ErrNoLease),
+		errors.Is(err, remotetypes.ErrNoSnapshot), errors.Is(err, fs.ErrNotExist):
 		return CodeNotFound
 	case errors.Is(err, catalog.ErrExists), errors.Is(err, catalog.ErrSameSession),
 		errors.Is(err, catalog.ErrConflict), errors.Is(err, cas.ErrConflict),
 		errors.Is(err, syscall.EBUSY), errors.Is(err, fs.ErrExist),
 		errors.Is(err, fork.ErrDiverged), errors.Is(err, fork.ErrConflict),
-		errors.Is(err, remote.ErrRemoteExists), errors.Is(err, catalog.ErrProtected),
-		errors.Is(err, remote.ErrLeased):
+		errors.Is(err, remotetypes.ErrRemoteExists), errors.Is(err, catalog.ErrProtected),
+		errors.Is(err, remotetypes.ErrLeased):
 		return CodeConflict
 	case errors.Is(err, cas.ErrCorrupt), errors.Is(err, cas.ErrNotFound),
 		errors.Is(err, fork.ErrDamaged):
@@ -79,10 +79,10 @@ func Classify(err error) Code {
 		errors.Is(err, archive.ErrUnsupported),
 		errors.Is(err, fork.ErrUnknownProvider), errors.Is(err, fork.ErrInvalid),
 		errors.Is(err, fork.ErrAmbiguous), errors.Is(err, fork.ErrNative),
-		errors.Is(err, fork.ErrTooLarge), errors.Is(err, remote.ErrNoCredentials),
-		errors.Is(err, remote.ErrNotS3), errors.Is(err, remote.ErrWrongKey),
-		errors.Is(err, remote.ErrKeySource), errors.Is(err, remote.ErrEncrypted),
-		errors.Is(err, remote.ErrNotEncrypted):
+		errors.Is(err, fork.ErrTooLarge), errors.Is(err, remotetypes.ErrNoCredentials),
+		errors.Is(err, remotetypes.ErrNotS3), errors.Is(err, remotetypes.ErrWrongKey),
+		errors.Is(err, remotetypes.ErrKeySource), errors.Is(err, remotetypes.ErrEncrypted),
+		errors.Is(err, remotetypes.ErrNotEncrypted):
 		return CodeUsage
 	case errors.Is(err, cas.ErrNoSpace), errors.Is(err, syscall.ENOSPC):
 		return CodeNoSpace

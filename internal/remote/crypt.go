@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -31,69 +30,11 @@ import (
 // docs/ARCHITECTURE-remote.md, "Encryption", has the design and what it
 // still shows.
 
-var (
-	// ErrWrongKey: the remote's key check object does not open with the
-	// configured key.
-	ErrWrongKey = errors.New("remote: wrong encryption key")
-	// ErrKeySource: the key could not be read from its source, or is not
-	// 32 bytes.
-	ErrKeySource = errors.New("remote: encryption key unavailable")
-	// ErrEncrypted: a plain client met an encrypted remote.
-	ErrEncrypted = errors.New("remote: the remote is encrypted")
-	// ErrNotEncrypted: an encrypted client met a prefix that holds objects
-	// but no key check (a plain remote's).
-	ErrNotEncrypted = errors.New("remote: the prefix holds objects of a remote that is not encrypted")
-)
-
-// Encryption says where an encrypted remote's key comes from: one of a
-// file, an environment variable of the daemon or a command the daemon
-// runs (sh -c), each yielding 32 bytes (raw, 64 hex digits or base64).
-// The zero value is a plain remote. The key itself is never stored.
-type Encryption struct {
-	KeyFile    string `json:"key_file,omitempty"`
-	KeyEnv     string `json:"key_env,omitempty"`
-	KeyCommand string `json:"key_command,omitempty"`
-}
-
-// Enabled reports whether the remote is encrypted.
-func (e Encryption) Enabled() bool { return e != Encryption{} }
-
-// String names the key's source, for messages and listings.
-func (e Encryption) String() string {
-	switch {
-	case e.KeyFile != "":
-		return "key file " + e.KeyFile
-	case e.KeyEnv != "":
-		return "key env " + e.KeyEnv
-	case e.KeyCommand != "":
-		return "key command"
-	}
-	return "none"
-}
-
-func (e Encryption) validate(name string) error {
-	n := 0
-	for _, s := range []string{e.KeyFile, e.KeyEnv, e.KeyCommand} {
-		if s != "" {
-			n++
-		}
-	}
-	switch {
-	case n > 1:
-		return fmt.Errorf("remote %s: encryption: give one key source (a file, an environment variable or a command), not %d", name, n)
-	case e.KeyFile != "" && !filepath.IsAbs(e.KeyFile):
-		return fmt.Errorf("remote %s: key file %q: want an absolute path (the daemon reads it)", name, e.KeyFile)
-	case e.KeyEnv != "" && strings.ContainsAny(e.KeyEnv, "= \t\n"):
-		return fmt.Errorf("remote %s: key env %q: want a variable name", name, e.KeyEnv)
-	}
-	return nil
-}
-
 // keyCommandTimeout bounds a key command.
 const keyCommandTimeout = 30 * time.Second
 
 // load reads the 32-byte master key from its source.
-func (e Encryption) load(ctx context.Context, name string) ([]byte, error) {
+func loadKey(ctx context.Context, e Encryption, name string) ([]byte, error) {
 	var (
 		raw []byte
 		err error

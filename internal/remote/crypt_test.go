@@ -184,7 +184,7 @@ func TestEncryptionLoad(t *testing.T) {
 		{KeyEnv: "HOMEFS_CRYPT_TEST_KEY"},
 		{KeyCommand: "cat " + file},
 	} {
-		got, err := e.load(ctx, "r")
+		got, err := loadKey(ctx, e, "r")
 		if err != nil || !bytes.Equal(got, k) {
 			t.Errorf("%s: %x, %v", e, got, err)
 		}
@@ -195,7 +195,7 @@ func TestEncryptionLoad(t *testing.T) {
 		{KeyCommand: "echo vault is sealed >&2; exit 3"}: "vault is sealed",
 		{KeyCommand: "echo short"}:                       "want 32 bytes",
 	} {
-		_, err := e.load(ctx, "r")
+		_, err := loadKey(ctx, e, "r")
 		if !errors.Is(err, ErrKeySource) || !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), "remote r: ") {
 			t.Errorf("%s: %v, want ErrKeySource saying %q", e, err, want)
 		}

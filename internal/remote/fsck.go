@@ -19,50 +19,6 @@ type FsckOptions struct {
 	Progress func(Progress)
 }
 
-// Reach names what reaches a damaged object: a snapshot whose tree names
-// it, with the snapshot's session; for a head or a record, the session
-// whose head reaches it (and the record's id).
-type Reach struct {
-	Snapshot string `json:"snapshot,omitempty"`
-	Session  string `json:"session"`
-}
-
-// ObjectProblem is one missing or damaged object on a remote.
-type ObjectProblem struct {
-	Key   string  `json:"key"`  // the object's key in the bucket
-	Kind  string  `json:"kind"` // head, record, tree, index or chunk
-	Ref   cas.Ref `json:"ref,omitzero"`
-	State string  `json:"state"` // StateMissing or StateDamaged
-	Err   string  `json:"error"`
-	// Reached lists what reaches the object, in the order fsck met them.
-	Reached []Reach `json:"reached_by"`
-}
-
-func (p ObjectProblem) String() string {
-	by := make([]string, len(p.Reached))
-	for i, r := range p.Reached {
-		switch {
-		case r.Snapshot == "":
-			by[i] = "head of " + r.Session
-		case p.Kind == "record":
-			by[i] = fmt.Sprintf("head of %s (snapshot %s)", r.Session, r.Snapshot[:12])
-		default:
-			by[i] = fmt.Sprintf("snapshot %s (session %s)", r.Snapshot[:12], r.Session)
-		}
-	}
-	return fmt.Sprintf("%s %s %s: reached by %s: %s", p.State, p.Kind, p.Key, strings.Join(by, ", "), p.Err)
-}
-
-// FsckReport is the outcome of a remote fsck.
-type FsckReport struct {
-	Remote    string          `json:"remote"`
-	Heads     int             `json:"heads"`     // heads read
-	Snapshots int             `json:"snapshots"` // records read intact
-	Objects   int64           `json:"objects"`   // distinct nodes and chunks read
-	Bytes     int64           `json:"bytes"`     // their plain bytes
-	Problems  []ObjectProblem `json:"problems"`  // by key
-}
-
 // Fsck reads back every object the remote's heads (or one session's head)
 // reach, as gc counts them: each head, the records along its lineage as
 // far as forget left them, and every node and chunk under their trees,

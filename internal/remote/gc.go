@@ -10,26 +10,6 @@ import (
 	"github.com/homefs/homefs/manifest"
 )
 
-// GCResult says what a remote gc kept and deleted.
-type GCResult struct {
-	Remote string `json:"remote"`
-	// Heads is how many heads it marked from; WaitedPushes how many
-	// pushes in progress it waited for before marking.
-	Heads        int `json:"heads"`
-	WaitedPushes int `json:"waited_pushes"`
-	// Records and Chunks count what was kept (chunks include tree and
-	// index nodes); Kept is their stored size.
-	Records int   `json:"records"`
-	Chunks  int   `json:"chunks"`
-	Kept    int64 `json:"kept_bytes"`
-	// DeletedRecords, DeletedChunks and DeletedBytes (stored size) count
-	// what it deleted.
-	DeletedRecords int           `json:"deleted_records"`
-	DeletedChunks  int           `json:"deleted_chunks"`
-	DeletedBytes   int64         `json:"deleted_bytes"`
-	Duration       time.Duration `json:"duration_ns"`
-}
-
 // GC deletes every record and chunk that no head on the remote reaches:
 // a head reaches its snapshot, that record's Parent and Origin records
 // (as far as they are on the remote: forget cuts lineage), and every node

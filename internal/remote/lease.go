@@ -21,35 +21,14 @@ import (
 // both see themselves as its holder. Expiry is judged by the clock of the
 // host that reads the lease; see docs/ARCHITECTURE-remote.md.
 
-var (
-	// ErrLeased: another host holds the session's lease and it has not
-	// expired. The error that wraps it names the holder and the expiry.
-	ErrLeased = errors.New("remote: session is leased by another host")
-	// ErrNoLease: the remote holds no lease object for the session.
-	ErrNoLease = fmt.Errorf("remote: no lease: %w", cas.ErrNotFound)
-)
-
 const (
 	leasesDir    = "leases/"
 	leaseVersion = 1
-	// MinLeaseTTL keeps renewals (every ttl/3) from flooding the remote.
-	MinLeaseTTL = time.Second
-	// DefaultLeaseTTL is the lease lifetime when none is given.
-	DefaultLeaseTTL = 10 * time.Minute
 )
 
 func (r *Remote) leaseKey(session string) string {
 	return r.prefix + leasesDir + r.objectName(leasesDir, session)
 }
-
-// Holder names a lease's holder: a host name for people, and the stable
-// id of the daemon's root, which tells two daemons on one host apart.
-type Holder struct {
-	Host string `json:"host"`
-	ID   string `json:"id"`
-}
-
-func (h Holder) String() string { return fmt.Sprintf("%s (id %s)", h.Host, h.ID) }
 
 // Lease is a session's lease object.
 type Lease struct {

@@ -12,13 +12,6 @@ import (
 	"github.com/homefs/homefs/internal/atomicfile"
 )
 
-var (
-	// ErrNoRemote: no remote of that name is configured.
-	ErrNoRemote = errors.New("remote: no such remote")
-	// ErrRemoteExists: a remote of that name is already configured.
-	ErrRemoteExists = errors.New("remote: a remote of that name exists")
-)
-
 // RegistryFile is the registry's file name in a daemon's root.
 const RegistryFile = "remotes.json"
 

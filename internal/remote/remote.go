@@ -18,26 +18,6 @@ import (
 	"github.com/homefs/homefs/manifest"
 )
 
-var (
-	// ErrConflict: a session head on the remote changed since it was read,
-	// or does not lie on the pushed snapshot's lineage. It wraps
-	// cas.ErrConflict.
-	ErrConflict = fmt.Errorf("remote: head changed concurrently: %w", cas.ErrConflict)
-	// ErrNoSnapshot: the remote holds no such snapshot (or no head for a
-	// session).
-	ErrNoSnapshot = fmt.Errorf("remote: no such snapshot: %w", cas.ErrNotFound)
-	// ErrNoBucket: the remote's bucket does not exist.
-	ErrNoBucket = objstore.ErrNoBucket
-	// ErrNotS3: the endpoint answered, but not as an S3 server does.
-	ErrNotS3 = objstore.ErrNotS3
-	// ErrNoCredentials: neither the environment nor a credentials file
-	// holds keys for the remote.
-	ErrNoCredentials = objstore.ErrNoCredentials
-	// ErrStalled is wrapped by the error of a connection that moved no
-	// byte for Timeouts.Idle while a request was on it (a *net.OpError).
-	ErrStalled = objstore.ErrStalled
-)
-
 // Options tune a Remote. Open must be set (s3.Open); the zero values of
 // the other fields are ready for production.
 type Options struct {
@@ -118,7 +98,7 @@ func Open(ctx context.Context, cfg Config, opts Options) (*Remote, error) {
 	}
 	var crypt *sealer
 	if cfg.Encryption.Enabled() {
-		master, err := cfg.Encryption.load(ctx, cfg.Name)
+		master, err := loadKey(ctx, cfg.Encryption, cfg.Name)
 		if err != nil {
 			return nil, err
 		}

@@ -13,27 +13,6 @@ import (
 	"github.com/homefs/homefs/manifest"
 )
 
-// SessionInfo is one session as the remote holds it: its head (if any)
-// and the snapshot records that name it.
-type SessionInfo struct {
-	Session string `json:"session"`
-	// Head is the snapshot the session's head names; "" for a session
-	// with records but no head (a purge cut short, or pushes that never
-	// moved one).
-	Head string `json:"head,omitempty"`
-	// HeadUpdated is when the head was last moved (the pushing host's
-	// clock).
-	HeadUpdated time.Time `json:"head_updated,omitzero"`
-	// Snapshots counts the session's records on the remote.
-	Snapshots int `json:"snapshots"`
-	// Objects and Bytes are the chunks and nodes its records reach, Bytes
-	// in stored (compressed) size; HeadBytes is what the head alone
-	// reaches. Objects shared with other sessions count for each.
-	Objects   int   `json:"objects"`
-	Bytes     int64 `json:"bytes"`
-	HeadBytes int64 `json:"head_bytes"`
-}
-
 // Sessions lists the remote's sessions, by name: every session with a
 // head or a record. It reads every head and record and every tree node
 // they reach (the listing of chunks gives their sizes).

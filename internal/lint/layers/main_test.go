@@ -31,7 +31,7 @@ func TestCheck(t *testing.T) {
 		{"cmd/homefs", "cmd/homefsd", false},
 		{"fusefs", "internal/mountinfo", true},                   // a leaf
 		{"internal/atomicfile", "cas", false},                    // a leaf imports nothing
-		{"internal/remote/s3", "internal/remote/objstore", true}, // a leaf under a layer
+		{"internal/remote/s3", "internal/remote/objstore", true}, // a layer listed below its parent's
 		{"internal/remote/s3", "internal/remote", false},         // a sibling of its own layer
 		{"internal/daemon", "internal/testkit/codextest", false},
 		{"fusefs", "fusefs/fusefstest", false},

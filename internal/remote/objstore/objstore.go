@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/homefs/homefs/internal/remote/remotetypes"
 )
 
 var (
@@ -16,18 +18,12 @@ var (
 	// attempt failed in a way a later one might not (refused, reset,
 	// silent, 5xx, throttled), beside that attempt's own error.
 	ErrUnavailable = errors.New("the remote did not answer")
-	// ErrNoBucket: the remote's bucket does not exist.
-	ErrNoBucket = errors.New("remote: no such bucket")
-	// ErrNotS3: the endpoint answered, but not as an S3 server does.
-	ErrNotS3 = errors.New("remote: the endpoint does not answer as S3")
-	// ErrNoCredentials: neither the environment nor a credentials file
-	// holds keys for the remote.
-	ErrNoCredentials = errors.New("remote: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or write them to a shared credentials file (AWS_SHARED_CREDENTIALS_FILE, ~/.aws/credentials)")
-	// ErrStalled is wrapped by the error of a connection that moved no
-	// byte for Timeouts.Idle while a request was on it. The error is a
-	// *net.OpError (a network failure to whoever maps errors: EIO in
-	// fusefs).
-	ErrStalled = errors.New("no byte moved")
+	// The errors a store meets that its remote's users tell apart live
+	// in remotetypes, which the CLI links without this package's slog.
+	ErrNoBucket      = remotetypes.ErrNoBucket
+	ErrNotS3         = remotetypes.ErrNotS3
+	ErrNoCredentials = remotetypes.ErrNoCredentials
+	ErrStalled       = remotetypes.ErrStalled
 )
 
 // Store is one bucket of an object store. Keys are full keys (the
