@@ -537,9 +537,14 @@ func (e *Engine) checkMountpoint(dir string) (string, error) {
 
 // How long the kernel may trust entries and attributes: long while one
 // mount alone shows a part of a session, short while mounts overlap (each
-// then misses the other's changes for at most that long).
+// then misses the other's changes for at most that long). A mount alone
+// hears of every change (through itself, or restore's and graft's
+// notifications), so the long timeout bounds only what it could miss, a
+// hard-linked file's attributes changed through another mount that does
+// not overlap it; with a minute, every tree walked again after a minute
+// (a grep, git status) made a LOOKUP of each name it passed.
 const (
-	longCacheTimeout  = time.Minute
+	longCacheTimeout  = time.Hour
 	shortCacheTimeout = time.Second
 )
 
