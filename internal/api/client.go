@@ -32,9 +32,14 @@ func NewClient(socket string) *Client {
 // Socket is the socket the client dials.
 func (c *Client) Socket() string { return c.socket }
 
-// dialError explains a failure to reach the daemon.
+// dialError explains a failure to reach the daemon. A dial that the
+// caller's context ended stays that context's error: the daemon may well
+// be running (homefs export cancels its request when the local extract
+// fails first, and then reports the extract's error).
 func (c *Client) dialError(err error) error {
 	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("reach the homefs daemon at %s: %w", c.socket, err)
 	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ECONNREFUSED):
 		return &Error{Code: CodeNotRunning, Message: fmt.Sprintf(
 			"homefs daemon is not running (no socket at %s): start it with `homefs serve`", c.socket)}

@@ -35,3 +35,20 @@ func TestClientDaemonGoneMidRequest(t *testing.T) {
 		t.Fatalf("error %v, want an unavailable error saying the daemon closed the connection", err)
 	}
 }
+
+// A dial that the caller's context ended is that context's error, not
+// "the daemon is not running": the daemon answers on the socket here.
+func TestClientDialCanceled(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = NewClient(sock).Status(ctx)
+	if !errors.Is(err, context.Canceled) || errors.Is(err, &Error{Code: CodeNotRunning}) {
+		t.Fatalf("error %v, want one wrapping context.Canceled and not of code %q", err, CodeNotRunning)
+	}
+}
