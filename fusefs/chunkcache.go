@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/manifest"
@@ -33,6 +36,8 @@ type chunkCache struct {
 	items   map[cas.Ref]*cacheEntry // GUARDED_BY(mu)
 	loading map[cas.Ref]*load       // GUARDED_BY(mu); fetches in flight
 	free    [][]byte                // GUARDED_BY(mu); buffers to decode into, cap manifest.ChunkSize
+	slab    []byte                  // GUARDED_BY(mu); room for buffers not handed out yet (newSlab)
+	slabbed bool                    // GUARDED_BY(mu); the slab was made
 
 	// queue holds the read-ahead refs not yet fetched, oldest first, at
 	// most maxQueued; queued is the same as a set. fetchers is how many
@@ -218,6 +223,15 @@ func (c *chunkCache) takeBufs(n int) [][]byte {
 	for i := range bufs {
 		if k := len(c.free); k > 0 {
 			bufs[i], c.free = c.free[k-1], c.free[:k-1]
+			continue
+		}
+		if !c.slabbed {
+			c.slabbed = true
+			c.slab = newSlab((c.max + maxFree) * manifest.ChunkSize)
+		}
+		if len(c.slab) >= manifest.ChunkSize {
+			bufs[i] = c.slab[:manifest.ChunkSize:manifest.ChunkSize]
+			c.slab = c.slab[manifest.ChunkSize:]
 		}
 	}
 	c.mu.Unlock()
@@ -227,6 +241,24 @@ func (c *chunkCache) takeBufs(n int) [][]byte {
 		}
 	}
 	return bufs
+}
+
+// newSlab returns n bytes for the cache's buffers, asking the kernel to
+// back them with huge pages: a fault then brings in 2 MiB, where on a PVM
+// guest each 4 KiB page of a cache filling up cost a fault of 35-45 us
+// (4,100 of them as a freshly started daemon's cache filled). Where the
+// host allows no huge pages the advice does nothing. The buffers live as
+// long as the cache; the slab is freed with the last of them.
+func newSlab(n int) []byte {
+	slab := make([]byte, n)
+	const huge = 2 << 20
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(slab)))
+	lo := int((start+huge-1)&^(huge-1) - start)
+	hi := int((start+uintptr(n))&^(huge-1) - start)
+	if lo < hi {
+		_ = unix.Madvise(slab[lo:hi], unix.MADV_HUGEPAGE)
+	}
+	return slab
 }
 
 // recycle keeps b for a later decode, if it is a chunk buffer and the

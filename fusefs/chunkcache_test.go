@@ -2,9 +2,14 @@ package fusefs
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"os"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -97,4 +102,30 @@ func TestChunkCacheConcurrentReaders(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// The cache's buffers are advised to be huge pages: the mapping that holds
+// the slab's aligned middle has the hugepage flag (smaps' "hg").
+func TestChunkCacheSlabHugePages(t *testing.T) {
+	if _, err := os.Stat("/sys/kernel/mm/transparent_hugepage/enabled"); err != nil {
+		t.Skip("no transparent huge pages on this kernel")
+	}
+	slab := newSlab(8 << 20)
+	mid := uintptr(unsafe.Pointer(&slab[4<<20]))
+	smaps, err := os.ReadFile("/proc/self/smaps")
+	require.NoError(t, err)
+	var inside bool
+	for _, line := range strings.Split(string(smaps), "\n") {
+		var lo, hi uintptr
+		if n, _ := fmt.Sscanf(line, "%x-%x ", &lo, &hi); n == 2 && strings.Contains(line[:strings.IndexByte(line, ' ')], "-") {
+			inside = lo <= mid && mid < hi
+			continue
+		}
+		if inside && strings.HasPrefix(line, "VmFlags:") {
+			require.Contains(t, strings.Fields(line), "hg", "the slab's mapping: %s", line)
+			runtime.KeepAlive(slab)
+			return
+		}
+	}
+	t.Fatal("the slab's mapping is not in /proc/self/smaps")
 }
