@@ -11,10 +11,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -509,39 +507,28 @@ func TestACLRoundTrip(t *testing.T) {
 	copied("tar", e3, "imported")
 }
 
-// getxattrCounter counts the GETXATTR requests a mount serves.
-type getxattrCounter struct{ n atomic.Int64 }
-
-func (c *getxattrCounter) Request(op Op, _ syscall.Errno, _ time.Duration) {
-	if op == OpGetXAttr {
-		c.n.Add(1)
-	}
-}
-
-func (c *getxattrCounter) Flush(time.Duration, error) {}
-
 // TestACLCost: ACLs cost an owner no request (the kernel checks an owner
 // by the mode alone); another user's opens make the kernel fetch the
 // ACLs it dropped with the attributes a read's atime made stale.
 func TestACLCost(t *testing.T) {
 	t.Parallel()
-	obs := &getxattrCounter{}
+	obs := &opCounter{}
 	e := newTestEngine(t, nil, Options{Observer: obs})
 	d := aclMount(t, e, "s")
 	const files = 50
 	for i := range files {
 		require.NoError(t, os.WriteFile(filepath.Join(d, fmt.Sprint(i)), []byte("x"), 0o644))
 	}
-	before := obs.n.Load()
+	before := obs.n[OpGetXAttr].Load()
 	for range 2 {
 		runIn(t, d, "/bin/sh", "-c", "cat * >/dev/null")
 	}
-	require.Zero(t, obs.n.Load()-before, "GETXATTR for the owner's reads")
-	before = obs.n.Load()
+	require.Zero(t, obs.n[OpGetXAttr].Load()-before, "GETXATTR for the owner's reads")
+	before = obs.n[OpGetXAttr].Load()
 	nobodyMay(t, d, "cat * >/dev/null", true)
-	first := obs.n.Load() - before
+	first := obs.n[OpGetXAttr].Load() - before
 	nobodyMay(t, d, "cat * >/dev/null", true)
-	t.Logf("another user's cat of %d files: %d GETXATTR, then %d", files, first, obs.n.Load()-before-first)
+	t.Logf("another user's cat of %d files: %d GETXATTR, then %d", files, first, obs.n[OpGetXAttr].Load()-before-first)
 }
 
 // TestACLGNUTar: GNU tar's --xattrs archives a mount's ACLs so that

@@ -5,8 +5,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -83,17 +81,6 @@ func TestMmapThroughAppender(t *testing.T) {
 	require.Equal(t, want, []byte(read(t, filepath.Join(snap, "db"))))
 }
 
-// writeCounter counts the WRITE requests a mount serves.
-type writeCounter struct{ n atomic.Int64 }
-
-func (c *writeCounter) Request(op Op, _ syscall.Errno, _ time.Duration) {
-	if op == OpWrite {
-		c.n.Add(1)
-	}
-}
-
-func (c *writeCounter) Flush(time.Duration, error) {}
-
 // TestAppendOneWriteEach: an append through a daemon-served O_RDWR|
 // O_APPEND descriptor (Codex's rollout) is one WRITE, also where it
 // crosses a page boundary, which through the page cache the kernel sends
@@ -102,7 +89,7 @@ func (c *writeCounter) Flush(time.Duration, error) {}
 // appended byte at once.
 func TestAppendOneWriteEach(t *testing.T) {
 	t.Parallel()
-	obs := &writeCounter{}
+	obs := &opCounter{}
 	e := newTestEngine(t, nil, Options{Observer: obs})
 	m := MountForTest(t, e, "s", "", MountOptions{})
 	if !m.gate.directMmap() {
@@ -113,7 +100,7 @@ func TestAppendOneWriteEach(t *testing.T) {
 	require.NoError(t, err)
 	defer f.Close()
 	const lines = 200
-	before := obs.n.Load()
+	before := obs.n[OpWrite].Load()
 	total := 0
 	for i := range lines {
 		l := jsonlLine(i)
@@ -122,7 +109,7 @@ func TestAppendOneWriteEach(t *testing.T) {
 		total += len(l)
 	}
 	require.Greater(t, total/4096, 10, "the lines cross page boundaries")
-	require.Equal(t, int64(lines), obs.n.Load()-before, "WRITE requests")
+	require.Equal(t, int64(lines), obs.n[OpWrite].Load()-before, "WRITE requests")
 
 	tail, err := os.Open(p)
 	require.NoError(t, err)
