@@ -764,6 +764,14 @@ func (m *Mount) Unmount() error {
 		time.Sleep(wait)
 		err = unmount()
 	}
+	if errors.Is(err, syscall.EINVAL) {
+		// The dir is no longer a mount point: someone took the mount out
+		// of the mount table (umount -l, or another daemon's start
+		// detaching a mount whose connection was aborted). Its servers
+		// end with the connection.
+		m.forget()
+		return fmt.Errorf("unmount %s: %w", m.dir, ErrNotMounted)
+	}
 	if err != nil {
 		return fmt.Errorf("unmount %s: %w", m.dir, err)
 	}

@@ -154,3 +154,18 @@ func TestURingMountsShareRings(t *testing.T) {
 	}
 	settled()
 }
+
+// A mount that someone else took out of the mount table (umount -l, or a
+// daemon's start detaching a mount whose connection was aborted) is not
+// mounted any more: Unmount says so and the engine forgets it, so that
+// it can mount the dir again.
+func TestUnmountDetachedElsewhere(t *testing.T) {
+	t.Parallel()
+	e := newTestEngine(t, nil, Options{})
+	m := MountForTest(t, e, "s", "", MountOptions{})
+	require.NoError(t, unix.Unmount(m.Dir(), unix.MNT_DETACH))
+	require.ErrorIs(t, m.Unmount(), ErrNotMounted)
+	require.Empty(t, e.Mounts())
+	again := MountForTest(t, e, "s", "", MountOptions{})
+	require.NoError(t, os.WriteFile(filepath.Join(again.Dir(), "f"), []byte("x"), 0o644))
+}
