@@ -51,6 +51,7 @@ type chunkCache struct {
 // not reused while pins > 0 or it is in the cache (elem set).
 type cacheEntry struct {
 	data []byte
+	own  bool          // data lies in a buffer of the cache's (takeBufs): it may be reused
 	elem *list.Element // GUARDED_BY(chunkCache.mu); nil once evicted
 	pins int           // GUARDED_BY(chunkCache.mu)
 }
@@ -65,6 +66,7 @@ type load struct {
 	remote  chan struct{}
 	data    []byte
 	err     error
+	own     bool        // data lies in a buffer the fetch took (takeBufs)
 	waiters int         // GUARDED_BY(chunkCache.mu)
 	reader  bool        // the fetching caller reads the chunk: it takes a pin
 	ended   bool        // GUARDED_BY(chunkCache.mu)
@@ -193,7 +195,9 @@ func (c *chunkCache) loadMany(refs []cas.Ref, loads []*load) {
 	data, errs := cas.GetManyInto(cas.LocalOnly(ctx), c.store, refs, bufs)
 	var remote []int
 	for i, l := range loads {
-		if !backs(bufs[i], data[i]) || errs[i] != nil {
+		if backs(bufs[i], data[i]) && errs[i] == nil {
+			l.own = true
+		} else {
 			c.recycle(bufs[i])
 		}
 		if errors.Is(errs[i], cas.ErrNotLocal) {
@@ -354,9 +358,18 @@ func (c *chunkCache) release(e *cacheEntry) {
 func (c *chunkCache) unpinLocked(e *cacheEntry) {
 	e.pins--
 	if e.pins == 0 && e.elem == nil {
-		c.recycleLocked(e.data)
-		e.data = nil
+		c.drop(e)
 	}
+}
+
+// drop lets go of an evicted entry no reader holds: its buffer is reused
+// if it is the cache's. A chunk a remote fetch gave is not: the fetch may
+// have handed the same bytes to others. Called with c.mu held.
+func (c *chunkCache) drop(e *cacheEntry) {
+	if e.own {
+		c.recycleLocked(e.data)
+	}
+	e.data = nil
 }
 
 // warm brings ref into the cache (get), unpinned.
@@ -390,7 +403,9 @@ func (c *chunkCache) load(ctx context.Context, ref cas.Ref, l *load) {
 	bufs := c.takeBufs(1)
 	data, errs := cas.GetManyInto(cas.LocalOnly(ctx), c.store, []cas.Ref{ref}, bufs)
 	l.data, l.err = data[0], errs[0]
-	if !backs(bufs[0], l.data) || l.err != nil {
+	if backs(bufs[0], l.data) && l.err == nil {
+		l.own = true
+	} else {
 		c.recycle(bufs[0])
 	}
 	if errors.Is(l.err, cas.ErrNotLocal) && !cas.IsLocalOnly(ctx) {
@@ -409,9 +424,11 @@ func (c *chunkCache) finish(ref cas.Ref, l *load) {
 	if l.err == nil {
 		e, ok := c.items[ref]
 		if ok {
-			c.recycleLocked(l.data) // not in any entry: no one has it
+			if l.own {
+				c.recycleLocked(l.data) // not in any entry: no one has it
+			}
 		} else {
-			e = &cacheEntry{data: l.data, elem: c.order.PushFront(ref)}
+			e = &cacheEntry{data: l.data, own: l.own, elem: c.order.PushFront(ref)}
 			c.items[ref] = e
 		}
 		l.data = nil
@@ -426,8 +443,7 @@ func (c *chunkCache) finish(ref cas.Ref, l *load) {
 			delete(c.items, old)
 			ev.elem = nil
 			if ev.pins == 0 {
-				c.recycleLocked(ev.data)
-				ev.data = nil
+				c.drop(ev)
 			}
 		}
 	}

@@ -129,3 +129,41 @@ func TestChunkCacheSlabHugePages(t *testing.T) {
 	}
 	t.Fatal("the slab's mapping is not in /proc/self/smaps")
 }
+
+// sharingGetter gives the same slice for shared to every caller (as a
+// remote fetch hands its bytes to each reader that waited for it) and
+// decodes the other chunks into the buffers it is given.
+type sharingGetter struct {
+	*badgerstore.Store
+	shared cas.Ref
+	bytes  []byte
+}
+
+func (g *sharingGetter) GetManyInto(ctx context.Context, refs []cas.Ref, bufs [][]byte) ([][]byte, []error) {
+	data, errs := g.Store.GetManyInto(ctx, refs, bufs)
+	for i, ref := range refs {
+		if ref == g.shared {
+			data[i], errs[i] = g.bytes, nil
+		}
+	}
+	return data, errs
+}
+
+// Bytes the cache did not decode into a buffer of its own are never
+// reused for another chunk: a getter may have given them to others too.
+func TestChunkCacheKeepsOthersBytes(t *testing.T) {
+	ctx := context.Background()
+	store, refs := chunkStore(t, 8)
+	shared, err := store.Get(ctx, refs[0])
+	require.NoError(t, err)
+	g := &sharingGetter{Store: store, shared: refs[0], bytes: shared}
+	c := newChunkCache(g, 1)
+	for range 5 {
+		for _, ref := range refs {
+			_, e, err := c.get(ctx, ref)
+			require.NoError(t, err)
+			c.release(e)
+		}
+	}
+	require.Equal(t, refs[0], cas.Sum(shared), "the getter's own bytes were decoded over")
+}

@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -238,7 +239,9 @@ func (t *ReadThrough) fetch(ctx context.Context, ref cas.Ref, ahead bool) ([]byt
 			if c.err != nil {
 				return nil, c.err
 			}
-			return c.data, nil
+			// The fetching caller has c.data: each waiter gets a copy,
+			// as the slice a Get returns belongs to its caller.
+			return bytes.Clone(c.data), nil
 		}
 		c := &fetchCall{done: make(chan struct{})}
 		t.inflight[ref] = c
