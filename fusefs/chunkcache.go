@@ -153,7 +153,7 @@ func (c *chunkCache) fetch() {
 		if len(refs) == 0 {
 			return
 		}
-		c.loadMany(refs, loads)
+		c.load(context.Background(), refs, loads)
 	}
 }
 
@@ -186,11 +186,12 @@ func (c *chunkCache) claim(n int) ([]cas.Ref, []*load) {
 	return refs, loads
 }
 
-// loadMany is load for several refs at once, with a remote allowed: the
-// chunks the local store has are cached at once, then those only a remote
-// has are fetched one by one.
-func (c *chunkCache) loadMany(refs []cas.Ref, loads []*load) {
-	ctx := context.Background()
+// load fetches refs into loads and the cache. The store is asked for its
+// local copies first, decoded into buffers of the cache's, and those are
+// cached at once; unless ctx is cas.LocalOnly, the chunks only a remote
+// has are then fetched one by one, their waiters under cas.LocalOnly told
+// first (l.remote).
+func (c *chunkCache) load(ctx context.Context, refs []cas.Ref, loads []*load) {
 	bufs := c.takeBufs(len(refs))
 	data, errs := cas.GetManyInto(cas.LocalOnly(ctx), c.store, refs, bufs)
 	var remote []int
@@ -200,7 +201,7 @@ func (c *chunkCache) loadMany(refs []cas.Ref, loads []*load) {
 		} else {
 			c.recycle(bufs[i])
 		}
-		if errors.Is(errs[i], cas.ErrNotLocal) {
+		if errors.Is(errs[i], cas.ErrNotLocal) && !cas.IsLocalOnly(ctx) {
 			close(l.remote)
 			remote = append(remote, i)
 			continue
@@ -311,7 +312,7 @@ func (c *chunkCache) get(ctx context.Context, ref cas.Ref) (data []byte, e *cach
 		}
 		c.mu.Unlock()
 		if !joined {
-			c.load(ctx, ref, l)
+			c.load(ctx, []cas.Ref{ref}, []*load{l})
 		} else if err := l.wait(ctx, local); err != nil {
 			c.leave(l)
 			if errors.Is(err, cas.ErrNotLocal) {
@@ -394,25 +395,6 @@ func (l *load) wait(ctx context.Context, local bool) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// load fetches ref into l and the cache. The store is asked for its local
-// copy first, so that waiters under cas.LocalOnly learn when the fetch
-// goes to a remote.
-func (c *chunkCache) load(ctx context.Context, ref cas.Ref, l *load) {
-	bufs := c.takeBufs(1)
-	data, errs := cas.GetManyInto(cas.LocalOnly(ctx), c.store, []cas.Ref{ref}, bufs)
-	l.data, l.err = data[0], errs[0]
-	if backs(bufs[0], l.data) && l.err == nil {
-		l.own = true
-	} else {
-		c.recycle(bufs[0])
-	}
-	if errors.Is(l.err, cas.ErrNotLocal) && !cas.IsLocalOnly(ctx) {
-		close(l.remote)
-		l.data, l.err = c.store.Get(ctx, ref)
-	}
-	c.finish(ref, l)
 }
 
 // finish ends l, the fetch of ref: its chunk goes into the cache, pinned
