@@ -208,13 +208,9 @@ func (n *node) storedChunk(ctx context.Context, ref cas.Ref, l int) ([]byte, *ca
 // warmChunk brings stored chunk ref into the chunk cache (or finds it
 // pending), so that a later storedChunk under the same lock finds it.
 func (n *node) warmChunk(ctx context.Context, ref cas.Ref) error {
-	if ref.IsZero() {
-		return nil
-	}
-	if _, ok := n.sess.pending.get(ref); ok {
-		return nil
-	}
-	return n.sess.chunks.warm(ctx, ref)
+	_, e, err := n.storedChunk(ctx, ref, 0)
+	n.sess.chunks.release(e)
+	return err
 }
 
 // storedRef returns the stored ref of chunk i (zero for a hole or past the
