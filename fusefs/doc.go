@@ -435,7 +435,7 @@
 //	leaves: chunkCache.mu, pendingChunks.mu, pendingBatch.mu, orphans.mu,
 //	        openFiles.mu, backedSet.mu, sparePool.mu, absorbQueue.mu,
 //	        workers.mu, journal.mu, Recorder.mu, dirStreams.mu,
-//	        uringSwitch.mu; fusefs/uring's ring.mu
+//	        uringSwitch.mu, parkedCopies.mu; fusefs/uring's ring.mu
 //
 // Why, lock by lock:
 //

@@ -96,6 +96,7 @@ type Engine struct {
 	obs             Observer      // Options.Observer; nil when nothing observes
 	log             *slog.Logger
 	cache           *chunkCache
+	parked          *parkedCopies // nil with no storeDir
 	inos            atomic.Uint64
 	buffers         buffers
 
@@ -143,6 +144,7 @@ func New(store cas.Store, cat *catalog.Catalog, opts Options) *Engine {
 		obs:             opts.Observer,
 		log:             log,
 		cache:           newChunkCache(store, cacheChunks),
+		parked:          openParked(opts.StoreDir, log),
 		sessions:        make(map[string]*Session),
 		mounts:          make(map[string]*Mount),
 	}
@@ -260,6 +262,7 @@ func (e *Engine) live(ctx context.Context, name string) (*Session, error) {
 	s.lastFlush.Store(h.UpdatedNs)
 	if e.storeDir != "" {
 		s.backingDir = backingDir(e.storeDir, name)
+		s.parked = e.parked
 		s.noStage = e.noStage
 		if err := e.openJournal(ctx, s); err != nil {
 			return nil, err

@@ -604,6 +604,7 @@ func (s *Session) openRoute(ctx context.Context, n *node, flags uint32, o mountO
 	if n.kind != manifest.KindFile || o.pt == 0 && o.all > 0 {
 		return routeDaemon, 0, nil
 	}
+	busy := o.pt == 0 && flags&syscall.O_ACCMODE == syscall.O_RDONLY && s.writing.has(n)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	r := routeJoin
@@ -616,6 +617,16 @@ func (s *Session) openRoute(ctx context.Context, n *node, flags uint32, o mountO
 		r = routeDaemon
 	default:
 		r = n.eligible(flags)
+		if r == routeDaemon {
+			// A reader of a file whose copy an earlier daemon parked.
+			adopted, err := n.adoptParked(ctx, flags, busy)
+			if err != nil {
+				return routeDaemon, 0, err
+			}
+			if adopted {
+				r = routeJoin
+			}
+		}
 	}
 	if r == routeDaemon {
 		return r, 0, nil
@@ -730,13 +741,7 @@ func scribbles(flags uint32) bool {
 // through, as does a write-only writer of an empty file (staged.go) and a
 // reader of a staged file. Called with n.mu held.
 func (n *node) eligible(flags uint32) route {
-	if n.kind != manifest.KindFile || n.sess.readOnly || n.sess.backingDir == "" {
-		return routeDaemon
-	}
-	if n.mode&(syscall.S_ISUID|syscall.S_ISGID) != 0 {
-		return routeDaemon
-	}
-	if _, ok := n.xattrs[capabilityXattr]; ok {
+	if !n.passable() {
 		return routeDaemon
 	}
 	if b := n.data.backing; b != nil && b.isStaged() && flags&syscall.O_ACCMODE == syscall.O_RDONLY {
@@ -1348,16 +1353,22 @@ func (n *node) detachBacking() (dispose func()) {
 // their names, but for files a writer may still reach (sealed at
 // shutdown: their names keep them sealed until the next load,
 // sealBackingDir); otherwise the next load replays and removes them.
+// Clean, it parks the big staged files and read copies it can (parkCopy)
+// instead.
 func (s *Session) closeBackings(clean bool) {
 	// The absorber first: it may still drop a file, and journal it.
 	s.workers.close()
 	s.workers.wait()
 	clean = clean && (s.journal == nil || !s.journal.holds())
 	var names []string
+	parked := false
 	for _, n := range s.backed.list() {
 		n.mu.Lock()
 		if b := n.data.backing; b != nil {
-			if clean && b.opens == 0 && !b.mappable() {
+			switch {
+			case clean && s.parkCopy(n, b):
+				parked = true
+			case clean && b.opens == 0 && !b.mappable():
 				names = append(names, b.name)
 			}
 			b.f.Close()
@@ -1374,4 +1385,7 @@ func (s *Session) closeBackings(clean bool) {
 		names = append(names, s.backed.takeStale()...)
 	}
 	s.removeBackingNames(names)
+	if parked {
+		s.parked.prune()
+	}
 }

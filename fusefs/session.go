@@ -82,6 +82,9 @@ type Session struct {
 	backed     backedSet
 	spares     sparePool
 	absorbs    absorbQueue
+	// parked are the store directory's parked read copies (parked.go);
+	// nil where backingDir is empty.
+	parked *parkedCopies
 	// workers counts the goroutines that use the store for the session:
 	// the absorber, and a spill of its write buffers (spillLater), which
 	// runs while spilling is set.

@@ -1,0 +1,455 @@
+package fusefs
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
+
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/manifest"
+)
+
+// Parked read copies. A read copy (Read copies, staged.go) lasts as long
+// as its daemon; a daemon that starts again would read the file from the
+// store, verifying and copying every chunk through the FUSE connection,
+// which on two cores runs at half the speed of the disk under it. So a
+// session that closes cleanly (the final flush made everything durable)
+// *parks* each big staged file or read copy that no handle uses, that
+// still holds what its node took from it and whose node holds nothing
+// unstored: it renames the file into the store directory's parked
+// directory, under its content's key (contentKey: the size and every
+// chunk's ref, hashed). Nothing else is kept about it, and nothing needs
+// to be: a later daemon trusts no parked byte it has not checked.
+//
+// A reader's open that the daemon would serve, the node's first open in
+// its mount, of a big file whose content is stored as it is (no chunk
+// written since the last flush) and whose key names a parked copy,
+// *adopts* the copy: it reads the copy whole, on every core, and checks
+// each chunk against the node's ref (a hole against zeros), then renames
+// it into the session's backing directory as the node's read copy, of
+// kind kept, and the open passes through to it. From then on it is any
+// read copy. A copy that fails the check, or that cannot be read, is
+// removed, and the daemon serves the open. The check is the verification
+// a read from the store makes, done once for the whole file, at the disk's
+// speed, before the kernel reads it from the page cache the check filled
+// (1 GiB after a restart and drop_caches: parkedCopies in BENCHMARKS.md).
+// On a ring thread the check would hold every request of its CPU's queue
+// back, so there the open fails with cas.ErrNotLocal and is served again
+// off the ring (localGate).
+//
+// The key is the content's, not the session's or the file's: a fork, or
+// another session with the same file, adopts the copy as well (the first
+// open to take it has it). Parked copies take at most parkedMax bytes,
+// the most recently parked kept first, and none while the store
+// directory's filesystem has less than keptFreeMin of itself free
+// (pruned at each park and at the engine's start).
+const parkedDirName = "readcopies"
+
+// parkedMax bounds the bytes of parked copies in a store directory.
+const parkedMax = keptMax
+
+// parkedCopies is the index of a store directory's parked copies, by key.
+// A nil *parkedCopies (an engine with no store directory) holds none.
+type parkedCopies struct {
+	dir string
+	log *slog.Logger
+
+	mu sync.Mutex
+	// keys holds each copy's size, by key; sizes counts the copies of
+	// each size, which an open looks up before it computes a key.
+	keys  map[string]int64 // GUARDED_BY(mu)
+	sizes map[int64]int    // GUARDED_BY(mu)
+}
+
+// openParked returns the parked copies under storeDir (none if it is
+// empty), having removed what is not one and pruned the rest.
+func openParked(storeDir string, log *slog.Logger) *parkedCopies {
+	if storeDir == "" {
+		return nil
+	}
+	p := &parkedCopies{dir: filepath.Join(storeDir, parkedDirName), log: log, keys: make(map[string]int64), sizes: make(map[int64]int)}
+	p.prune()
+	return p
+}
+
+// isKey reports whether name is a key (contentKey's form).
+func isKey(name string) bool {
+	b, err := hex.DecodeString(name)
+	return err == nil && len(b) == sha256.Size
+}
+
+// contentKey is the key of a file's content of size bytes whose chunks
+// are refs (manifest.ChunkCount(size) of them, a zero ref a hole).
+func contentKey(size int64, refs []cas.Ref) string {
+	h := sha256.New()
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(size))
+	h.Write(b[:])
+	for i := range refs {
+		h.Write(refs[i][:])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// hasSize reports whether p holds a copy of size bytes: the cheap test an
+// open makes before it computes a key.
+func (p *parkedCopies) hasSize(size int64) bool {
+	if p == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sizes[size] > 0
+}
+
+// has reports whether p holds a copy of key.
+func (p *parkedCopies) has(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.keys[key]
+	return ok
+}
+
+// add lists the copy of key, of size bytes. Called with p.mu held.
+func (p *parkedCopies) add(key string, size int64) {
+	if _, ok := p.keys[key]; !ok {
+		p.keys[key] = size
+		p.sizes[size]++
+	}
+}
+
+// drop unlists the copy of key and reports whether p listed it. Called
+// with p.mu held.
+func (p *parkedCopies) drop(key string) bool {
+	size, ok := p.keys[key]
+	if ok {
+		delete(p.keys, key)
+		if p.sizes[size]--; p.sizes[size] <= 0 {
+			delete(p.sizes, size)
+		}
+	}
+	return ok
+}
+
+// take takes the copy of key out of p and opens it, or returns nil if p
+// has none (or it cannot be opened, when it is removed).
+func (p *parkedCopies) take(key string) *os.File {
+	p.mu.Lock()
+	had := p.drop(key)
+	p.mu.Unlock()
+	if !had {
+		return nil
+	}
+	path := filepath.Join(p.dir, key)
+	// O_NOATIME, as makeBackingFile: the daemon's reads leave the atime
+	// to the passthrough readers'.
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOATIME, 0)
+	if err != nil {
+		p.log.Warn("open a parked read copy", "err", err)
+		p.remove(key)
+		return nil
+	}
+	return os.NewFile(uintptr(fd), path)
+}
+
+// remove removes the copy of key, which p no longer lists.
+func (p *parkedCopies) remove(key string) {
+	if err := os.Remove(filepath.Join(p.dir, key)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		p.log.Warn("remove a parked read copy", "err", err)
+	}
+}
+
+// putBack lists again the copy of key, of size bytes, that take took
+// and left as it was.
+func (p *parkedCopies) putBack(key string, size int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.add(key, size)
+}
+
+// park renames path, a read copy of size bytes of the content of key,
+// into p. It reports whether it did; a copy of key already there stays,
+// and path with it.
+func (p *parkedCopies) park(path, key string, size int64) bool {
+	if err := os.MkdirAll(p.dir, 0o700); err != nil {
+		p.log.Warn("park a read copy", "err", err)
+		return false
+	}
+	err := unix.Renameat2(unix.AT_FDCWD, path, unix.AT_FDCWD, filepath.Join(p.dir, key), unix.RENAME_NOREPLACE)
+	if err != nil {
+		if !errors.Is(err, unix.EEXIST) {
+			p.log.Warn("park a read copy", "err", err)
+		}
+		return false
+	}
+	p.putBack(key, size)
+	return true
+}
+
+// prune lists p's directory again: it removes what is not a copy, every
+// copy if the filesystem has no room for them (keptFreeMin), and the
+// copies parked longest ago past parkedMax bytes.
+func (p *parkedCopies) prune() {
+	entries, err := os.ReadDir(p.dir)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			p.log.Warn("list parked read copies", "err", err)
+		}
+		return
+	}
+	room := hasRoom(p.dir)
+	type copyInfo struct {
+		key    string
+		size   int64
+		parked int64 // ctime: the rename that parked it
+	}
+	var copies []copyInfo
+	for _, e := range entries {
+		var st unix.Stat_t
+		if !isKey(e.Name()) || !e.Type().IsRegular() || unix.Stat(filepath.Join(p.dir, e.Name()), &st) != nil {
+			p.remove(e.Name())
+			continue
+		}
+		copies = append(copies, copyInfo{e.Name(), st.Size, st.Ctim.Nano()})
+	}
+	slices.SortFunc(copies, func(a, b copyInfo) int { return cmp.Compare(b.parked, a.parked) }) // newest first
+	var total int64
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	clear(p.keys)
+	clear(p.sizes)
+	for _, c := range copies {
+		total += c.size
+		if !room || total > parkedMax {
+			p.remove(c.key)
+			continue
+		}
+		p.add(c.key, c.size)
+	}
+}
+
+// hasRoom reports whether the filesystem of dir has keptFreeMin of itself
+// free (Session.keepRoom).
+func hasRoom(dir string) bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil || st.Blocks == 0 {
+		return false
+	}
+	return float64(st.Bavail) >= keptFreeMin*float64(st.Blocks)
+}
+
+// storedRefs returns the refs of n's chunks, manifest.ChunkCount of its
+// size (a zero ref a hole), when its content is what they hold: no chunk
+// was written since the last flush. Called with n.mu held.
+func (n *node) storedRefs(ctx context.Context) ([]cas.Ref, bool, error) {
+	d := n.data
+	if len(d.dirty) > 0 {
+		return nil, false, nil
+	}
+	if err := n.loadChunks(ctx); err != nil {
+		return nil, false, err
+	}
+	refs := make([]cas.Ref, manifest.ChunkCount(d.size))
+	for i := range min(len(refs), d.chunks.Len()) {
+		refs[i] = d.chunks.At(i)
+	}
+	return refs, true, nil
+}
+
+// passable reports whether a passthrough open of n may be had at all: a
+// file of a writable session with a backing directory, with no setuid,
+// setgid or capability (the kernel would not drop them on a
+// passed-through write). Called with n.mu held.
+func (n *node) passable() bool {
+	if n.kind != manifest.KindFile || n.sess.readOnly || n.sess.backingDir == "" {
+		return false
+	}
+	if n.mode&(syscall.S_ISUID|syscall.S_ISGID) != 0 {
+		return false
+	}
+	_, caps := n.xattrs[capabilityXattr]
+	return !caps
+}
+
+// adoptParked makes a parked copy of n's content n's read copy, for the
+// reader's open with flags that the daemon would serve otherwise, when
+// the node is eligible (parkedCopies); it reports whether it did. busy
+// says a writer has n open in some mount. Under cas.LocalOnly it fails
+// with cas.ErrNotLocal, having changed nothing, where it would read a
+// copy. Called with freeze held shared and n.mu held.
+func (n *node) adoptParked(ctx context.Context, flags uint32, busy bool) (bool, error) {
+	s, d := n.sess, n.data
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || busy || d.backing != nil ||
+		d.size < absorbHoldMin || d.size > keptMax || !s.parked.hasSize(d.size) || !n.passable() || !s.stagingOK() {
+		return false, nil
+	}
+	// Local data alone: a chunk list only a remote has is no reason to
+	// wait for the remote with n.mu held, and a parked copy of it is
+	// unlikely. A read reports damage.
+	refs, ok, err := n.storedRefs(cas.LocalOnly(ctx))
+	if err != nil || !ok {
+		return false, nil
+	}
+	key := contentKey(d.size, refs)
+	if !s.parked.has(key) {
+		return false, nil
+	}
+	if cas.IsLocalOnly(ctx) {
+		return false, fmt.Errorf("check a parked read copy: %w", cas.ErrNotLocal)
+	}
+	if !s.keepRoom() {
+		return false, nil
+	}
+	f := s.parked.take(key)
+	if f == nil {
+		return false, nil
+	}
+	if err := verifyCopy(ctx, f, d.size, refs); err != nil {
+		f.Close()
+		if ctx.Err() != nil {
+			// The reader gave up (an interrupted open): the copy is
+			// as it was.
+			s.parked.putBack(key, d.size)
+			return false, ctx.Err()
+		}
+		s.log.Warn("parked read copy refused", "session", s.name, "inode", n.ino, "err", err)
+		s.parked.remove(key)
+		return false, nil
+	}
+	name, err := s.adoptName(f)
+	if err != nil {
+		f.Close()
+		s.log.Warn("adopt a parked read copy", "session", s.name, "err", err)
+		s.parked.remove(key)
+		return false, nil
+	}
+	fp, err := fingerprintOf(f)
+	if err != nil {
+		f.Close()
+		s.removeBackingNames([]string{name})
+		return false, nil
+	}
+	b := &backing{f: f, name: name, kind: backingKept, ingested: d.size, mtime: fp.mtime, absorbed: fp}
+	b.stage.size = d.size
+	b.keep(s.keepEpoch.Load(), time.Now())
+	d.backing = b
+	s.backed.add(n)
+	return true, nil
+}
+
+// adoptName renames f, a parked copy, into s's backing directory under a
+// name of this daemon's (makeBackingFile), and returns the name.
+func (s *Session) adoptName(f *os.File) (string, error) {
+	if !s.backed.dirMade.Load() {
+		if err := os.MkdirAll(s.backingDir, 0o700); err != nil {
+			return "", fmt.Errorf("backing directory: %w", err)
+		}
+		s.backed.dirMade.Store(true)
+	}
+	for {
+		name := fmt.Sprintf("%s-%d", s.backed.namePrefix(), s.backed.seq.Add(1))
+		err := unix.Renameat2(unix.AT_FDCWD, f.Name(), unix.AT_FDCWD, filepath.Join(s.backingDir, name), unix.RENAME_NOREPLACE)
+		if errors.Is(err, unix.EEXIST) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("rename a parked read copy: %w", err)
+		}
+		return name, nil
+	}
+}
+
+// parkCopy parks n's backing file b if it is a big staged file or read
+// copy that no handle uses and that holds what n holds, all of it stored
+// (parkedCopies); it reports whether it did. Called, for a session
+// closing cleanly, with n.mu held.
+func (s *Session) parkCopy(n *node, b *backing) bool {
+	if s.parked == nil || !b.isStaged() || b.opens > 0 || b.stage.size < absorbHoldMin || !n.ingestedAsIs() ||
+		n.data.size != b.stage.size || !n.passable() {
+		return false
+	}
+	refs, ok, err := n.storedRefs(cas.LocalOnly(context.Background()))
+	if err != nil || !ok {
+		return false
+	}
+	return s.parked.park(filepath.Join(s.backingDir, b.name), contentKey(n.data.size, refs), n.data.size)
+}
+
+// verifyCopy checks that f holds exactly the content of size bytes whose
+// chunks are refs (a zero ref a hole): every chunk read and hashed, each
+// core reading its part of the file through a descriptor of its own, so
+// that the kernel's read-ahead sees each part read in order.
+func verifyCopy(ctx context.Context, f *os.File, size int64, refs []cas.Ref) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("read copy: %w", err)
+	}
+	if st.Size != size {
+		return fmt.Errorf("read copy: %d bytes, the file %d: %w", st.Size, size, cas.ErrCorrupt)
+	}
+	workers := min(runtime.GOMAXPROCS(0), max(1, len(refs)/16))
+	g, ctx := errgroup.WithContext(ctx)
+	for w := range workers {
+		from, to := len(refs)*w/workers, len(refs)*(w+1)/workers
+		g.Go(func() error { return verifyPart(ctx, f, size, refs, from, to) })
+	}
+	return g.Wait()
+}
+
+// verifyPart checks chunks [from, to) of f for verifyCopy.
+func verifyPart(ctx context.Context, f *os.File, size int64, refs []cas.Ref, from, to int) error {
+	fd, err := unix.Open(procPath(f), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOATIME, 0)
+	if err != nil {
+		return fmt.Errorf("read copy: %w", err)
+	}
+	defer unix.Close(fd)
+	_ = unix.Fadvise(fd, 0, 0, unix.FADV_SEQUENTIAL)
+	buf := make([]byte, manifest.ChunkSize)
+	for i := from; i < to; i++ {
+		if i%16 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		p := buf[:chunkLen(size, i)]
+		if err := preadFull(fd, p, int64(i)*manifest.ChunkSize); err != nil {
+			return fmt.Errorf("read copy: %w", err)
+		}
+		if refs[i].IsZero() && !isZero(p) || !refs[i].IsZero() && cas.Sum(p) != refs[i] {
+			return fmt.Errorf("read copy: chunk %d is not %s: %w", i, refs[i].Short(), cas.ErrCorrupt)
+		}
+	}
+	return nil
+}
+
+// preadFull reads len(p) bytes at off from fd.
+func preadFull(fd int, p []byte, off int64) error {
+	for len(p) > 0 {
+		k, err := unix.Pread(fd, p, off)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return err
+		case k == 0:
+			return fmt.Errorf("short at %d", off)
+		}
+		p, off = p[k:], off+int64(k)
+	}
+	return nil
+}

@@ -1,0 +1,206 @@
+package fusefs
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/homefs/homefs/cas"
+	"github.com/homefs/homefs/internal/catalog"
+)
+
+// parkedNames lists the parked directory of storeDir.
+func parkedNames(t *testing.T, storeDir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(storeDir, parkedDirName))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// readCounted reads name whole through one descriptor and returns the
+// content, whether the open passed through to a read copy, and how many
+// READ requests the daemon served meanwhile (obs counts them).
+func readCounted(t *testing.T, e *Engine, m *Mount, obs *opCounter, name string) ([]byte, bool, int64) {
+	t.Helper()
+	// The last reader's release served: passthrough waits for the
+	// releases in flight (openRoute).
+	require.Eventually(t, func() bool {
+		_, opens := keptState(t, e, "s", name)
+		return opens <= 0 && m.releasing.Load() == 0
+	}, 10*time.Second, time.Millisecond)
+	before := obs.n[OpRead].Load()
+	r, err := openT(t, filepath.Join(m.Dir(), name), os.O_RDONLY, 0)
+	require.NoError(t, err)
+	kept, opens := keptState(t, e, "s", name)
+	got, err := io.ReadAll(r)
+	require.NoError(t, err)
+	require.NoError(t, r.Close())
+	return got, kept && opens == 1, obs.n[OpRead].Load() - before
+}
+
+// parkedRig restarts engines over one store and store directory, as a
+// daemon restarts; e and m are the running engine and its mount of "s".
+type parkedRig struct {
+	t     *testing.T
+	store cas.Store
+	dir   string
+	obs   *opCounter
+	e     *Engine
+	m     *Mount
+}
+
+// newParkedRig starts the first engine, or skips the test where there can
+// be no read copies.
+func newParkedRig(t *testing.T) *parkedRig {
+	t.Helper()
+	needStaging(t)
+	r := &parkedRig{t: t, store: cas.NewMemory(), dir: t.TempDir(), obs: &opCounter{}}
+	if !hasRoom(r.dir) {
+		t.Skip("the test directory's filesystem has no room for read copies")
+	}
+	r.start()
+	return r
+}
+
+// start starts an engine and mounts "s", which nobody may read too.
+func (r *parkedRig) start() {
+	t := r.t
+	t.Helper()
+	r.e = New(r.store, catalog.New(r.store), Options{StoreDir: r.dir, FlushInterval: -1, Observer: r.obs,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	r.m = MountForTest(t, r.e, "s", "", MountOptions{AllowOther: true})
+	// t.TempDir makes its directories 0700; let nobody reach the mount.
+	for p := filepath.Dir(r.m.Dir()); p != os.TempDir() && p != "/"; p = filepath.Dir(p) {
+		require.NoError(t, os.Chmod(p, 0o755))
+	}
+}
+
+// restart stops the engine (its close parks what it can) and starts
+// another.
+func (r *parkedRig) restart() {
+	r.t.Helper()
+	require.NoError(r.t, r.e.Close(context.Background()))
+	r.start()
+}
+
+// writeKept writes a new file name with content want and waits for the
+// absorber to keep it as a read copy; it returns the content's key.
+func (r *parkedRig) writeKept(name string, want []byte) string {
+	t := r.t
+	t.Helper()
+	ctx := context.Background()
+	s, err := r.e.live(ctx, "s")
+	require.NoError(t, err)
+	s.holdFor.Store(1) // absorbed at once
+	require.NoError(t, os.WriteFile(filepath.Join(r.m.Dir(), name), want, 0o644))
+	require.Eventually(t, func() bool {
+		kept, _ := keptState(t, r.e, "s", name)
+		return kept
+	}, 10*time.Second, time.Millisecond, "the absorber keeps a read copy")
+	require.NoError(t, r.e.Sync(ctx, "s"))
+	n := fileNodeOf(t, r.e, "s", name)
+	n.mu.Lock()
+	refs, ok, err := n.storedRefs(ctx)
+	n.mu.Unlock()
+	require.NoError(t, err)
+	require.True(t, ok)
+	return contentKey(int64(len(want)), refs)
+}
+
+// read reads name whole, as readCounted does.
+func (r *parkedRig) read(name string) ([]byte, bool, int64) {
+	r.t.Helper()
+	return readCounted(r.t, r.e, r.m, r.obs, name)
+}
+
+// TestParkedReadCopy: a read copy outlives its daemon. A clean close
+// parks it under its content's key; the next daemon's reader of that
+// content, an unprivileged one where the test can switch users, checks it
+// and reads it through passthrough (no READ reaches the daemon), and it is
+// parked again at the next close.
+func TestParkedReadCopy(t *testing.T) {
+	t.Parallel()
+	r := newParkedRig(t)
+	want := randBytes(11, 3*absorbHoldMin+777)
+	require.NoError(t, os.WriteFile(filepath.Join(r.m.Dir(), "small"), want[:4096], 0o644))
+	require.Eventually(t, func() bool { return absorbedState(t, r.e, "s", "small") }, 10*time.Second, time.Millisecond)
+	key := r.writeKept("big", want)
+	r.restart()
+	require.Equal(t, []string{key}, parkedNames(t, r.dir), "the read copy of big, not small")
+
+	if os.Geteuid() == 0 {
+		needTool(t, "setpriv")
+		before := r.obs.n[OpRead].Load()
+		out, err := asNobody(t, r.m.Dir(), "sha256sum big")
+		require.NoError(t, err, out)
+		require.Equal(t, fmt.Sprintf("%x  big", sha256.Sum256(want)), out)
+		kept, _ := keptState(t, r.e, "s", "big")
+		require.True(t, kept, "nobody's reader adopted the copy")
+		require.Equal(t, before, r.obs.n[OpRead].Load(), "and read it through passthrough")
+	}
+	got, passed, reads := r.read("big")
+	require.Equal(t, want, got)
+	require.True(t, passed, "the reader reads the adopted copy")
+	require.Zero(t, reads)
+	require.Empty(t, parkedNames(t, r.dir), "adopted, the copy left the parked directory")
+	got, passed, _ = r.read("big")
+	require.Equal(t, want, got)
+	require.True(t, passed, "the next reader too")
+	r.restart()
+	require.Equal(t, []string{key}, parkedNames(t, r.dir), "parked again")
+}
+
+// TestParkedCopyRefused: a copy damaged while parked is refused and
+// removed, and the daemon serves the reader from the store; a file changed
+// since its copy was parked is not given it, and the copy stays.
+func TestParkedCopyRefused(t *testing.T) {
+	t.Parallel()
+	r := newParkedRig(t)
+	want := randBytes(12, 2*absorbHoldMin+5)
+	key := r.writeKept("big", want)
+	r.restart()
+	p := filepath.Join(r.dir, parkedDirName, key)
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte{want[absorbHoldMin] ^ 1}, absorbHoldMin)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	got, passed, reads := r.read("big")
+	require.Equal(t, want, got)
+	require.False(t, passed)
+	require.NotZero(t, reads)
+	require.Empty(t, parkedNames(t, r.dir), "a damaged copy is removed")
+
+	// A new file, kept and parked; then changed after the park.
+	require.NoError(t, os.Remove(filepath.Join(r.m.Dir(), "big")))
+	require.Equal(t, key, r.writeKept("big", want))
+	r.restart()
+	require.Equal(t, []string{key}, parkedNames(t, r.dir))
+	w, err := openT(t, filepath.Join(r.m.Dir(), "big"), os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = w.WriteAt([]byte("changed"), 100)
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	require.NoError(t, r.e.Sync(context.Background(), "s"))
+	copy(want[100:], "changed")
+	got, passed, _ = r.read("big")
+	require.Equal(t, want, got)
+	require.False(t, passed)
+	require.Equal(t, []string{key}, parkedNames(t, r.dir), "another content's copy stays")
+	require.NoError(t, r.e.Close(context.Background()))
+}
