@@ -87,10 +87,21 @@ type AcquireOptions struct {
 	Steal bool
 }
 
+// stealTries bounds the attempts of a steal that keeps losing to its
+// victim's renewals.
+const stealTries = 5
+
+// beforeLeaseWrite, when set (tests), runs in acquireOnce between the
+// read of the current lease and the conditional write of the new one.
+var beforeLeaseWrite func()
+
 // Acquire takes the lease of session for holder. A lease that is absent,
 // released, expired or already holder's is taken; one live with another
 // holder is refused with ErrLeased, unless opts.Steal. Losing a race to
-// another host is ErrLeased naming the winner.
+// another host is ErrLeased naming the winner. A steal that loses to its
+// victim's renewal (the same acquisition, by its token, written between
+// the steal's read and its write) tries again: the holder renews every
+// third of its ttl, and a steal must not fail for that.
 func (r *Remote) Acquire(ctx context.Context, session string, holder Holder, opts AcquireOptions) (*Lease, error) {
 	ttl := opts.TTL
 	if ttl == 0 {
@@ -99,9 +110,24 @@ func (r *Remote) Acquire(ctx context.Context, session string, holder Holder, opt
 	if ttl < MinLeaseTTL {
 		return nil, fmt.Errorf("remote %s: lease ttl %s is under %s: %w", r.cfg.Name, ttl, MinLeaseTTL, manifest.ErrInvalid)
 	}
+	for try := 1; ; try++ {
+		l, cur, err := r.acquireOnce(ctx, session, holder, opts.Steal, ttl)
+		if err == nil || !opts.Steal || cur == nil || try == stealTries || !errors.Is(err, ErrLeased) {
+			return l, err
+		}
+		now, lerr := r.Lease(ctx, session)
+		if lerr != nil || now.Token != cur.Token || now.Holder != cur.Holder || now.Released {
+			return nil, err
+		}
+	}
+}
+
+// acquireOnce is Acquire, tried once; it also returns the lease it read
+// (nil for none).
+func (r *Remote) acquireOnce(ctx context.Context, session string, holder Holder, steal bool, ttl time.Duration) (*Lease, *Lease, error) {
 	cur, err := r.Lease(ctx, session)
 	if err != nil && !errors.Is(err, ErrNoLease) {
-		return nil, err
+		return nil, nil, err
 	}
 	now := time.Now()
 	l := &Lease{Version: leaseVersion, Session: session, Holder: holder, AcquiredNs: now.UnixNano(),
@@ -109,8 +135,8 @@ func (r *Remote) Acquire(ctx context.Context, session string, holder Holder, opt
 	ifMatch := ""
 	if cur != nil {
 		ours := cur.Holder == holder
-		if cur.Live(now) && !ours && !opts.Steal {
-			return nil, r.leasedError(cur)
+		if cur.Live(now) && !ours && !steal {
+			return nil, cur, r.leasedError(cur)
 		}
 		if cur.Live(now) && ours {
 			// Taking it again renews it.
@@ -118,15 +144,19 @@ func (r *Remote) Acquire(ctx context.Context, session string, holder Holder, opt
 		}
 		ifMatch = cur.ETag
 		if ifMatch == "" {
-			return nil, fmt.Errorf("remote %s: lease of %s: read without an ETag, cannot update it safely", r.cfg.Name, session)
+			return nil, cur, fmt.Errorf("remote %s: lease of %s: read without an ETag, cannot update it safely", r.cfg.Name, session)
 		}
 	}
 	if l.Token == "" {
 		if l.Token, err = newToken(); err != nil {
-			return nil, err
+			return nil, cur, err
 		}
 	}
-	return r.writeLease(ctx, l, ifMatch, cur == nil)
+	if beforeLeaseWrite != nil {
+		beforeLeaseWrite()
+	}
+	out, err := r.writeLease(ctx, l, ifMatch, cur == nil)
+	return out, cur, err
 }
 
 // Renew extends l (as Acquire or Renew returned it) by its ttl from now.

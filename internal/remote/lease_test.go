@@ -122,3 +122,42 @@ func TestLeaseRace(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// TestStealRacesRenewal: a steal that loses its write to the victim's
+// renewal, made between the steal's read and its write, tries again and
+// takes the lease; one that loses to another host's acquisition reports
+// that host.
+func TestStealRacesRenewal(t *testing.T) {
+	srv := s3test.Start(t)
+	r := openRemote(t, srv, srv.Bucket(t))
+	ctx := context.Background()
+	a, b, c := Holder{Host: "a", ID: "ida"}, Holder{Host: "b", ID: "idb"}, Holder{Host: "c", ID: "idc"}
+	la, err := r.Acquire(ctx, "s", a, AcquireOptions{TTL: time.Hour})
+	require.NoError(t, err)
+
+	renewed := 0
+	beforeLeaseWrite = func() {
+		if renewed == 0 {
+			renewed++
+			la, err = r.Renew(ctx, la)
+			require.NoError(t, err)
+		}
+	}
+	t.Cleanup(func() { beforeLeaseWrite = nil })
+	lb, err := r.Acquire(ctx, "s", b, AcquireOptions{TTL: time.Hour, Steal: true})
+	require.NoError(t, err, "the steal tries again after the victim's renewal")
+	require.Equal(t, b, lb.Holder)
+	require.Equal(t, 1, renewed)
+	_, err = r.Renew(ctx, la)
+	require.ErrorIs(t, err, ErrLeased, "the victim lost it")
+
+	// Another host's acquisition between the read and the write wins.
+	beforeLeaseWrite = func() {
+		beforeLeaseWrite = nil
+		_, err := r.Acquire(ctx, "s", c, AcquireOptions{TTL: time.Hour, Steal: true})
+		require.NoError(t, err)
+	}
+	_, err = r.Acquire(ctx, "s", a, AcquireOptions{TTL: time.Hour, Steal: true})
+	require.ErrorIs(t, err, ErrLeased)
+	require.ErrorContains(t, err, "c (id idc)")
+}
