@@ -411,27 +411,38 @@ func verifyCopy(ctx context.Context, f *os.File, size int64, refs []cas.Ref) err
 	return g.Wait()
 }
 
-// verifyPart checks chunks [from, to) of f for verifyCopy.
+// verifyRun is how many chunks verifyPart reads at once (1 MiB): 1 GiB
+// checked 4% faster than a chunk a read. Asking the kernel for the runs
+// ahead (FADV_WILLNEED) made it 30% slower.
+const verifyRun = 16
+
+// verifyPart checks chunks [from, to) of f for verifyCopy, a run of
+// chunks a read.
 func verifyPart(ctx context.Context, f *os.File, size int64, refs []cas.Ref, from, to int) error {
 	fd, err := unix.Open(procPath(f), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOATIME, 0)
 	if err != nil {
 		return fmt.Errorf("read copy: %w", err)
 	}
 	defer unix.Close(fd)
+	const run = verifyRun * manifest.ChunkSize
 	_ = unix.Fadvise(fd, 0, 0, unix.FADV_SEQUENTIAL)
-	buf := make([]byte, manifest.ChunkSize)
-	for i := from; i < to; i++ {
-		if i%16 == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
+	buf := make([]byte, run)
+	for first := from; first < to; first += verifyRun {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
-		p := buf[:chunkLen(size, i)]
-		if err := preadFull(fd, p, int64(i)*manifest.ChunkSize); err != nil {
+		off := int64(first) * manifest.ChunkSize
+		end := min(size, int64(min(to, first+verifyRun))*manifest.ChunkSize)
+		p := buf[:end-off]
+		if err := preadFull(fd, p, off); err != nil {
 			return fmt.Errorf("read copy: %w", err)
 		}
-		if refs[i].IsZero() && !isZero(p) || !refs[i].IsZero() && cas.Sum(p) != refs[i] {
-			return fmt.Errorf("read copy: chunk %d is not %s: %w", i, refs[i].Short(), cas.ErrCorrupt)
+		for i := first; i < min(to, first+verifyRun); i++ {
+			c := p[:chunkLen(size, i)]
+			p = p[len(c):]
+			if refs[i].IsZero() && !isZero(c) || !refs[i].IsZero() && cas.Sum(c) != refs[i] {
+				return fmt.Errorf("read copy: chunk %d is not %s: %w", i, refs[i].Short(), cas.ErrCorrupt)
+			}
 		}
 	}
 	return nil

@@ -37,12 +37,6 @@ func parkedNames(t *testing.T, storeDir string) []string {
 // READ requests the daemon served meanwhile (obs counts them).
 func readCounted(t *testing.T, e *Engine, m *Mount, obs *opCounter, name string) ([]byte, bool, int64) {
 	t.Helper()
-	// The last reader's release served: passthrough waits for the
-	// releases in flight (openRoute).
-	require.Eventually(t, func() bool {
-		_, opens := keptState(t, e, "s", name)
-		return opens <= 0 && m.releasing.Load() == 0
-	}, 10*time.Second, time.Millisecond)
 	before := obs.n[OpRead].Load()
 	r, err := openT(t, filepath.Join(m.Dir(), name), os.O_RDONLY, 0)
 	require.NoError(t, err)
@@ -50,7 +44,19 @@ func readCounted(t *testing.T, e *Engine, m *Mount, obs *opCounter, name string)
 	got, err := io.ReadAll(r)
 	require.NoError(t, err)
 	require.NoError(t, r.Close())
+	released(t, e, m, name)
 	return got, kept && opens == 1, obs.n[OpRead].Load() - before
+}
+
+// released waits for the kernel's RELEASE of the last close of name to be
+// served: a passthrough open waits for the releases in flight
+// (openRoute), and a copy a handle uses is not parked.
+func released(t *testing.T, e *Engine, m *Mount, name string) {
+	t.Helper()
+	n := fileNodeOf(t, e, "s", name)
+	require.Eventually(t, func() bool {
+		return !n.sess.open.has(n) && m.releasing.Load() == 0
+	}, 10*time.Second, time.Millisecond)
 }
 
 // parkedRig restarts engines over one store and store directory, as a
@@ -149,6 +155,7 @@ func TestParkedReadCopy(t *testing.T) {
 		out, err := asNobody(t, r.m.Dir(), "sha256sum big")
 		require.NoError(t, err, out)
 		require.Equal(t, fmt.Sprintf("%x  big", sha256.Sum256(want)), out)
+		released(t, r.e, r.m, "big")
 		kept, _ := keptState(t, r.e, "s", "big")
 		require.True(t, kept, "nobody's reader adopted the copy")
 		require.Equal(t, before, r.obs.n[OpRead].Load(), "and read it through passthrough")
