@@ -211,3 +211,49 @@ func TestParkedCopyRefused(t *testing.T) {
 	require.Equal(t, []string{key}, parkedNames(t, r.dir), "another content's copy stays")
 	require.NoError(t, r.e.Close(context.Background()))
 }
+
+// TestParkedPrune: the index lists the copies its directory holds under a
+// key, removes anything else, keeps the most recently parked within
+// parkedMax bytes, and answers by size and by key.
+func TestParkedPrune(t *testing.T) {
+	t.Parallel()
+	storeDir := t.TempDir()
+	dir := filepath.Join(storeDir, parkedDirName)
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "subdir"), 0o700))
+	key := func(i int) string { return contentKey(int64(i), nil) }
+	// Sparse files: parkedMax counts sizes, not blocks. Each is parked
+	// (renamed in) a moment after the one before, which its ctime shows.
+	sizes := []int64{parkedMax / 2, parkedMax / 2, parkedMax/2 - 5, 5}
+	for i, size := range sizes {
+		p := filepath.Join(storeDir, fmt.Sprint(i))
+		require.NoError(t, os.WriteFile(p, nil, 0o600))
+		require.NoError(t, os.Truncate(p, size))
+		require.NoError(t, os.Rename(p, filepath.Join(dir, key(i))))
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "not-a-key"), []byte("x"), 0o600))
+	if !hasRoom(dir) {
+		t.Skip("the test directory's filesystem has no room for parked copies")
+	}
+	p := openParked(storeDir, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	// The newest first: 5 bytes, then parkedMax/2-5 and parkedMax/2,
+	// exactly parkedMax; the oldest goes.
+	require.ElementsMatch(t, []string{key(1), key(2), key(3)}, parkedNames(t, storeDir))
+	require.True(t, p.hasSize(5))
+	require.True(t, p.hasSize(parkedMax/2))
+	require.False(t, p.hasSize(6))
+	require.True(t, p.has(key(3)))
+	require.False(t, p.has(key(0)))
+
+	f := p.take(key(3))
+	require.NotNil(t, f)
+	require.False(t, p.has(key(3)))
+	require.False(t, p.hasSize(5), "taken, its size is gone too")
+	require.Nil(t, p.take(key(3)), "taken once")
+	require.NoError(t, f.Close())
+	p.putBack(key(3), 5)
+	require.True(t, p.has(key(3)))
+	require.True(t, p.hasSize(5))
+	var nilIndex *parkedCopies
+	require.False(t, nilIndex.hasSize(5), "no store directory, no copies")
+}
