@@ -288,14 +288,14 @@ func (n *node) passable() bool {
 
 // adoptParked makes a parked copy of n's content n's read copy, for the
 // reader's open with flags that the daemon would serve otherwise, when
-// the node is eligible (parkedCopies); it reports whether it did. busy
-// says a writer has n open in some mount. Under cas.LocalOnly it fails
-// with cas.ErrNotLocal, having changed nothing, where it would read a
-// copy. Called with freeze held shared and n.mu held.
-func (n *node) adoptParked(ctx context.Context, flags uint32, busy bool) (bool, error) {
+// the node is eligible (parkedCopies) and no writer has it open in any
+// mount; it reports whether it did. Under cas.LocalOnly it fails with
+// cas.ErrNotLocal, having changed nothing, where it would read a copy.
+// Called with freeze held shared and n.mu held.
+func (n *node) adoptParked(ctx context.Context, flags uint32) (bool, error) {
 	s, d := n.sess, n.data
-	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || busy || d.backing != nil ||
-		d.size < absorbHoldMin || d.size > keptMax || !s.parked.hasSize(d.size) || !n.passable() || !s.stagingOK() {
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || d.backing != nil || d.size < absorbHoldMin || d.size > keptMax ||
+		!s.parked.hasSize(d.size) || !n.passable() || !s.stagingOK() || s.writing.has(n) {
 		return false, nil
 	}
 	// Local data alone: a chunk list only a remote has is no reason to

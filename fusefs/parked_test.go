@@ -38,24 +38,34 @@ func parkedNames(t *testing.T, storeDir string) []string {
 func readCounted(t *testing.T, e *Engine, m *Mount, obs *opCounter, name string) ([]byte, bool, int64) {
 	t.Helper()
 	before := obs.n[OpRead].Load()
+	handles := openHandles(t, e, name)
 	r, err := openT(t, filepath.Join(m.Dir(), name), os.O_RDONLY, 0)
 	require.NoError(t, err)
 	kept, opens := keptState(t, e, "s", name)
 	got, err := io.ReadAll(r)
 	require.NoError(t, err)
 	require.NoError(t, r.Close())
-	released(t, e, m, name)
+	released(t, e, m, name, handles)
 	return got, kept && opens == 1, obs.n[OpRead].Load() - before
 }
 
-// released waits for the kernel's RELEASE of the last close of name to be
-// served: a passthrough open waits for the releases in flight
-// (openRoute), and a copy a handle uses is not parked.
-func released(t *testing.T, e *Engine, m *Mount, name string) {
+// openHandles counts the handles of name open in session "s", in every
+// mount.
+func openHandles(t *testing.T, e *Engine, name string) int {
 	t.Helper()
 	n := fileNodeOf(t, e, "s", name)
+	n.sess.open.mu.Lock()
+	defer n.sess.open.mu.Unlock()
+	return n.sess.open.nodes[n]
+}
+
+// released waits for the kernel's RELEASE of a close of name in m to be
+// served, until handles are left open: a passthrough open waits for the
+// releases in flight (openRoute), and a copy a handle uses is not parked.
+func released(t *testing.T, e *Engine, m *Mount, name string, handles int) {
+	t.Helper()
 	require.Eventually(t, func() bool {
-		return !n.sess.open.has(n) && m.releasing.Load() == 0
+		return openHandles(t, e, name) == handles && m.releasing.Load() == 0
 	}, 10*time.Second, time.Millisecond)
 }
 
@@ -76,6 +86,9 @@ func newParkedRig(t *testing.T) *parkedRig {
 	t.Helper()
 	needStaging(t)
 	r := &parkedRig{t: t, store: cas.NewMemory(), dir: t.TempDir(), obs: &opCounter{}}
+	// A restart seals what the daemon before left in the backing
+	// directory (sealBackingDir), which the last engine does not remove.
+	t.Cleanup(func() { unsealBackings(t, r.dir) })
 	if !hasRoom(r.dir) {
 		t.Skip("the test directory's filesystem has no room for read copies")
 	}
@@ -149,13 +162,26 @@ func TestParkedReadCopy(t *testing.T) {
 	r.restart()
 	require.Equal(t, []string{key}, parkedNames(t, r.dir), "the read copy of big, not small")
 
+	// While a writer has the file open in another mount of the session,
+	// the daemon serves the reader and the copy stays parked.
+	m2 := MountForTest(t, r.e, "s", "", MountOptions{})
+	w, err := openT(t, filepath.Join(m2.Dir(), "big"), os.O_RDWR, 0)
+	require.NoError(t, err)
+	got, passed, _ := r.read("big")
+	require.Equal(t, want, got)
+	require.False(t, passed, "a writer elsewhere")
+	require.Equal(t, []string{key}, parkedNames(t, r.dir))
+	require.NoError(t, w.Close())
+	released(t, r.e, m2, "big", 0)
+	require.NoError(t, m2.Unmount())
+
 	if os.Geteuid() == 0 {
 		needTool(t, "setpriv")
 		before := r.obs.n[OpRead].Load()
 		out, err := asNobody(t, r.m.Dir(), "sha256sum big")
 		require.NoError(t, err, out)
 		require.Equal(t, fmt.Sprintf("%x  big", sha256.Sum256(want)), out)
-		released(t, r.e, r.m, "big")
+		released(t, r.e, r.m, "big", 0)
 		kept, _ := keptState(t, r.e, "s", "big")
 		require.True(t, kept, "nobody's reader adopted the copy")
 		require.Equal(t, before, r.obs.n[OpRead].Load(), "and read it through passthrough")
@@ -203,6 +229,7 @@ func TestParkedCopyRefused(t *testing.T) {
 	_, err = w.WriteAt([]byte("changed"), 100)
 	require.NoError(t, err)
 	require.NoError(t, w.Close())
+	released(t, r.e, r.m, "big", 0)
 	require.NoError(t, r.e.Sync(context.Background(), "s"))
 	copy(want[100:], "changed")
 	got, passed, _ = r.read("big")

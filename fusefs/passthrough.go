@@ -604,7 +604,6 @@ func (s *Session) openRoute(ctx context.Context, n *node, flags uint32, o mountO
 	if n.kind != manifest.KindFile || o.pt == 0 && o.all > 0 {
 		return routeDaemon, 0, nil
 	}
-	busy := o.pt == 0 && flags&syscall.O_ACCMODE == syscall.O_RDONLY && s.writing.has(n)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	r := routeJoin
@@ -619,7 +618,7 @@ func (s *Session) openRoute(ctx context.Context, n *node, flags uint32, o mountO
 		r = n.eligible(flags)
 		if r == routeDaemon {
 			// A reader of a file whose copy an earlier daemon parked.
-			adopted, err := n.adoptParked(ctx, flags, busy)
+			adopted, err := n.adoptParked(ctx, flags)
 			if err != nil {
 				return routeDaemon, 0, err
 			}
