@@ -268,7 +268,9 @@ func (s *Session) dropSpare(sp spare) {
 func (s *Session) newBackingFile(create bool) (spare, error) {
 	sp, ok, fill, woke := s.spares.take(time.Now())
 	if fill {
-		go s.fillBackingPool()
+		// Counted, so that a session's close waits for the files it
+		// makes (closeBackings).
+		s.workers.start(s.fillBackingPool)
 	}
 	if ok || !(create || woke) {
 		return sp, nil
@@ -1050,9 +1052,10 @@ func (b *backedSet) takeStale() []string {
 	return stale
 }
 
-// workers counts the goroutines that use the store for a session (the
-// absorber, a background spill): one starts only while the session is
-// open, and the session's closer waits for them before the store may go.
+// workers counts the goroutines that use the store or the backing
+// directory for a session (the absorber, a background spill, a fill of
+// the pool of staging files): one starts only while the session is open,
+// and the session's closer waits for them before the store may go.
 type workers struct {
 	mu     sync.Mutex
 	closed bool // GUARDED_BY(mu)
@@ -1355,8 +1358,11 @@ func (n *node) detachBacking() (dispose func()) {
 // Clean, it parks the big staged files and read copies it can (parkCopy)
 // instead.
 func (s *Session) closeBackings(clean bool) {
-	// The absorber first: it may still drop a file, and journal it.
+	// The absorber first: it may still drop a file, and journal it. The
+	// pool is closed before the wait, so that a fill running makes no
+	// more files; the ones it made after close are its to remove.
 	s.workers.close()
+	spares := s.spares.close()
 	s.workers.wait()
 	clean = clean && (s.journal == nil || !s.journal.holds())
 	var names []string
@@ -1376,7 +1382,7 @@ func (s *Session) closeBackings(clean bool) {
 		n.mu.Unlock()
 	}
 	s.backed.clear()
-	for _, sp := range s.spares.close() {
+	for _, sp := range spares {
 		sp.f.Close()
 		names = append(names, sp.name)
 	}

@@ -85,9 +85,10 @@ type Session struct {
 	// parked are the store directory's parked read copies (parked.go);
 	// nil where backingDir is empty.
 	parked *parkedCopies
-	// workers counts the goroutines that use the store for the session:
-	// the absorber, and a spill of its write buffers (spillLater), which
-	// runs while spilling is set.
+	// workers counts the goroutines that use the store or the backing
+	// directory for the session: the absorber, a spill of its write
+	// buffers (spillLater), which runs while spilling is set, and a fill
+	// of the pool of staging files.
 	workers  workers
 	spilling atomic.Bool
 	// staging says whether files may be staged (staged.go); noStage
