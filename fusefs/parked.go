@@ -38,8 +38,8 @@ import (
 //
 // A reader's open that the daemon would serve, the node's first open in
 // its mount, of a big file whose content is stored as it is (no chunk
-// written since the last flush) and whose key names a parked copy,
-// *adopts* the copy: it reads the copy whole, on every core, and checks
+// written since the last flush) and whose key names a parked copy, while
+// no writer has it open in any mount, *adopts* the copy: it reads the copy whole, on every core, and checks
 // each chunk against the node's ref (a hole against zeros), then renames
 // it into the session's backing directory as the node's read copy, of
 // kind kept, and the open passes through to it. From then on it is any
@@ -47,7 +47,7 @@ import (
 // removed, and the daemon serves the open. The check is the verification
 // a read from the store makes, done once for the whole file, at the disk's
 // speed, before the kernel reads it from the page cache the check filled
-// (1 GiB after a restart and drop_caches: parkedCopies in BENCHMARKS.md).
+// (1 GiB after a restart and drop_caches: docs/BENCHMARKS.md, Reads).
 // On a ring thread the check would hold every request of its CPU's queue
 // back, so there the open fails with cas.ErrNotLocal and is served again
 // off the ring (localGate).
