@@ -183,8 +183,8 @@ func (p *parkedCopies) putBack(key string, size int64) {
 }
 
 // park renames path, a read copy of size bytes of the content of key,
-// into p. It reports whether it did; a copy of key already there stays,
-// and path with it.
+// into p. It reports whether it did; where a copy of key is there
+// already, that one stays, and path is left to the caller.
 func (p *parkedCopies) park(path, key string, size int64) bool {
 	if err := os.MkdirAll(p.dir, 0o700); err != nil {
 		p.log.Warn("park a read copy", "err", err)
@@ -203,7 +203,9 @@ func (p *parkedCopies) park(path, key string, size int64) bool {
 
 // prune lists p's directory again: it removes what is not a copy, every
 // copy if the filesystem has no room for them (keptFreeMin), and the
-// copies parked longest ago past parkedMax bytes.
+// copies parked longest ago past parkedMax bytes. A copy another session
+// takes or parks meanwhile may be listed wrongly until the next prune: a
+// take of one gone fails its open, and one unlisted waits.
 func (p *parkedCopies) prune() {
 	entries, err := os.ReadDir(p.dir)
 	if err != nil {
