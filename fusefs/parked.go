@@ -245,16 +245,6 @@ func (p *parkedCopies) prune() {
 	}
 }
 
-// hasRoom reports whether the filesystem of dir has keptFreeMin of itself
-// free (Session.keepRoom).
-func hasRoom(dir string) bool {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil || st.Blocks == 0 {
-		return false
-	}
-	return float64(st.Bavail) >= keptFreeMin*float64(st.Blocks)
-}
-
 // storedRefs returns the refs of n's chunks, manifest.ChunkCount of its
 // size (a zero ref a hole), when its content is what they hold: no chunk
 // was written since the last flush. Called with n.mu held.
@@ -355,25 +345,15 @@ func (n *node) adoptParked(ctx context.Context, flags uint32) (bool, error) {
 }
 
 // adoptName renames f, a parked copy, into s's backing directory under a
-// name of this daemon's (makeBackingFile), and returns the name.
+// name of this daemon's, and returns the name.
 func (s *Session) adoptName(f *os.File) (string, error) {
-	if !s.backed.dirMade.Load() {
-		if err := os.MkdirAll(s.backingDir, 0o700); err != nil {
-			return "", fmt.Errorf("backing directory: %w", err)
-		}
-		s.backed.dirMade.Store(true)
+	name, err := s.nameBacking(func(path string) error {
+		return unix.Renameat2(unix.AT_FDCWD, f.Name(), unix.AT_FDCWD, path, unix.RENAME_NOREPLACE)
+	})
+	if err != nil {
+		return "", fmt.Errorf("rename a parked read copy: %w", err)
 	}
-	for {
-		name := fmt.Sprintf("%s-%d", s.backed.namePrefix(), s.backed.seq.Add(1))
-		err := unix.Renameat2(unix.AT_FDCWD, f.Name(), unix.AT_FDCWD, filepath.Join(s.backingDir, name), unix.RENAME_NOREPLACE)
-		if errors.Is(err, unix.EEXIST) {
-			continue
-		}
-		if err != nil {
-			return "", fmt.Errorf("rename a parked read copy: %w", err)
-		}
-		return name, nil
-	}
+	return name, nil
 }
 
 // parkCopy parks n's backing file b if it is a big staged file or read

@@ -514,25 +514,43 @@ func (s *Session) makeSpare() (spare, error) {
 // directory operation on the open's path, and a recycled file keeps its
 // name (see dropRecords).
 func (s *Session) makeBackingFile() (*os.File, string, error) {
+	var f *os.File
+	name, err := s.nameBacking(func(path string) error {
+		// O_NOATIME: the daemon's reads of the file leave its atime to
+		// the passthrough readers' (atime.go).
+		fd, err := unix.Open(path, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOATIME, 0o600)
+		if err == nil {
+			f = os.NewFile(uintptr(fd), path)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("create backing file: %w", err)
+	}
+	return f, name, nil
+}
+
+// nameBacking gives a file a new name of this daemon's in the backing
+// directory, which it makes first if need be: place puts the file at the
+// path it is given, failing with EEXIST where a file is (left by an
+// earlier daemon and not removable), and the next name is tried.
+func (s *Session) nameBacking(place func(path string) error) (string, error) {
 	if !s.backed.dirMade.Load() {
 		if err := os.MkdirAll(s.backingDir, 0o700); err != nil {
-			return nil, "", fmt.Errorf("backing directory: %w", err)
+			return "", fmt.Errorf("backing directory: %w", err)
 		}
 		s.backed.dirMade.Store(true)
 	}
 	for {
 		name := fmt.Sprintf("%s-%d", s.backed.namePrefix(), s.backed.seq.Add(1))
-		path := filepath.Join(s.backingDir, name)
-		// O_NOATIME: the daemon's reads of the file leave its atime to
-		// the passthrough readers' (atime.go).
-		fd, err := unix.Open(path, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOATIME, 0o600)
+		err := place(filepath.Join(s.backingDir, name))
 		if errors.Is(err, unix.EEXIST) {
-			continue // left by an earlier daemon and not removable
+			continue
 		}
 		if err != nil {
-			return nil, "", fmt.Errorf("create backing file: %w", err)
+			return "", err
 		}
-		return os.NewFile(uintptr(fd), path), name, nil
+		return name, nil
 	}
 }
 

@@ -498,9 +498,13 @@ const (
 
 // keepRoom reports whether the backing directory's filesystem has room
 // for read copies.
-func (s *Session) keepRoom() bool {
+func (s *Session) keepRoom() bool { return hasRoom(s.backingDir) }
+
+// hasRoom reports whether the filesystem of dir has keptFreeMin of itself
+// free.
+func hasRoom(dir string) bool {
 	var st unix.Statfs_t
-	if err := unix.Statfs(s.backingDir, &st); err != nil || st.Blocks == 0 {
+	if err := unix.Statfs(dir, &st); err != nil || st.Blocks == 0 {
 		return false
 	}
 	return float64(st.Bavail) >= keptFreeMin*float64(st.Blocks)
