@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/homefs/homefs/cas"
 	"github.com/homefs/homefs/internal/catalog"
+	"github.com/homefs/homefs/internal/testkit/loopfs"
 )
 
 // parkedNames lists the parked directory of storeDir.
@@ -84,8 +86,14 @@ type parkedRig struct {
 // be no read copies.
 func newParkedRig(t *testing.T) *parkedRig {
 	t.Helper()
+	return newParkedRigIn(t, t.TempDir())
+}
+
+// newParkedRigIn is newParkedRig with the store directory dir.
+func newParkedRigIn(t *testing.T, dir string) *parkedRig {
+	t.Helper()
 	needStaging(t)
-	r := &parkedRig{t: t, store: cas.NewMemory(), dir: t.TempDir(), obs: &opCounter{}}
+	r := &parkedRig{t: t, store: cas.NewMemory(), dir: dir, obs: &opCounter{}}
 	// A restart seals what the daemon before left in the backing
 	// directory (sealBackingDir), which the last engine does not remove.
 	t.Cleanup(func() { unsealBackings(t, r.dir) })
@@ -283,4 +291,81 @@ func TestParkedPrune(t *testing.T) {
 	require.True(t, p.hasSize(5))
 	var nilIndex *parkedCopies
 	require.False(t, nilIndex.hasSize(5), "no store directory, no copies")
+}
+
+// TestParkedDiskFull: parked copies give way to a filling disk. With less
+// than keptFreeMin of the store directory's filesystem free, a clean close
+// leaves no copy behind, parked or in the backing directory, an engine
+// that starts removes the copies parked before, and every file reads
+// right, from the store; once there is room again, copies are parked
+// again.
+func TestParkedDiskFull(t *testing.T) {
+	t.Parallel()
+	dir := loopfs.Ext4(t, 64<<20, "")
+	r := newParkedRigIn(t, dir)
+	want := randBytes(14, 2*absorbHoldMin+9)
+	keyA := r.writeKept("a", want)
+	r.restart()
+	require.Equal(t, []string{keyA}, parkedNames(t, dir))
+
+	// The disk fills while "a" is parked: the next start drops it.
+	ballast := fillBelowRoom(t, dir)
+	r.restart()
+	require.Empty(t, parkedNames(t, dir), "no room: the start removes the parked copies")
+	got, passed, reads := r.read("a")
+	require.Equal(t, want, got)
+	require.False(t, passed)
+	require.NotZero(t, reads, "read from the store")
+
+	// A copy kept while there was room, closed when there is none.
+	require.NoError(t, os.Remove(ballast))
+	wantB := randBytes(15, 2*absorbHoldMin+11)
+	keyB := r.writeKept("b", wantB)
+	ballast = fillBelowRoom(t, dir)
+	r.restart()
+	require.Empty(t, parkedNames(t, dir), "no room: the close parks nothing")
+	requireNoCopyOfSize(t, backingDir(dir, "s"), int64(len(wantB)))
+	got, passed, _ = r.read("b")
+	require.Equal(t, wantB, got)
+	require.False(t, passed)
+
+	// Room again: b's next read copy is parked at the next close.
+	require.NoError(t, os.Remove(ballast))
+	require.NoError(t, os.Remove(filepath.Join(r.m.Dir(), "b")))
+	require.Equal(t, keyB, r.writeKept("b", wantB))
+	r.restart()
+	require.Equal(t, []string{keyB}, parkedNames(t, dir))
+	require.NoError(t, r.e.Close(context.Background()))
+}
+
+// fillBelowRoom allocates a file in dir that leaves its filesystem with
+// half of keptFreeMin free, and returns its path.
+func fillBelowRoom(t *testing.T, dir string) string {
+	t.Helper()
+	var st unix.Statfs_t
+	require.NoError(t, unix.Statfs(dir, &st))
+	leave := int64(keptFreeMin / 2 * float64(st.Blocks))
+	p := filepath.Join(dir, "ballast")
+	f, err := os.Create(p)
+	require.NoError(t, err)
+	require.NoError(t, unix.Fallocate(int(f.Fd()), 0, 0, (int64(st.Bavail)-leave)*st.Bsize))
+	require.NoError(t, f.Close())
+	require.False(t, hasRoom(dir))
+	return p
+}
+
+// requireNoCopyOfSize fails if dir (a backing directory) holds a file of
+// size bytes.
+func requireNoCopyOfSize(t *testing.T, dir string, size int64) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return
+	}
+	require.NoError(t, err)
+	for _, e := range entries {
+		info, err := e.Info()
+		require.NoError(t, err)
+		require.NotEqual(t, size, info.Size(), "a copy left in the backing directory: %s", e.Name())
+	}
 }
