@@ -51,7 +51,11 @@ type chunkCache struct {
 // not reused while pins > 0 or it is in the cache (elem set).
 type cacheEntry struct {
 	data []byte
-	own  bool          // data lies in a buffer of the cache's (takeBufs): it may be reused
+	// buf is the cache's buffer data lies in (takeBufs), whole: it is
+	// reused once the entry is dropped. data may be shorter in length and
+	// capacity (a compressed chunk is decoded into buf[:0:size]). Nil for
+	// a chunk in memory of the store's (a remote fetch's).
+	buf  []byte
 	elem *list.Element // GUARDED_BY(chunkCache.mu); nil once evicted
 	pins int           // GUARDED_BY(chunkCache.mu)
 }
@@ -66,7 +70,7 @@ type load struct {
 	remote  chan struct{}
 	data    []byte
 	err     error
-	own     bool        // data lies in a buffer the fetch took (takeBufs)
+	buf     []byte      // the buffer data lies in, if the fetch took it (takeBufs)
 	waiters int         // GUARDED_BY(chunkCache.mu)
 	reader  bool        // the fetching caller reads the chunk: it takes a pin
 	ended   bool        // GUARDED_BY(chunkCache.mu)
@@ -197,7 +201,7 @@ func (c *chunkCache) load(ctx context.Context, refs []cas.Ref, loads []*load) {
 	var remote []int
 	for i, l := range loads {
 		if backs(bufs[i], data[i]) && errs[i] == nil {
-			l.own = true
+			l.buf = bufs[i]
 		} else {
 			c.recycle(bufs[i])
 		}
@@ -367,10 +371,10 @@ func (c *chunkCache) unpinLocked(e *cacheEntry) {
 // if it is the cache's. A chunk a remote fetch gave is not: the fetch may
 // have handed the same bytes to others. Called with c.mu held.
 func (c *chunkCache) drop(e *cacheEntry) {
-	if e.own {
-		c.recycleLocked(e.data)
+	if e.buf != nil {
+		c.recycleLocked(e.buf)
 	}
-	e.data = nil
+	e.data, e.buf = nil, nil
 }
 
 // warm brings ref into the cache (get), unpinned.
@@ -406,14 +410,14 @@ func (c *chunkCache) finish(ref cas.Ref, l *load) {
 	if l.err == nil {
 		e, ok := c.items[ref]
 		if ok {
-			if l.own {
-				c.recycleLocked(l.data) // not in any entry: no one has it
+			if l.buf != nil {
+				c.recycleLocked(l.buf) // not in any entry: no one has it
 			}
 		} else {
-			e = &cacheEntry{data: l.data, own: l.own, elem: c.order.PushFront(ref)}
+			e = &cacheEntry{data: l.data, buf: l.buf, elem: c.order.PushFront(ref)}
 			c.items[ref] = e
 		}
-		l.data = nil
+		l.data, l.buf = nil, nil
 		e.pins += l.waiters
 		if l.reader {
 			e.pins++

@@ -171,9 +171,11 @@ func DecodeUnverifiedInto(dst, v []byte) ([]byte, error) {
 		return out, nil
 	default:
 		// The cap limit makes a lying header fail instead of allocating.
-		room := make([]byte, 0, size)
+		var room []byte
 		if int64(cap(dst)) >= size {
 			room = dst[:0:size]
+		} else {
+			room = make([]byte, 0, size)
 		}
 		out, err := decoder().DecodeAll(payload, room)
 		if err != nil {

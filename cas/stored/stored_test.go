@@ -153,6 +153,9 @@ func TestDecodeInto(t *testing.T) {
 		if &got[0] != &room[0] {
 			t.Errorf("codec %d: decoded outside the room given", v[0])
 		}
+		if n := testing.AllocsPerRun(10, func() { _, _ = DecodeUnverifiedInto(room, v) }); n > 0 && !raceEnabled {
+			t.Errorf("codec %d: %.0f allocations a decode into room", v[0], n)
+		}
 		small := make([]byte, len(data)-1)
 		got, err = DecodeUnverifiedInto(small, v)
 		if err != nil || !bytes.Equal(got, data) {
