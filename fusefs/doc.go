@@ -441,8 +441,10 @@
 //
 //   - Recorder.gcMu admits one collection at a time; the collection syncs
 //     every session under it.
-//   - Engine.mu guards the maps of live sessions and mounts; it is never
-//     held across I/O.
+//   - Engine.mu guards the maps of live sessions and mounts; it is held
+//     across I/O only by the removal of a session, whose backing files
+//     and journal go under it, so that no session of the same name loads
+//     meanwhile (removeSession).
 //   - Session.freeze (an RWMutex) is held shared by every mutating
 //     operation and exclusively by flush, capture, restore and graft, so
 //     a snapshot is one instant of the whole session. Reads do not take

@@ -200,6 +200,7 @@ func (e *Engine) flushEvery(interval time.Duration) {
 		case <-t.C:
 		}
 		sessions := e.liveSessions()
+		e.parked.dropIfFull()
 		// Parking first: a pass of flushes over many sessions takes long.
 		for _, s := range sessions {
 			s.parkIdle(time.Now(), e.idle)
@@ -1123,7 +1124,7 @@ func (e *Engine) Close(ctx context.Context) error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("flush %s: %w", s.name, err))
 		}
-		s.closeBackings(err == nil)
+		s.closeBackings(err == nil, false)
 		if s.journal != nil {
 			if err := s.journal.close(); err != nil {
 				errs = append(errs, err)

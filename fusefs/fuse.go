@@ -147,11 +147,12 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 func (f *fnode) open(ctx context.Context, flags uint32) (h fs.FileHandle, keep uint32, err error) {
 	s, n := f.sess(), f.n.Load()
 	if s.readOnly || flags&syscall.O_ACCMODE != syscall.O_WRONLY || flags&syscall.O_APPEND == 0 {
-		// Only a write-only appender's route copies the content.
-		return f.openOnce(ctx, flags, false)
+		// Only a write-only appender's route copies the content; a
+		// reader's may adopt a parked copy of it.
+		return f.openReader(ctx, flags)
 	}
 	err = s.localFirst(ctx, n, 0, maxBacked, func(ctx context.Context) (err error) {
-		h, keep, err = f.openOnce(ctx, flags, false)
+		h, keep, err = f.openOnce(ctx, flags, false, nil)
 		return err
 	})
 	if err != nil && fetchFailedErr(err) {
@@ -159,7 +160,26 @@ func (f *fnode) open(ctx context.Context, flags uint32) (h fs.FileHandle, keep u
 		// copy: the daemon serves the open, as it does without a
 		// backing file.
 		s.log.Warn("no passthrough for a writer", "session", s.name, "err", err)
-		return f.openOnce(cas.LocalOnly(ctx), flags, true)
+		return f.openOnce(cas.LocalOnly(ctx), flags, true, nil)
+	}
+	return h, keep, err
+}
+
+// openReader is openOnce for an open that may adopt a parked copy of the
+// node's content, claimed and checked first with no lock held
+// (claimParked).
+func (f *fnode) openReader(ctx context.Context, flags uint32) (fs.FileHandle, uint32, error) {
+	c, err := f.claimParked(ctx, flags)
+	if err != nil {
+		return nil, 0, err
+	}
+	h, keep, err := f.openOnce(ctx, flags, false, c)
+	switch {
+	case c == nil:
+	case c.used:
+		f.sess().evictKept()
+	default:
+		f.sess().unclaim(c)
 	}
 	return h, keep, err
 }
@@ -167,7 +187,7 @@ func (f *fnode) open(ctx context.Context, flags uint32) (h fs.FileHandle, keep u
 // openOnce is open, tried once; a first passthrough open that would copy
 // content the local store lacks fails with cas.ErrNotLocal, having
 // changed nothing, unless daemonIfRemote, when the daemon serves it.
-func (f *fnode) openOnce(ctx context.Context, flags uint32, daemonIfRemote bool) (fs.FileHandle, uint32, error) {
+func (f *fnode) openOnce(ctx context.Context, flags uint32, daemonIfRemote bool, claim *parkedClaim) (fs.FileHandle, uint32, error) {
 	s, n := f.sess(), f.n.Load()
 	if !s.readOnly {
 		// A backing file made here must not appear in the middle of a
@@ -183,7 +203,7 @@ func (f *fnode) openOnce(ctx context.Context, flags uint32, daemonIfRemote bool)
 		// the journal (liveBacking).
 		id = s.writeID(n)
 	}
-	r, fd, err := s.openRoute(ctx, n, flags, mountOpens{all: f.opens, pt: f.ptOpens, releasing: &f.m.releasing, daemonIfRemote: daemonIfRemote, jid: id})
+	r, fd, err := s.openRoute(ctx, n, flags, mountOpens{all: f.opens, pt: f.ptOpens, releasing: &f.m.releasing, daemonIfRemote: daemonIfRemote, jid: id, claim: claim})
 	if err != nil {
 		return nil, 0, err
 	}

@@ -39,25 +39,35 @@ import (
 // A reader's open that the daemon would serve, the node's first open in
 // its mount, of a big file whose content is stored as it is (no chunk
 // written since the last flush) and whose key names a parked copy, while
-// no writer has it open in any mount, *adopts* the copy: it reads the copy whole, on every core, and checks
-// each chunk against the node's ref (a hole against zeros), then renames
-// it into the session's backing directory as the node's read copy, of
-// kind kept, and the open passes through to it. From then on it is any
-// read copy. A copy that fails the check, or that cannot be read, is
-// removed, and the daemon serves the open. The check is the verification
-// a read from the store makes, done once for the whole file, at the disk's
-// speed, before the kernel reads it from the page cache the check filled
-// (1 GiB after a restart and drop_caches: docs/BENCHMARKS.md, Reads).
-// On a ring thread the check would hold every request of its CPU's queue
-// back, so there the open fails with cas.ErrNotLocal and is served again
-// off the ring (localGate).
+// no writer has it open in any mount, *adopts* the copy, in two steps.
+// First, before the open takes any lock (claimParked), it claims the
+// copy: renames it out of the parked directory into the session's
+// backing directory, under a name of its own, so that no prune or park
+// can touch it, and reads it whole, on every core, checking each chunk
+// against the node's ref (a hole against zeros). Then the open, under its
+// locks (installClaim), makes it the node's read copy, of kind kept, if
+// the node still holds that content and has no copy and no writer, and
+// passes through to it; otherwise the copy goes back to the parked
+// directory (unclaim). From then on it is any read copy. A copy that
+// fails the check is removed, and the daemon serves the open; one that
+// could not be read for want of a resource (descriptors, memory) goes
+// back. The check is the verification a read from the store makes, done
+// once for the whole file, at the disk's speed, before the kernel reads
+// it from the page cache the check filled (1 GiB after a restart and
+// drop_caches: docs/BENCHMARKS.md, Reads); with no lock held, a flush or
+// any other request of the session does not wait for it. On a ring
+// thread it would hold every request of its CPU's queue back, so there
+// the open fails with cas.ErrNotLocal before it claims anything, and is
+// served again off the ring (localGate).
 //
 // The key is the content's, not the session's or the file's: a fork, or
 // another session with the same file, adopts the copy as well (the first
 // open to take it has it). Parked copies take at most parkedMax bytes,
 // the most recently parked kept first, and none while the store
 // directory's filesystem has less than keptFreeMin of itself free
-// (pruned at each park and at the engine's start).
+// (pruned at each park, at the engine's start, and by the flusher when
+// the disk has filled: dropIfFull). A copy larger than parkedMax is not
+// parked.
 const parkedDirName = "readcopies"
 
 // parkedMax bounds the bytes of parked copies in a store directory.
@@ -146,25 +156,12 @@ func (p *parkedCopies) drop(key string) bool {
 	return ok
 }
 
-// take takes the copy of key out of p and opens it, or returns nil if p
-// has none (or it cannot be opened, when it is removed).
-func (p *parkedCopies) take(key string) *os.File {
+// take unlists the copy of key and reports whether p listed it: the
+// caller then has the file.
+func (p *parkedCopies) take(key string) bool {
 	p.mu.Lock()
-	had := p.drop(key)
-	p.mu.Unlock()
-	if !had {
-		return nil
-	}
-	path := filepath.Join(p.dir, key)
-	// O_NOATIME, as makeBackingFile: the daemon's reads leave the atime
-	// to the passthrough readers'.
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOATIME, 0)
-	if err != nil {
-		p.log.Warn("open a parked read copy", "err", err)
-		p.remove(key)
-		return nil
-	}
-	return os.NewFile(uintptr(fd), path)
+	defer p.mu.Unlock()
+	return p.drop(key)
 }
 
 // remove removes the copy of key, which p no longer lists.
@@ -231,17 +228,38 @@ func (p *parkedCopies) prune() {
 	}
 	slices.SortFunc(copies, func(a, b copyInfo) int { return cmp.Compare(b.parked, a.parked) }) // newest first
 	var total int64
+	var drop []string
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	clear(p.keys)
 	clear(p.sizes)
 	for _, c := range copies {
-		total += c.size
-		if !room || total > parkedMax {
-			p.remove(c.key)
+		if !room || total+c.size > parkedMax {
+			drop = append(drop, c.key)
 			continue
 		}
+		total += c.size
 		p.add(c.key, c.size)
+	}
+	p.mu.Unlock()
+	// Unlinked with p.mu free: a ring thread's open asks p (hasSize).
+	for _, key := range drop {
+		p.remove(key)
+	}
+}
+
+// dropIfFull removes every parked copy while the store directory's
+// filesystem has no room for them (keptFreeMin): a disk that fills while
+// the daemon runs gets back what they hold, as the read copies give theirs
+// (dropKeptIfFull).
+func (p *parkedCopies) dropIfFull() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	some := len(p.keys) > 0
+	p.mu.Unlock()
+	if some && !hasRoom(p.dir) {
+		p.prune()
 	}
 }
 
@@ -278,82 +296,178 @@ func (n *node) passable() bool {
 	return !caps
 }
 
-// adoptParked makes a parked copy of n's content n's read copy, for the
-// reader's open with flags that the daemon would serve otherwise, when
-// the node is eligible (parkedCopies) and no writer has it open in any
-// mount; it reports whether it did. Under cas.LocalOnly it fails with
-// cas.ErrNotLocal, having changed nothing, where it would read a copy.
-// Called with freeze held shared and n.mu held.
-func (n *node) adoptParked(ctx context.Context, flags uint32) (bool, error) {
+// parkedClaim is a parked copy an open claimed and checked for its node
+// (claimParked): renamed into the session's backing directory under name,
+// open as f, holding the content of key, size bytes. installClaim makes
+// it the node's read copy (used); otherwise unclaim parks it again.
+type parkedClaim struct {
+	f    *os.File
+	name string
+	key  string
+	size int64
+	used bool
+}
+
+// claimParked claims and checks the parked copy of n's content for the
+// reader's first open of n in f's mount, with flags, where the daemon
+// would serve it (parkedCopies); it returns nil where there is none to
+// adopt. Under cas.LocalOnly it fails with cas.ErrNotLocal, having
+// claimed nothing, where it would claim a copy. Called with no lock held:
+// the check reads the whole file.
+func (f *fnode) claimParked(ctx context.Context, flags uint32) (*parkedClaim, error) {
+	s, n := f.sess(), f.n.Load()
+	if s.parked == nil || s.readOnly || n.kind != manifest.KindFile || flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+		return nil, nil
+	}
+	f.openMu.Lock()
+	first := f.opens == 0
+	f.openMu.Unlock()
+	if !first {
+		return nil, nil
+	}
+	n.mu.Lock()
+	key, refs := n.parkedKey(ctx)
+	size := n.data.size
+	n.mu.Unlock()
+	if key == "" {
+		return nil, nil
+	}
+	if cas.IsLocalOnly(ctx) {
+		return nil, fmt.Errorf("check a parked read copy: %w", cas.ErrNotLocal)
+	}
+	if !s.keepRoom() {
+		return nil, nil
+	}
+	c := s.claim(key, size)
+	if c == nil {
+		return nil, nil
+	}
+	if hook := s.afterClaim.Load(); hook != nil {
+		(*hook)()
+	}
+	if err := verifyCopy(ctx, c.f, size, refs); err != nil {
+		switch {
+		case ctx.Err() != nil:
+			// The reader gave up (an interrupted open): the copy is
+			// as it was.
+			s.unclaim(c)
+			return nil, ctx.Err()
+		case copyDamaged(err):
+			s.log.Warn("parked read copy refused", "session", s.name, "inode", n.ino, "err", err)
+			c.f.Close()
+			s.removeBackingNames([]string{c.name})
+		default:
+			s.log.Warn("check a parked read copy", "session", s.name, "err", err)
+			s.unclaim(c)
+		}
+		return nil, nil
+	}
+	return c, nil
+}
+
+// parkedKey returns the key of n's content, and its chunks' refs, if a
+// reader's open may adopt a parked copy of it and one is parked; "" if
+// not. Called with n.mu held.
+func (n *node) parkedKey(ctx context.Context) (string, []cas.Ref) {
 	s, d := n.sess, n.data
-	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || d.backing != nil || d.size < absorbHoldMin || d.size > keptMax ||
-		!s.parked.hasSize(d.size) || !n.passable() || !s.stagingOK() || s.writing.has(n) {
-		return false, nil
+	if d.backing != nil || d.size < absorbHoldMin || d.size > parkedMax || !s.parked.hasSize(d.size) ||
+		!n.passable() || !s.stagingOK() || s.writing.has(n) {
+		return "", nil
 	}
 	// Local data alone: a chunk list only a remote has is no reason to
 	// wait for the remote with n.mu held, and a parked copy of it is
 	// unlikely. A read reports damage.
 	refs, ok, err := n.storedRefs(cas.LocalOnly(ctx))
 	if err != nil || !ok {
-		return false, nil
+		return "", nil
 	}
 	key := contentKey(d.size, refs)
 	if !s.parked.has(key) {
-		return false, nil
+		return "", nil
 	}
-	if cas.IsLocalOnly(ctx) {
-		return false, fmt.Errorf("check a parked read copy: %w", cas.ErrNotLocal)
+	return key, refs
+}
+
+// installClaim makes c, a claimed and checked parked copy, n's read copy
+// if n still holds c's content and has no backing file and no writer in
+// any mount; it reports whether it did. Called as openRoute is, with
+// n.mu held.
+func (n *node) installClaim(ctx context.Context, c *parkedClaim) bool {
+	s, d := n.sess, n.data
+	if d.backing != nil || d.size != c.size || s.writing.has(n) || !n.passable() {
+		return false
 	}
-	if !s.keepRoom() {
-		return false, nil
+	refs, ok, err := n.storedRefs(cas.LocalOnly(ctx))
+	if err != nil || !ok || contentKey(d.size, refs) != c.key {
+		return false
 	}
-	f := s.parked.take(key)
-	if f == nil {
-		return false, nil
-	}
-	if err := verifyCopy(ctx, f, d.size, refs); err != nil {
-		f.Close()
-		if ctx.Err() != nil {
-			// The reader gave up (an interrupted open): the copy is
-			// as it was.
-			s.parked.putBack(key, d.size)
-			return false, ctx.Err()
-		}
-		s.log.Warn("parked read copy refused", "session", s.name, "inode", n.ino, "err", err)
-		s.parked.remove(key)
-		return false, nil
-	}
-	name, err := s.adoptName(f)
+	fp, err := fingerprintOf(c.f)
 	if err != nil {
-		f.Close()
-		s.log.Warn("adopt a parked read copy", "session", s.name, "err", err)
-		s.parked.remove(key)
-		return false, nil
+		return false
 	}
-	fp, err := fingerprintOf(f)
-	if err != nil {
-		f.Close()
-		s.removeBackingNames([]string{name})
-		return false, nil
-	}
-	b := &backing{f: f, name: name, kind: backingKept, ingested: d.size, mtime: fp.mtime, absorbed: fp}
+	b := &backing{f: c.f, name: c.name, kind: backingKept, ingested: d.size, mtime: fp.mtime, absorbed: fp}
 	b.stage.size = d.size
 	b.keep(s.keepEpoch.Load(), time.Now())
 	d.backing = b
 	s.backed.add(n)
-	return true, nil
+	c.used = true
+	return true
 }
 
-// adoptName renames f, a parked copy, into s's backing directory under a
-// name of this daemon's, and returns the name.
-func (s *Session) adoptName(f *os.File) (string, error) {
+// claim takes the parked copy of key, of size bytes, out of the parked
+// directory into s's backing directory under a name of this daemon's,
+// and opens it there; nil if it is gone (taken, pruned) or cannot be
+// had. Once renamed, the file is the claim's alone: a copy parked under
+// the same key later is another file.
+func (s *Session) claim(key string, size int64) *parkedClaim {
+	p := s.parked
+	if !p.take(key) {
+		return nil
+	}
+	from := filepath.Join(p.dir, key)
 	name, err := s.nameBacking(func(path string) error {
-		return unix.Renameat2(unix.AT_FDCWD, f.Name(), unix.AT_FDCWD, path, unix.RENAME_NOREPLACE)
+		return unix.Renameat2(unix.AT_FDCWD, from, unix.AT_FDCWD, path, unix.RENAME_NOREPLACE)
 	})
 	if err != nil {
-		return "", fmt.Errorf("rename a parked read copy: %w", err)
+		if !errors.Is(err, unix.ENOENT) {
+			s.log.Warn("claim a parked read copy", "err", err)
+		}
+		return nil
 	}
-	return name, nil
+	c := &parkedClaim{name: name, key: key, size: size}
+	// O_NOATIME, as makeBackingFile: the daemon's reads leave the atime
+	// to the passthrough readers'.
+	path := filepath.Join(s.backingDir, name)
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOATIME, 0)
+	if err != nil {
+		s.log.Warn("open a parked read copy", "err", err)
+		s.unpark(c)
+		return nil
+	}
+	c.f = os.NewFile(uintptr(fd), path)
+	return c
+}
+
+// unclaim parks c, a claim no open used, again.
+func (s *Session) unclaim(c *parkedClaim) {
+	c.f.Close()
+	s.unpark(c)
+}
+
+// unpark renames c's file back into the parked directory under its key,
+// or removes it where a copy of that key was parked meanwhile or the
+// rename fails.
+func (s *Session) unpark(c *parkedClaim) {
+	if !s.parked.park(filepath.Join(s.backingDir, c.name), c.key, c.size) {
+		s.removeBackingNames([]string{c.name})
+	}
+}
+
+// copyDamaged reports whether err, verifyCopy's, says the copy is not
+// the content (or cannot be read back: EIO), rather than that the check
+// lacked a resource.
+func copyDamaged(err error) bool {
+	return errors.Is(err, cas.ErrCorrupt) || errors.Is(err, unix.EIO) || errors.Is(err, errShortCopy)
 }
 
 // parkCopy parks n's backing file b if it is a big staged file or read
@@ -361,7 +475,7 @@ func (s *Session) adoptName(f *os.File) (string, error) {
 // (parkedCopies); it reports whether it did. Called, for a session
 // closing cleanly, with n.mu held.
 func (s *Session) parkCopy(n *node, b *backing) bool {
-	if s.parked == nil || !b.isStaged() || b.opens > 0 || b.stage.size < absorbHoldMin || !n.ingestedAsIs() ||
+	if s.parked == nil || !b.isStaged() || b.opens > 0 || b.stage.size < absorbHoldMin || b.stage.size > parkedMax || !n.ingestedAsIs() ||
 		n.data.size != b.stage.size || !n.passable() {
 		return false
 	}
@@ -430,6 +544,9 @@ func verifyPart(ctx context.Context, f *os.File, size int64, refs []cas.Ref, fro
 	return nil
 }
 
+// errShortCopy: a copy ended before the size it has (truncated meanwhile).
+var errShortCopy = errors.New("the file is shorter than its size")
+
 // preadFull reads len(p) bytes at off from fd.
 func preadFull(fd int, p []byte, off int64) error {
 	for len(p) > 0 {
@@ -440,7 +557,7 @@ func preadFull(fd int, p []byte, off int64) error {
 		case err != nil:
 			return err
 		case k == 0:
-			return fmt.Errorf("short at %d", off)
+			return fmt.Errorf("at %d: %w", off, errShortCopy)
 		}
 		p, off = p[k:], off+int64(k)
 	}

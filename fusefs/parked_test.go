@@ -1,8 +1,10 @@
 package fusefs
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -280,17 +282,30 @@ func TestParkedPrune(t *testing.T) {
 	require.True(t, p.has(key(3)))
 	require.False(t, p.has(key(0)))
 
-	f := p.take(key(3))
-	require.NotNil(t, f)
+	require.True(t, p.take(key(3)))
 	require.False(t, p.has(key(3)))
 	require.False(t, p.hasSize(5), "taken, its size is gone too")
-	require.Nil(t, p.take(key(3)), "taken once")
-	require.NoError(t, f.Close())
+	require.False(t, p.take(key(3)), "taken once")
 	p.putBack(key(3), 5)
 	require.True(t, p.has(key(3)))
 	require.True(t, p.hasSize(5))
 	var nilIndex *parkedCopies
 	require.False(t, nilIndex.hasSize(5), "no store directory, no copies")
+
+	// A copy over the bound goes, and only it: an older one that fits
+	// stays.
+	storeDir = t.TempDir()
+	dir = filepath.Join(storeDir, parkedDirName)
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	for i, size := range []int64{1 << 20, parkedMax + 1} {
+		p := filepath.Join(dir, key(10+i))
+		require.NoError(t, os.WriteFile(p, nil, 0o600))
+		require.NoError(t, os.Truncate(p, size))
+		time.Sleep(10 * time.Millisecond)
+	}
+	p = openParked(storeDir, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.Equal(t, []string{key(10)}, parkedNames(t, storeDir))
+	require.True(t, p.has(key(10)))
 }
 
 // TestParkedDiskFull: parked copies give way to a filling disk. With less
@@ -298,7 +313,8 @@ func TestParkedPrune(t *testing.T) {
 // leaves no copy behind, parked or in the backing directory, an engine
 // that starts removes the copies parked before, and every file reads
 // right, from the store; once there is room again, copies are parked
-// again.
+// again, and a disk that fills while the daemon runs gets their room
+// back.
 func TestParkedDiskFull(t *testing.T) {
 	t.Parallel()
 	dir := loopfs.Ext4(t, 64<<20, "")
@@ -335,6 +351,12 @@ func TestParkedDiskFull(t *testing.T) {
 	require.Equal(t, keyB, r.writeKept("b", wantB))
 	r.restart()
 	require.Equal(t, []string{keyB}, parkedNames(t, dir))
+
+	// The disk fills while the daemon runs: the flusher's check
+	// (dropIfFull) removes the parked copies.
+	fillBelowRoom(t, dir)
+	r.e.parked.dropIfFull()
+	require.Empty(t, parkedNames(t, dir))
 	require.NoError(t, r.e.Close(context.Background()))
 }
 
@@ -368,4 +390,72 @@ func requireNoCopyOfSize(t *testing.T, dir string, size int64) {
 		require.NoError(t, err)
 		require.NotEqual(t, size, info.Size(), "a copy left in the backing directory: %s", e.Name())
 	}
+}
+
+// TestParkedClaim: a parked copy is claimed (renamed into the backing
+// directory) before it is checked, and checked with no lock held. While
+// the check waits, a flush of the session and a mkdir in its mount run
+// (the open held the session's freeze before), and a copy parked under
+// the same key meanwhile is another file: the reader reads the claimed
+// one, and the other stays parked.
+func TestParkedClaim(t *testing.T) {
+	t.Parallel()
+	r := newParkedRig(t)
+	want := randBytes(16, 2*absorbHoldMin+3)
+	key := r.writeKept("big", want)
+	r.restart()
+	require.Equal(t, []string{key}, parkedNames(t, r.dir))
+	s, err := r.e.live(context.Background(), "s")
+	require.NoError(t, err)
+	other := bytes.Repeat([]byte{'X'}, len(want))
+	done := make(chan error, 1)
+	hook := func() {
+		done <- func() error {
+			if err := os.WriteFile(filepath.Join(r.dir, parkedDirName, key), other, 0o600); err != nil {
+				return err
+			}
+			ran := make(chan error, 1)
+			go func() {
+				if err := os.Mkdir(filepath.Join(r.m.Dir(), "made"), 0o755); err != nil {
+					ran <- err
+					return
+				}
+				ran <- r.e.Sync(context.Background(), "s")
+			}()
+			select {
+			case err := <-ran:
+				return err
+			case <-time.After(10 * time.Second):
+				return errors.New("a mkdir and a flush waited for the check")
+			}
+		}()
+	}
+	s.afterClaim.Store(&hook)
+	got, passed, reads := r.read("big")
+	s.afterClaim.Store(nil)
+	require.NoError(t, <-done)
+	require.Equal(t, want, got)
+	require.True(t, passed, "the claimed copy adopted")
+	require.Zero(t, reads)
+	parked, err := os.ReadFile(filepath.Join(r.dir, parkedDirName, key))
+	require.NoError(t, err)
+	require.Equal(t, other, parked, "the copy parked after the claim stays")
+	require.NoError(t, r.e.Close(context.Background()))
+}
+
+// TestParkedRemoveSession: removing a session whose journal still holds
+// records (a change since the last flush) leaves none of its read copies
+// in the backing directory: the journal goes with the session, so its
+// copies are parked or removed as at a clean close.
+func TestParkedRemoveSession(t *testing.T) {
+	t.Parallel()
+	r := newParkedRig(t)
+	want := randBytes(17, 2*absorbHoldMin+1)
+	key := r.writeKept("big", want)
+	require.NoError(t, os.Mkdir(filepath.Join(r.m.Dir(), "since"), 0o755))
+	require.NoError(t, r.m.Unmount())
+	require.NoError(t, r.e.RemoveSession(context.Background(), "s"))
+	requireNoCopyOfSize(t, backingDir(r.dir, "s"), int64(len(want)))
+	require.Equal(t, []string{key}, parkedNames(t, r.dir))
+	require.NoError(t, r.e.Close(context.Background()))
 }

@@ -601,6 +601,9 @@ type mountOpens struct {
 	// jid is the node's journal id, for a writer's open (0 for none):
 	// the live record of its backing file names it (liveBacking).
 	jid uint64
+	// claim is a parked copy the open claimed for the node (claimParked),
+	// or nil.
+	claim *parkedClaim
 }
 
 // openRoute chooses the route of an open of n with flags in a mount that
@@ -636,15 +639,9 @@ func (s *Session) openRoute(ctx context.Context, n *node, flags uint32, o mountO
 		r = routeDaemon
 	default:
 		r = n.eligible(flags)
-		if r == routeDaemon {
+		if r == routeDaemon && o.claim != nil && n.installClaim(ctx, o.claim) {
 			// A reader of a file whose copy an earlier daemon parked.
-			adopted, err := n.adoptParked(ctx, flags)
-			if err != nil {
-				return routeDaemon, 0, err
-			}
-			if adopted {
-				r = routeJoin
-			}
+			r = routeJoin
 		}
 	}
 	if r == routeDaemon {
@@ -1374,15 +1371,17 @@ func (n *node) detachBacking() (dispose func()) {
 // shutdown: their names keep them sealed until the next load,
 // sealBackingDir); otherwise the next load replays and removes them.
 // Clean, it parks the big staged files and read copies it can (parkCopy)
-// instead.
-func (s *Session) closeBackings(clean bool) {
+// instead. With gone set (the session is removed, and its journal with
+// it) the journal's records do not matter: what it would remove or park
+// clean, it does.
+func (s *Session) closeBackings(clean, gone bool) {
 	// The absorber first: it may still drop a file, and journal it. The
 	// pool is closed before the wait, so that a fill running makes no
 	// more files; the ones it made after close are its to remove.
 	s.workers.close()
 	spares := s.spares.close()
 	s.workers.wait()
-	clean = clean && (s.journal == nil || !s.journal.holds())
+	clean = clean && (gone || s.journal == nil || !s.journal.holds())
 	var names []string
 	parked := false
 	for _, n := range s.backed.list() {

@@ -41,7 +41,7 @@ func (e *Engine) removeSession(ctx context.Context, name string, del func() erro
 		return err
 	}
 	if s, ok := e.sessions[name]; ok {
-		s.closeBackings(true) // the session and its journal are gone
+		s.closeBackings(true, true) // the session and its journal are gone
 		if s.journal != nil {
 			s.journal.close()
 		}

@@ -101,6 +101,9 @@ type Session struct {
 	// afterChecks, for tests, runs in ingestAll once its passes found an
 	// instant, before it drops backing files.
 	afterChecks atomic.Pointer[func()]
+	// afterClaim, for tests, runs in claimParked once a parked copy is
+	// claimed, before its check.
+	afterClaim atomic.Pointer[func()]
 	// holdFor, for tests, replaces absorbHold (staged.go) when set, in
 	// nanoseconds.
 	holdFor atomic.Int64
