@@ -177,7 +177,14 @@ func (f *fnode) openReader(ctx context.Context, flags uint32) (fs.FileHandle, ui
 	switch {
 	case c == nil:
 	case c.used:
-		f.sess().evictKept()
+		// Under freeze, as every drop of a backing file: one may write
+		// the journal (a read copy's live record), which a flush must
+		// not reset meanwhile. A claim is only made in a writable
+		// session.
+		s := f.sess()
+		s.freeze.RLock()
+		s.evictKept()
+		s.freeze.RUnlock()
 	default:
 		f.sess().unclaim(c)
 	}

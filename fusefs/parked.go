@@ -394,7 +394,10 @@ func (n *node) parkedKey(ctx context.Context) (string, []cas.Ref) {
 // n.mu held.
 func (n *node) installClaim(ctx context.Context, c *parkedClaim) bool {
 	s, d := n.sess, n.data
-	if d.backing != nil || d.size != c.size || s.writing.has(n) || !n.passable() {
+	// A session closing (closeBackings closes its workers before it
+	// walks the nodes under their mu) takes no new backing file: a check
+	// may outlast the wait for an aborted connection.
+	if d.backing != nil || d.size != c.size || s.writing.has(n) || !n.passable() || s.workers.isClosed() {
 		return false
 	}
 	refs, ok, err := n.storedRefs(cas.LocalOnly(ctx))

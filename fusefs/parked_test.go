@@ -151,6 +151,18 @@ func (r *parkedRig) writeKept(name string, want []byte) string {
 	return contentKey(int64(len(want)), refs)
 }
 
+// parkBig writes "big", size random bytes from seed, kept as a read copy,
+// and restarts the engine, which parks it; it returns the content and
+// its key.
+func (r *parkedRig) parkBig(seed uint64, size int) ([]byte, string) {
+	r.t.Helper()
+	want := randBytes(seed, size)
+	key := r.writeKept("big", want)
+	r.restart()
+	require.Equal(r.t, []string{key}, parkedNames(r.t, r.dir))
+	return want, key
+}
+
 // read reads name whole, as readCounted does.
 func (r *parkedRig) read(name string) ([]byte, bool, int64) {
 	r.t.Helper()
@@ -214,9 +226,7 @@ func TestParkedReadCopy(t *testing.T) {
 func TestParkedCopyRefused(t *testing.T) {
 	t.Parallel()
 	r := newParkedRig(t)
-	want := randBytes(12, 2*absorbHoldMin+5)
-	key := r.writeKept("big", want)
-	r.restart()
+	want, key := r.parkBig(12, 2*absorbHoldMin+5)
 	p := filepath.Join(r.dir, parkedDirName, key)
 	f, err := os.OpenFile(p, os.O_RDWR, 0)
 	require.NoError(t, err)
@@ -401,10 +411,7 @@ func requireNoCopyOfSize(t *testing.T, dir string, size int64) {
 func TestParkedClaim(t *testing.T) {
 	t.Parallel()
 	r := newParkedRig(t)
-	want := randBytes(16, 2*absorbHoldMin+3)
-	key := r.writeKept("big", want)
-	r.restart()
-	require.Equal(t, []string{key}, parkedNames(t, r.dir))
+	want, key := r.parkBig(16, 2*absorbHoldMin+3)
 	s, err := r.e.live(context.Background(), "s")
 	require.NoError(t, err)
 	other := bytes.Repeat([]byte{'X'}, len(want))

@@ -511,7 +511,7 @@ func hasRoom(dir string) bool {
 }
 
 // evictKept drops the oldest read copies of s while they take more than
-// keptMax bytes. Called with no node's mu held.
+// keptMax bytes. Called with freeze held shared and no node's mu held.
 func (s *Session) evictKept() {
 	type keptCopy struct {
 		n    *node
