@@ -2,6 +2,8 @@ package uring
 
 import (
 	"bytes"
+	"fmt"
+	"runtime/debug"
 	"syscall"
 	"unsafe"
 
@@ -126,8 +128,17 @@ func (s *Server) serve(e *entry, n uint32, inline bool) bool {
 // dispatch calls the file system for one request, as go-fuse's opcode
 // table does for /dev/fuse, and returns the size of the reply written at
 // the start of r.out. r.data and r.out are the same buffer: a handler
-// reads all of data before it writes out.
-func (s *Server) dispatch(h *fuse.InHeader, r request) (int, fuse.Status) {
+// reads all of data before it writes out. A handler that panics is
+// answered EIO, as go-fuse answers it over /dev/fuse: on the ring thread,
+// or on a goroutine of its, the panic would end the process and every
+// mount with it.
+func (s *Server) dispatch(h *fuse.InHeader, r request) (size int, st fuse.Status) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log("fuse ring request panicked; answered EIO", "op", h.Opcode, "node", h.NodeId, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			size, st = 0, fuse.EIO
+		}
+	}()
 	if h.NodeId == pollHackInode {
 		return pollHackReply(h.Opcode, r.out)
 	}
@@ -138,7 +149,7 @@ func (s *Server) dispatch(h *fuse.InHeader, r request) (int, fuse.Status) {
 	if local {
 		r.fs = s.local
 	}
-	size, st := handlers[h.Opcode](s, r)
+	size, st = handlers[h.Opcode](s, r)
 	if local && st == fuse.Status(syscall.EAGAIN) {
 		return 0, offRing
 	}

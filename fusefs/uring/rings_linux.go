@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -532,6 +533,13 @@ const (
 // ENOENT); anything else, which the kernel sends through the rings,
 // ENOSYS as well.
 func (s *Server) devRequest(b []byte) {
+	defer func() {
+		// A FORGET the file system panics on is dropped, as go-fuse
+		// drops it, rather than ending the process from the ring thread.
+		if p := recover(); p != nil {
+			s.log("fuse: FORGET panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		}
+	}()
 	if len(b) < inHeaderSize {
 		s.log("fuse: short request on /dev/fuse", "len", len(b))
 		return

@@ -440,3 +440,67 @@ func TestRingsInterrupt(t *testing.T) {
 	require.NoError(t, <-done, "the interrupted FALLOCATE")
 	useMount(t, m, "after")
 }
+
+// panicFS panics on every GETATTR of a file named "boom".
+type panicFS struct {
+	fuse.RawFileSystem
+	boom atomic.Uint64 // its node id, once looked up
+}
+
+func (p *panicFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	st := p.RawFileSystem.Lookup(cancel, h, name, out)
+	if st.Ok() && name == "boom" {
+		p.boom.Store(out.NodeId)
+	}
+	return st
+}
+
+func (p *panicFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	st := p.RawFileSystem.Create(cancel, in, name, out)
+	if st.Ok() && name == "boom" {
+		p.boom.Store(out.NodeId)
+	}
+	return st
+}
+
+func (p *panicFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	if in.NodeId != 0 && in.NodeId == p.boom.Load() {
+		panic("boom")
+	}
+	return p.RawFileSystem.GetAttr(cancel, in, out)
+}
+
+// TestRingsHandlerPanics: a handler that panics is answered EIO, as
+// go-fuse answers it over /dev/fuse, and the mount (and the process)
+// goes on serving.
+func TestRingsHandlerPanics(t *testing.T) {
+	skipWithoutURing(t)
+	pfs := &panicFS{}
+	var logged strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logged.Write(b)
+	}), nil))
+	m := mountWrapped(t, fuse.MountOptions{}, func(raw fuse.RawFileSystem) fuse.RawFileSystem {
+		pfs.RawFileSystem = raw
+		return pfs
+	}, log)
+	p := filepath.Join(m.dir, "boom")
+	require.NoError(t, os.WriteFile(p, []byte("x"), 0o644))
+	// The attributes the create returned are cached; AT_STATX_FORCE_SYNC
+	// asks the daemon.
+	var stx unix.Statx_t
+	err := unix.Statx(unix.AT_FDCWD, p, unix.AT_STATX_FORCE_SYNC, unix.STATX_BASIC_STATS, &stx)
+	require.ErrorIs(t, err, syscall.EIO)
+	useMount(t, m, "after")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Contains(t, logged.String(), "panicked")
+}
+
+// writerFunc is an io.Writer of a function.
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
