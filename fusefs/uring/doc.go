@@ -27,7 +27,9 @@
 //     threads start with the first mount and end once the last has. A
 //     ring that fails aborts the connections it served (their requests
 //     from its CPU would wait for ever), and the next mount starts a new
-//     set.
+//     set; a mount registering on it then fails (errRingFailed), aborted
+//     and detached. A handler that panics is answered EIO, as go-fuse
+//     answers it over /dev/fuse.
 //   - Inline, deferred: a request is served on the ring thread, or handed
 //     to a goroutine that gives the entry back through the ring's eventfd
 //     (deferred: large writes and requests that may wait long). A READ,

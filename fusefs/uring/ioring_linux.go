@@ -41,6 +41,11 @@ type ioRing struct {
 	cqMask  uint32
 	cqOff   uint32
 	pending uint32 // SQEs queued since the last enter
+	// err is the first submission that failed (sqe): the ring's thread
+	// fails the ring (ring.fail) at its next turn. spare takes that
+	// submission, which goes nowhere.
+	err   error
+	spare [sqeSize]byte
 }
 
 type ioSQRingOffsets struct {
@@ -112,12 +117,17 @@ func (r *ioRing) close() {
 }
 
 // sqe returns the next submission entry, zeroed. A full submission
-// queue is submitted first.
+// queue is submitted first; if that fails, the entry returned is queued
+// nowhere and r.err says so (the ring is then failed, not the process).
 func (r *ioRing) sqe() []byte {
 	tail := *r.sqTail
 	if tail-atomic.LoadUint32(r.sqHead) >= r.sqN {
 		if err := r.enter(false); err != nil || tail-atomic.LoadUint32(r.sqHead) >= r.sqN {
-			panic(fmt.Sprintf("fuse ring: submission queue full (%v)", err))
+			if r.err == nil {
+				r.err = fmt.Errorf("submission queue full: %v", err)
+			}
+			clear(r.spare[:])
+			return r.spare[:]
 		}
 	}
 	i := tail & r.sqMask

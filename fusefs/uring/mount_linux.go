@@ -1,6 +1,7 @@
 package uring
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -18,8 +19,9 @@ import (
 // the process's rings serve the rest, FORGET and INTERRUPT included. opts are
 // go-fuse's, MaxWrite set (it sizes the ring buffers); log gets what goes
 // wrong on the rings (every request too with opts.Debug). An error leaves
-// nothing mounted. A REGISTER the kernel refuses is no error: the mount is
-// then served over /dev/fuse alone (Active says which).
+// nothing mounted (a ring that failed while the mount registered aborts
+// and detaches it). A REGISTER the kernel refuses is no error: the mount
+// is then served over /dev/fuse alone (Active says which).
 func Mount(dir string, raw fuse.RawFileSystem, opts *fuse.MountOptions, log *slog.Logger) (*fuse.Server, *Server, error) {
 	mo := *opts
 	us, err := newServer(raw, mo.MaxWrite, func(msg string, args ...any) { log.Warn(msg, args...) })
@@ -94,6 +96,11 @@ func Mount(dir string, raw fuse.RawFileSystem, opts *fuse.MountOptions, log *slo
 	// serves: the mount works either way.
 	started = true
 	if err := us.start(fd); err != nil {
+		if errors.Is(err, errRingFailed) {
+			// Aborted: nothing serves it. The caller mounts again.
+			_ = syscall.Unmount(dir, syscall.MNT_DETACH)
+			return nil, nil, err
+		}
 		log.Warn("FUSE over io_uring refused; serving over /dev/fuse", "mount", dir, "err", err)
 	}
 	if err := pollHack(dir); err != nil {

@@ -3,6 +3,7 @@ package uring
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
@@ -106,4 +109,71 @@ func TestRingFails(t *testing.T) {
 		require.True(t, ok, "a request on CPU %d of the new mount waits", cpu)
 		require.NoError(t, err)
 	}
+}
+
+// TestRingFailsWhileMounting: a ring that fails while a mount waits to
+// register on it fails that Mount (errRingFailed), which leaves nothing
+// mounted, rather than leaving a connection whose requests the kernel
+// holds for ever (its queue on that ring never registered, so it never
+// turns to /dev/fuse); a mount made afterwards is served.
+func TestRingFailsWhileMounting(t *testing.T) {
+	skipWithoutURing(t)
+	ncpu, err := possibleCPUs()
+	require.NoError(t, err)
+	if ncpu < 2 || ncpu > maxThreads {
+		t.Skipf("%d CPUs: the test wants a ring a CPU, at least two", ncpu)
+	}
+	first := mountLoopback(t)
+	useMount(t, first, "x")
+	pool.mu.Lock()
+	set := pool.cur
+	pool.mu.Unlock()
+	r := set.rings[0]
+	held, hold := make(chan struct{}), make(chan struct{})
+	r.post(func(m *ringMail) {
+		m.onRing = append(m.onRing, func() {
+			close(held)
+			<-hold
+		})
+	})
+	<-held // the ring thread waits in the test's function
+
+	under, dir := t.TempDir(), t.TempDir()
+	root, err := fs.NewLoopbackRoot(under)
+	require.NoError(t, err)
+	opts := &fs.Options{MountOptions: fuse.MountOptions{FsName: "uringtest", Name: "uringtest", MaxWrite: 1 << 20}}
+	mounted := make(chan error, 1)
+	go func() {
+		server, us, err := Mount(dir, fs.NewNodeFS(root, opts), &opts.MountOptions, slog.Default())
+		if err == nil {
+			_ = us.Unmount()
+			server.Wait()
+			us.Wait()
+		}
+		mounted <- err
+	}()
+	require.Eventually(t, func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.mail.adds) > 0
+	}, 30*time.Second, time.Millisecond, "the mount's registration reaches the held ring")
+	null, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	require.NoError(t, err)
+	require.NoError(t, unix.Dup3(null, r.io.fd, unix.O_CLOEXEC)) // its next io_uring_enter fails
+	require.NoError(t, unix.Close(null))
+	close(hold)
+
+	select {
+	case err := <-mounted:
+		require.ErrorIs(t, err, errRingFailed)
+	case <-time.After(60 * time.Second):
+		t.Fatal("Mount still waits 60 s after the ring failed")
+	}
+	mounts, err := os.ReadFile("/proc/self/mounts")
+	require.NoError(t, err)
+	require.NotContains(t, string(mounts), " "+dir+" ", "the failed mount is detached")
+
+	m := mountLoopback(t)
+	require.NotSame(t, set, m.us.set)
+	useMount(t, m, "new")
 }

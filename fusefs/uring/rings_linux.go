@@ -243,6 +243,9 @@ func (r *ring) run() {
 			r.io.reap(r.complete)
 			err = r.registered()
 		}
+		if err == nil {
+			err = r.io.err // a submission failed (sqe) or the mail went quiet
+		}
 		if err != nil {
 			r.fail(err)
 			return
@@ -268,8 +271,13 @@ func (r *ring) fail(err error) {
 			e.srv.endOne()
 		}
 	}
+	// A mount registering when the ring failed is not one the kernel
+	// refused: the other rings register its queues, the kernel holds its
+	// requests until every queue is, and this one never will be. Its
+	// start fails (errRingFailed), and it is aborted (hit, or below).
+	failed := fmt.Errorf("%w: %v", errRingFailed, err)
 	for _, s := range r.adding {
-		s.refused(err)
+		s.refused(failed)
 		s.regWG.Done()
 	}
 	for s := range hit {
@@ -284,11 +292,12 @@ func (r *ring) fail(err error) {
 		// Mail still comes (deferred replies, mounts): answer what waits.
 		m := r.emptyBox()
 		for _, s := range m.adds {
-			s.refused(err)
+			s.refused(failed)
 			s.regWG.Done()
 			for range s.ents[r.idx] {
 				s.endOne() // never handed to the kernel
 			}
+			go s.abort(err)
 		}
 		for _, s := range m.reads {
 			s.endOne()
@@ -404,8 +413,12 @@ func (r *ring) armRead(e *entry) {
 // committed, new mounts' entries registered, new mounts' /dev/fuse read.
 func (r *ring) takeMail(res int32) {
 	if res < 0 && res != -int32(syscall.EINTR) && res != -int32(syscall.EAGAIN) {
-		// Only a closed eventfd fails, and it closes after the loop.
-		r.log("fuse ring: eventfd read failed", "err", syscall.Errno(-res))
+		// Only a closed eventfd fails, and it closes after the loop. A
+		// ring that no longer hears its mail would never commit a
+		// deferred reply nor stop: it fails instead.
+		if r.io.err == nil {
+			r.io.err = fmt.Errorf("eventfd read: %w", syscall.Errno(-res))
+		}
 		return
 	}
 	m := r.emptyBox()

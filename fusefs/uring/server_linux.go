@@ -1,6 +1,7 @@
 package uring
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -209,7 +210,9 @@ func (s *Server) close() {
 // and returns once every ring has, with the first error the kernel gave.
 // Then the rings serve the connection's requests and a ring reads
 // /dev/fuse for the rest; after an error go-fuse serves /dev/fuse, where
-// the kernel then sends every request.
+// the kernel then sends every request, but for errRingFailed: a ring
+// failed before it registered the mount's queue, and the connection,
+// which the kernel would hold for ever, is aborted.
 func (s *Server) start(devFD int) error {
 	s.devFD = devFD
 	n := 0
@@ -232,10 +235,14 @@ func (s *Server) start(devFD int) error {
 			err = fmt.Errorf("/dev/fuse: %w", nerr)
 		}
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, errRingFailed):
+		// The connection is aborted: its commands come back, and
+		// finish runs go-fuse's Serve to close it.
+	case err != nil:
 		s.fallback = true
 		go s.fuse.Serve()
-	} else {
+	default:
 		s.active.Store(true)
 		s.live.Add(1)
 		s.rings[s.readerRing].post(func(m *ringMail) { m.reads = append(m.reads, s) })
@@ -244,7 +251,12 @@ func (s *Server) start(devFD int) error {
 	return err
 }
 
-// refused records a REGISTER the kernel refused.
+// errRingFailed: a mount's registration did not finish because a ring
+// failed (ring.fail), which aborts the connection.
+var errRingFailed = errors.New("fuse ring failed while the mount registered")
+
+// refused records a REGISTER the kernel refused, or one a failed ring
+// never made (errRingFailed).
 func (s *Server) refused(err error) {
 	s.regMu.Lock()
 	defer s.regMu.Unlock()
