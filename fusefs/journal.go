@@ -78,7 +78,9 @@ type journal struct {
 	// of the writes made since the head (a replay never applies a write
 	// without the ones before it).
 	full bool
-	buf  []byte // encoding buffer of write
+	// syncFailed: an fdatasync failed since the last reset (failSync).
+	syncFailed bool
+	buf        []byte // encoding buffer of write
 	// mem maps the file's first journalMaxBytes (shared), so that write
 	// puts a record into the page cache with a copy instead of a pwrite;
 	// nil where the file cannot be mapped. Only the part below alloc, which
@@ -300,7 +302,7 @@ func (j *journal) resetWith(gen uint64, recs []journalRecord) (uint64, error) {
 	nonce := newNonce()
 	j.inc++
 	j.lastID = rootJID + uint64(len(recs)/2)
-	j.unsynced, j.full = false, false
+	j.unsynced, j.full, j.syncFailed = false, false, false
 	j.half.Store(false)
 	if j.f == nil {
 		// Parked: the header goes to the file when it is reopened (put).
@@ -371,6 +373,7 @@ func (j *journal) append(records []journalRecord) error {
 		return err
 	}
 	if err := fdatasync(j.f); err != nil {
+		j.failSync()
 		return fmt.Errorf("sync journal: %w", err)
 	}
 	j.unsynced, j.sinceSync = false, 0
@@ -501,14 +504,27 @@ var zeroGrow [journalGrow]byte
 func (j *journal) sync() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if j.syncFailed {
+		return errJournalFull
+	}
 	if !j.unsynced {
 		return nil
 	}
 	if err := fdatasync(j.f); err != nil {
+		j.failSync()
 		return fmt.Errorf("sync journal: %w", err)
 	}
 	j.unsynced, j.sinceSync = false, 0
 	return nil
+}
+
+// failSync notes an fdatasync of the journal that failed. Linux reports a
+// writeback error once and marks the pages clean, so a later fdatasync
+// would succeed with the records lost: until the next reset the journal
+// takes no record and no sync succeeds, and every fsync flushes to the
+// store instead. Called with mu held.
+func (j *journal) failSync() {
+	j.full, j.syncFailed = true, true
 }
 
 func (j *journal) close() error {
@@ -812,28 +828,45 @@ func (s *Session) journalFsync(ctx context.Context, n *node) (bool, error) {
 		// Everything written since it was last made durable is in the
 		// journal already (logWrite), waiting for an fdatasync.
 		n.mu.Unlock()
-		return true, s.journal.sync()
+		return journalSynced(s.journal.sync())
 	}
 	if len(records) == 0 {
 		records = append(records, n.writeRecord(id, d.size, nil))
 	}
+	// The records go in under n.mu: a write to the same bytes journaled
+	// between the copy above and them would come first, and a replay,
+	// which applies records in order, would undo it. The fdatasync waits
+	// with n.mu free.
+	if err := s.journal.write(records...); err != nil {
+		n.mu.Unlock()
+		return journalSynced(err)
+	}
 	pending := d.unjournaled
 	d.unjournaled = nil
 	n.mu.Unlock()
-
-	if err := s.journal.append(records); err != nil {
+	if err := s.journal.sync(); err != nil {
 		// Give the ranges back: the next fsync must still cover them.
 		n.mu.Lock()
 		for _, sp := range pending {
 			d.unjournaled = addSpan(d.unjournaled, sp.off, sp.end)
 		}
 		n.mu.Unlock()
-		if errors.Is(err, errJournalFull) {
-			return false, nil
-		}
-		return false, err
+		return journalSynced(err)
 	}
 	return true, nil
+}
+
+// journalSynced is journalFsync's answer after the journal's write or
+// sync answered err: done, a flush instead (the journal is full, or an
+// fdatasync of it failed before), or the error.
+func journalSynced(err error) (bool, error) {
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, errJournalFull):
+		return false, nil
+	}
+	return false, err
 }
 
 // writeRecord returns a write record of data at off of the file n

@@ -1054,10 +1054,13 @@ func (s *Session) allocate(ctx context.Context, n *node, off, length int64, mode
 	default:
 		return syscall.EOPNOTSUPP
 	}
-	if end := off + length; mode&fallocKeepSize == 0 && end > n.data.size {
-		if end > maxFileSize {
-			return syscall.EFBIG
-		}
+	end := off + length
+	if end > maxFileSize {
+		// With KEEP_SIZE too: the journal's record of the range would
+		// be past any file's size, which a replay takes for damage.
+		return syscall.EFBIG
+	}
+	if mode&fallocKeepSize == 0 && end > n.data.size {
 		if err := n.growTo(ctx, end); err != nil {
 			return err
 		}
