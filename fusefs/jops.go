@@ -307,8 +307,14 @@ func (n *node) liveNeeded() bool {
 // is taken for this one's. Called with freeze held exclusively.
 func (s *Session) journalNext(gen uint64, empty bool) {
 	// Not journaling(): a flush set metaDirty for the changes it stores,
-	// which the next head holds; the block is for that head.
-	if s.journal == nil {
+	// which the next head holds; the block is for that head. Nor into a
+	// journal not reset since it was opened: the flush of a load's replay,
+	// whose records are still the journal's, at its start (it has no
+	// size, generation or nonce of its own yet). A crash after that
+	// flush's head moved finds no block for the new head, and replays
+	// nothing (forHead): the head holds every record, and no writer
+	// passed through since the load.
+	if s.journal == nil || !s.journal.started() {
 		return
 	}
 	var block []journalRecord

@@ -527,6 +527,15 @@ func (j *journal) failSync() {
 	j.full, j.syncFailed = true, true
 }
 
+// started reports whether j was reset since it was opened: it has a
+// generation and nonce of its own, and its records start after its
+// header.
+func (j *journal) started() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.nonce != 0
+}
+
 func (j *journal) close() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
