@@ -28,6 +28,7 @@ type Recorder struct {
 	active    atomic.Bool          // mirrors recording, read without mu
 	seen      map[cas.Ref]struct{} // refs put while recording; GUARDED_BY(mu)
 	group     *opGroup             // operations begun in the current epoch; GUARDED_BY(mu)
+	idle      chan struct{}        // closed when the running collection ends; GUARDED_BY(mu)
 
 	gcMu sync.Mutex // one collection at a time
 }
@@ -124,9 +125,20 @@ func (b *recordingBatch) Put(data []byte) (cas.Ref, error) {
 }
 
 // enter registers an operation in the current epoch; the returned func
-// ends it.
+// ends it. While a collection runs it waits for the collection's end: an
+// operation that names an object it found stored rather than put (a bind
+// of a source's entries, a pull skipping what is present) is seen by no
+// recording, and would name an object the sweep deletes. No operation
+// under Guard enters again (a nested enter would wait for a collection
+// that waits for it).
 func (r *Recorder) enter() func() {
 	r.mu.Lock()
+	for r.recording {
+		idle := r.idle
+		r.mu.Unlock()
+		<-idle
+		r.mu.Lock()
+	}
 	g := r.group
 	g.n++
 	r.mu.Unlock()
@@ -148,6 +160,7 @@ func (r *Recorder) enter() func() {
 func (r *Recorder) startRecording(ctx context.Context) error {
 	r.mu.Lock()
 	r.recording = true
+	r.idle = make(chan struct{})
 	r.active.Store(true)
 	r.seen = make(map[cas.Ref]struct{})
 	old := r.group
@@ -167,6 +180,9 @@ func (r *Recorder) startRecording(ctx context.Context) error {
 
 func (r *Recorder) stopRecording() {
 	r.mu.Lock()
+	if r.recording {
+		close(r.idle)
+	}
 	r.recording = false
 	r.active.Store(false)
 	r.seen = nil
@@ -191,7 +207,8 @@ func (r *Recorder) deleteUnrecorded(ctx context.Context, refs []cas.Ref) ([]cas.
 }
 
 // Guard runs fn as one operation that gc must not interleave with: a
-// collection starting meanwhile waits for fn to return before it marks.
+// collection starting meanwhile waits for fn to return before it marks,
+// and fn waits for a collection running when it starts (enter).
 // Use it around work that puts objects and only later names them (a
 // capture, a fork, an import building a tree before creating its session).
 func (e *Engine) Guard(fn func() error) error {
