@@ -374,15 +374,10 @@ func (n *node) parkedKey(ctx context.Context) (string, []cas.Ref) {
 		!n.passable() || !s.stagingOK() || s.writing.has(n) {
 		return "", nil
 	}
-	// Local data alone: a chunk list only a remote has is no reason to
-	// wait for the remote with n.mu held, and a parked copy of it is
-	// unlikely. A read reports damage.
-	refs, ok, err := n.storedRefs(cas.LocalOnly(ctx))
-	if err != nil || !ok {
-		return "", nil
-	}
-	key := contentKey(d.size, refs)
-	if !s.parked.has(key) {
+	// A chunk list only a remote has is no reason to wait for the remote
+	// with n.mu held, and a parked copy of it is unlikely.
+	key, refs := n.localKey(ctx)
+	if key == "" || !s.parked.has(key) {
 		return "", nil
 	}
 	return key, refs
@@ -400,8 +395,7 @@ func (n *node) installClaim(ctx context.Context, c *parkedClaim) bool {
 	if d.backing != nil || d.size != c.size || s.writing.has(n) || !n.passable() || s.workers.isClosed() {
 		return false
 	}
-	refs, ok, err := n.storedRefs(cas.LocalOnly(ctx))
-	if err != nil || !ok || contentKey(d.size, refs) != c.key {
+	if key, _ := n.localKey(ctx); key != c.key {
 		return false
 	}
 	fp, err := fingerprintOf(c.f)
@@ -482,11 +476,22 @@ func (s *Session) parkCopy(n *node, b *backing) bool {
 		n.data.size != b.stage.size || !n.passable() {
 		return false
 	}
-	refs, ok, err := n.storedRefs(cas.LocalOnly(context.Background()))
-	if err != nil || !ok {
+	key, _ := n.localKey(context.Background())
+	if key == "" {
 		return false
 	}
-	return s.parked.park(filepath.Join(s.backingDir, b.name), contentKey(n.data.size, refs), n.data.size)
+	return s.parked.park(filepath.Join(s.backingDir, b.name), key, n.data.size)
+}
+
+// localKey returns the key of n's content and its chunks' refs, read from
+// local data alone (a remote is never waited for with n.mu held), when n
+// holds what they hold (storedRefs); "" otherwise. Called with n.mu held.
+func (n *node) localKey(ctx context.Context) (string, []cas.Ref) {
+	refs, ok, err := n.storedRefs(cas.LocalOnly(ctx))
+	if err != nil || !ok {
+		return "", nil
+	}
+	return contentKey(n.data.size, refs), refs
 }
 
 // verifyCopy checks that f holds exactly the content of size bytes whose
